@@ -1,0 +1,22 @@
+"""``ccrk``: the product's single console script. Packages contribute their own sub-commands."""
+
+from __future__ import annotations
+
+import typer
+
+from model.cli import data_app, eval_command, model_app, train_command
+
+app = typer.Typer(
+    name="ccrk",
+    help="ccrk-search: multilingual image search with CCRk (train, evaluate, index, serve).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(data_app, name="data")
+app.add_typer(model_app, name="model")
+app.command("train")(train_command)
+app.command("eval")(eval_command)
+
+
+if __name__ == "__main__":
+    app()

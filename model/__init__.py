@@ -1,0 +1,1 @@
+"""CCRk model: architecture, objectives, training, evaluation and export."""

@@ -1,0 +1,215 @@
+"""Command-line interface of the model package: ``ccrk data``, ``ccrk train``, ``ccrk eval``,
+``ccrk model``. Heavy imports happen inside commands so ``ccrk --help`` stays fast."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+console = Console(stderr=True)
+data_app = typer.Typer(help="Make and inspect training data.", no_args_is_help=True)
+model_app = typer.Typer(help="Convert and inspect model directories.", no_args_is_help=True)
+
+
+def fail(message: str) -> typer.Exit:
+    console.print(f"[red]error:[/red] {message}")
+    return typer.Exit(code=2)
+
+
+@data_app.command("synth")
+def data_synth(
+    out: Annotated[Path, typer.Option(help="Output folder for the catalogue.")] = Path("data/synth"),
+    seed: Annotated[int, typer.Option(help="Everything is deterministic from this seed.")] = 0,
+    n_train: Annotated[int, typer.Option(help="Training images.")] = 20000,
+    n_val: Annotated[int, typer.Option(help="Validation images.")] = 500,
+    n_test: Annotated[int, typer.Option(help="Test images (each attribute combination unique).")] = 1000,
+    image_size: Annotated[int, typer.Option(help="Rendered image size in pixels.")] = 96,
+    captions_per_language: Annotated[int, typer.Option(help="Aligned phrasings per image and language.")] = 2,
+) -> None:
+    """Generate the synthetic multilingual product catalogue (images + captions in ten languages)."""
+    from tqdm.auto import tqdm
+
+    from model.data.synth import SynthConfig, generate_catalogue
+
+    try:
+        config = SynthConfig(
+            seed=seed,
+            n_train=n_train,
+            n_val=n_val,
+            n_test=n_test,
+            image_size=image_size,
+            captions_per_language=captions_per_language,
+        )
+    except ValueError as exc:
+        raise fail(str(exc)) from exc
+    bar = tqdm(total=n_train + n_val + n_test, unit="img", desc="rendering")
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    try:
+        summary = generate_catalogue(out, config, progress=progress)
+    except ValueError as exc:
+        raise fail(str(exc)) from exc
+    finally:
+        bar.close()
+    console.print(f"catalogue written to {out}: {summary}")
+
+
+def train_command(
+    data: Annotated[Path, typer.Option(help="Catalogue folder with train.jsonl (and val.jsonl).")] = Path(
+        "data/synth"
+    ),
+    output: Annotated[Path, typer.Option(help="Run folder: checkpoints and the final model/.")] = Path(
+        "runs/demo"
+    ),
+    preset: Annotated[
+        str, typer.Option("--preset", "--config", help="Model preset name or config JSON path.")
+    ] = "demo",
+    objective: Annotated[str, typer.Option(help="kcl (1-to-K) or one2one.")] = "kcl",
+    epochs: Annotated[int, typer.Option(min=1)] = 10,
+    batch_size: Annotated[int, typer.Option(min=2)] = 64,
+    lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 5e-4,
+    seed: int = 0,
+    max_steps: Annotated[int | None, typer.Option(help="Stop after this many steps.")] = None,
+    train_limit: Annotated[int | None, typer.Option(help="Use only the first N training records.")] = None,
+    itm_weight: float = 1.0,
+    mlm_weight: float = 1.0,
+    translation_weight: Annotated[float, typer.Option(help="MURAL text-text term weight.")] = 0.0,
+    parallel_data: Annotated[Path | None, typer.Option(help="TSV/jsonl translation pairs.")] = None,
+    tokenizer: Annotated[Path | None, typer.Option(help="Tokenizer folder (default: train one).")] = None,
+    save_every_steps: Annotated[int | None, typer.Option(help="Extra checkpoints inside epochs.")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda[:N].")] = "auto",
+    threads: Annotated[int, typer.Option(help="CPU threads.")] = 2,
+) -> None:
+    """Train a CCRk model; re-running the same command resumes from the newest checkpoint."""
+    from model.configs import ConfigError, get_preset
+    from model.training import TrainConfig, Trainer, TrainingError
+
+    if objective not in ("kcl", "one2one"):
+        raise fail(f"--objective must be kcl or one2one, got {objective!r}")
+    try:
+        model_config = get_preset(preset)
+    except ConfigError as exc:
+        raise fail(str(exc)) from exc
+    cfg = TrainConfig(
+        data_dir=data,
+        output_dir=output,
+        objective=objective,  # type: ignore[arg-type]
+        epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=lr,
+        seed=seed,
+        max_steps=max_steps,
+        train_limit=train_limit,
+        itm_weight=itm_weight,
+        mlm_weight=mlm_weight,
+        translation_weight=translation_weight,
+        parallel_data=parallel_data,
+        tokenizer_dir=tokenizer,
+        save_every_steps=save_every_steps,
+        device=device,
+        threads=threads,
+    )
+    try:
+        result = Trainer(model_config, cfg, log=console.print).run()
+    except (TrainingError, ValueError, FileNotFoundError) as exc:
+        raise fail(str(exc)) from exc
+    console.print(
+        f"trained {result.steps} steps ({result.epochs_completed} epochs) in {result.seconds:.1f} s, "
+        f"{result.samples_per_second:.1f} samples/s; model saved to {result.model_dir}"
+    )
+
+
+def eval_command(
+    model: Annotated[Path, typer.Option(help="Model directory (config.json, model.safetensors, tokenizer).")],
+    data: Annotated[Path, typer.Option(help="A split jsonl, or a catalogue folder (uses test.jsonl).")],
+    rerank_k: Annotated[
+        int | None, typer.Option(min=1, help="Also re-rank the top k with the fusion encoder.")
+    ] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Evaluate the first N images only.")] = None,
+    dump_ranks: Annotated[
+        Path | None, typer.Option(help="Write every instance's rank per language here.")
+    ] = None,
+    json_out: Annotated[Path | None, typer.Option(help="Write the JSON report here (also printed).")] = None,
+    batch_size: int = 128,
+    device: str = "auto",
+    threads: int = 2,
+) -> None:
+    """Per-language Recall@1/5/10 (IR and TR), mean recall, MRV and mrv_std, with and without re-ranking."""
+    import torch
+
+    from model.evaluation import evaluate, format_table
+    from model.modeling import CCRkModel, CheckpointError
+    from model.preprocessing import ImagePreprocessor
+    from model.tokenization import TokenizerError, load_tokenizer
+    from model.training import TrainingError, resolve_device
+    from model.training_data import load_captioned_images
+
+    split = data / "test.jsonl" if data.is_dir() else data
+    if not split.is_file():
+        raise fail(f"evaluation split not found: {split}")
+    try:
+        dev = resolve_device(device)
+        if dev.type == "cpu":
+            torch.set_num_threads(threads)
+        net = CCRkModel.from_pretrained(model, map_location=dev)
+        tokenizer = load_tokenizer(model)
+        preprocessor = ImagePreprocessor(net.config.vision)
+        records = load_captioned_images(split, preprocessor, limit=limit, threads=threads)
+    except (CheckpointError, TokenizerError, TrainingError, ValueError) as exc:
+        raise fail(str(exc)) from exc
+    with torch.inference_mode():
+        result = evaluate(net, tokenizer, records, preprocessor, rerank_k, batch_size, dev)
+    report = result.report()
+    report["model"] = str(model)
+    report["data"] = str(split)
+    text = json.dumps(report, indent=2)
+    print(text)
+    console.print(format_table(report))
+    if json_out:
+        json_out.write_text(text + "\n", encoding="utf-8")
+    if dump_ranks:
+        dump_ranks.write_text(json.dumps(result.rank_dump()) + "\n", encoding="utf-8")
+
+
+@model_app.command("convert-official")
+def convert_official(
+    checkpoint: Annotated[Path, typer.Argument(help="ccrk_*_epoch_29.th file.")],
+    out: Annotated[Path, typer.Option(help="Model directory to write.")],
+    tokenizer: Annotated[Path, typer.Option(help="Local tokenizer folder (XLM-R's).")],
+    preset: Annotated[str, typer.Option(help="Architecture preset or config JSON.")] = "ccrk-paper",
+    strict: Annotated[bool, typer.Option(help="Fail on any missing or unexpected key.")] = False,
+) -> None:
+    """Load an official CCRk checkpoint by key mapping and save it as a model directory."""
+    from model.configs import ConfigError, get_preset
+    from model.modeling import CheckpointError
+    from model.official_checkpoint import load_official_checkpoint
+    from model.tokenization import TokenizerError, load_tokenizer
+
+    if not checkpoint.is_file():
+        raise fail(f"checkpoint not found: {checkpoint}")
+    try:
+        config = get_preset(preset)
+        tok = load_tokenizer(tokenizer)
+        net, report = load_official_checkpoint(checkpoint, config, strict=strict)
+    except (ConfigError, CheckpointError, TokenizerError) as exc:
+        raise fail(str(exc)) from exc
+    console.print(report.summary())
+    net.save_pretrained(out, tok)
+    console.print(f"model directory written to {out}")
+
+
+@model_app.command("presets")
+def presets() -> None:
+    """List the built-in model presets."""
+    from model.configs import list_presets
+
+    for name in list_presets():
+        print(name)

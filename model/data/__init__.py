@@ -1,0 +1,1 @@
+"""Synthetic multilingual product catalogue: attributes, hand-written lexicons, rendering, generation."""

@@ -1,0 +1,336 @@
+"""Retrieval evaluation: per-language Recall@1/5/10 for text->image (IR) and image->text (TR), mean recall,
+MRV and mrv_std, with and without fusion re-ranking of the dual encoder's top k.
+
+Rank tables (see ``model.metrics``):
+- IR: one row per (image, phrasing j) -- the j-th captions of an image in every language are translations
+  of each other -- and one column per language: the 0-based rank of the image for that caption.
+- TR: one row per image, one column per language: the 0-based rank of the image's best-ranked caption
+  among all captions in that language.
+
+Re-ranking: the ITM match logit orders the top-k shortlist; items outside it keep their dual-encoder order
+below it, so a target outside the shortlist keeps its dual rank.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from model.metrics import mean_recall, mrv, mrv_std, ranks_from_scores, recall_at_k
+from model.modeling import CCRkModel
+from model.preprocessing import ImagePreprocessor
+from model.tokenization import tokenize
+from model.training_data import CaptionedImages
+
+RECALL_KS = (1, 5, 10)
+
+
+@dataclass
+class EncodedSplit:
+    """Dual-encoder outputs for a split.
+
+    Attributes:
+        image_embeds: (N, D); text_embeds: (N, K, C, D), C aligned phrasings per language.
+        image_tokens: (N, T, W) fusion inputs, kept only when re-ranking.
+        text_states: per language, (N * C, L, H) text-layer states and (N * C, L) masks; re-ranking only.
+    """
+
+    image_embeds: torch.Tensor
+    text_embeds: torch.Tensor
+    image_tokens: torch.Tensor | None = None
+    text_states: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+
+
+@dataclass
+class DirectionScores:
+    """Figures for one direction (IR or TR) of one ranking."""
+
+    recall: dict[str, dict[str, float]]  # "R@k" -> language -> recall
+    mean_recall: float
+    mrv: float
+    mrv_std: float
+
+    @classmethod
+    def from_ranks(cls, ranks: np.ndarray, languages: tuple[str, ...]) -> DirectionScores:
+        recall = {
+            f"R@{k}": {lang: float(v) for lang, v in zip(languages, recall_at_k(ranks, k), strict=True)}
+            for k in RECALL_KS
+        }
+        return cls(recall, mean_recall(ranks, RECALL_KS), mrv(ranks), mrv_std(ranks))
+
+
+@dataclass
+class EvalResult:
+    """Rank tables and the report of one evaluation."""
+
+    languages: tuple[str, ...]
+    ir_ranks: np.ndarray
+    tr_ranks: np.ndarray
+    ir_reranked: np.ndarray | None
+    tr_reranked: np.ndarray | None
+    rerank_k: int | None
+    n_images: int
+    seconds: dict[str, float]
+
+    def report(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "languages": list(self.languages),
+            "n_images": self.n_images,
+            "n_ir_queries": int(self.ir_ranks.size),
+            "rerank_k": self.rerank_k,
+            "dual": {
+                "IR": vars(DirectionScores.from_ranks(self.ir_ranks, self.languages)),
+                "TR": vars(DirectionScores.from_ranks(self.tr_ranks, self.languages)),
+            },
+            "seconds": self.seconds,
+        }
+        if self.ir_reranked is not None and self.tr_reranked is not None:
+            out["reranked"] = {
+                "IR": vars(DirectionScores.from_ranks(self.ir_reranked, self.languages)),
+                "TR": vars(DirectionScores.from_ranks(self.tr_reranked, self.languages)),
+            }
+        return out
+
+    def rank_dump(self) -> dict[str, Any]:
+        """Every instance's 0-based rank per language, so any figure can be recomputed."""
+        dump: dict[str, Any] = {
+            "languages": list(self.languages),
+            "IR": self.ir_ranks.tolist(),
+            "TR": self.tr_ranks.tolist(),
+        }
+        if self.ir_reranked is not None and self.tr_reranked is not None:
+            dump["IR_reranked"] = self.ir_reranked.tolist()
+            dump["TR_reranked"] = self.tr_reranked.tolist()
+            dump["rerank_k"] = self.rerank_k
+        return dump
+
+
+def _chunks(n: int, size: int) -> Iterator[slice]:
+    for start in range(0, n, size):
+        yield slice(start, min(n, start + size))
+
+
+@torch.no_grad()
+def encode_split(
+    model: CCRkModel,
+    tokenizer: PreTrainedTokenizerBase,
+    data: CaptionedImages,
+    preprocessor: ImagePreprocessor,
+    batch_size: int = 128,
+    keep_fusion_inputs: bool = False,
+    device: torch.device | str = "cpu",
+) -> EncodedSplit:
+    model.eval()
+    n, k = len(data), len(data.languages)
+    phrasings = min(len(c[lang]) for c in data.captions for lang in data.languages)
+    image_embeds, image_tokens = [], []
+    for part in _chunks(n, batch_size):
+        out = model.encode_image(preprocessor.normalize(data.pixels[part].to(device)))
+        image_embeds.append(out.image_embeds.float().cpu())
+        if keep_fusion_inputs:
+            image_tokens.append(out.image_tokens.float().cpu())
+    text_embeds = torch.empty(n, k, phrasings, model.config.embed_dim)
+    states: list[tuple[torch.Tensor, torch.Tensor]] = []
+    max_length = model.config.text.max_length
+    for li, lang in enumerate(data.languages):
+        # Image-major order: text row i * C + c is image i's c-th phrasing.
+        texts = [data.captions[i][lang][c] for i in range(n) for c in range(phrasings)]
+        lang_embeds, lang_states, lang_masks = [], [], []
+        for part in _chunks(len(texts), batch_size):
+            tokens = tokenize(tokenizer, texts[part], max_length)
+            out = model.encode_text(tokens["input_ids"].to(device), tokens["attention_mask"].to(device))
+            lang_embeds.append(out.text_embeds.float().cpu())
+            if keep_fusion_inputs:
+                lang_states.append(out.last_hidden_state.float().cpu())
+                lang_masks.append(tokens["attention_mask"])
+        text_embeds[:, li] = torch.cat(lang_embeds).view(n, phrasings, -1)
+        if keep_fusion_inputs:
+            states.append(_pad_and_stack(lang_states, lang_masks))
+    return EncodedSplit(
+        image_embeds=torch.cat(image_embeds),
+        text_embeds=text_embeds,
+        image_tokens=torch.cat(image_tokens) if keep_fusion_inputs else None,
+        text_states=states,
+    )
+
+
+def _pad_and_stack(
+    states: list[torch.Tensor], masks: list[torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    length = max(s.shape[1] for s in states)
+    padded = [torch.nn.functional.pad(s, (0, 0, 0, length - s.shape[1])) for s in states]
+    padded_masks = [torch.nn.functional.pad(m, (0, length - m.shape[1])) for m in masks]
+    return torch.cat(padded), torch.cat(padded_masks)
+
+
+def dual_ranks(encoded: EncodedSplit) -> tuple[np.ndarray, np.ndarray]:
+    """(IR ranks (N * C, K), TR ranks (N, K)) from dual-encoder similarities."""
+    images = encoded.image_embeds.numpy()
+    n, k, c, _ = encoded.text_embeds.shape
+    ir = np.empty((n * c, k), dtype=np.int64)
+    tr = np.empty((n, k), dtype=np.int64)
+    targets_ir = np.repeat(np.arange(n), c)
+    targets_tr = np.arange(n * c).reshape(n, c)
+    for li in range(k):
+        texts = encoded.text_embeds[:, li].reshape(n * c, -1).numpy()
+        scores = texts @ images.T
+        ir[:, li] = ranks_from_scores(scores, targets_ir)
+        tr[:, li] = ranks_from_scores(scores.T, targets_tr)
+    return ir, tr
+
+
+@torch.no_grad()
+def _match_scores(
+    model: CCRkModel,
+    text_states: torch.Tensor,
+    text_masks: torch.Tensor,
+    image_tokens: torch.Tensor,
+    pair_batch: int,
+    device: torch.device | str,
+) -> torch.Tensor:
+    """ITM match logit (logit[1] - logit[0]) of aligned (text, image) pairs."""
+    scores = []
+    for part in _chunks(text_states.shape[0], pair_batch):
+        masks = text_masks[part]
+        length = int(masks.sum(dim=1).max())  # trim padding the chunk does not need
+        logits = model.fuse(
+            text_states[part, :length].to(device), masks[:, :length].to(device), image_tokens[part].to(device)
+        ).itm_logits.float()
+        scores.append((logits[:, 1] - logits[:, 0]).cpu())
+    return torch.cat(scores)
+
+
+def _rerank_rank(dual_order: np.ndarray, match: np.ndarray, targets: set[int], dual_rank: int, k: int) -> int:
+    """Rank after re-ordering the shortlist ``dual_order[:k]`` by ``match``; else the dual rank."""
+    if dual_rank >= k:
+        return dual_rank
+    reordered = dual_order[np.argsort(-match, kind="stable")]
+    return int(min(i for i, item in enumerate(reordered) if item in targets))
+
+
+@torch.no_grad()
+def reranked_ranks(
+    model: CCRkModel,
+    encoded: EncodedSplit,
+    dual_ir: np.ndarray,
+    dual_tr: np.ndarray,
+    rerank_k: int,
+    pair_batch: int = 1024,
+    device: torch.device | str = "cpu",
+) -> tuple[np.ndarray, np.ndarray]:
+    """Re-rank the top ``rerank_k`` of every IR and TR query with the fusion encoder."""
+    if encoded.image_tokens is None or not encoded.text_states:
+        raise ValueError("encode_split(keep_fusion_inputs=True) is needed for re-ranking")
+    model.eval()
+    images = encoded.image_embeds
+    n, k_langs, c, _ = encoded.text_embeds.shape
+    ir = dual_ir.copy()
+    tr = dual_tr.copy()
+    shortlist = min(rerank_k, n)
+    for li in range(k_langs):
+        states, masks = encoded.text_states[li]
+        texts = encoded.text_embeds[:, li].reshape(n * c, -1)
+        scores = texts @ images.T  # (N * C, N)
+        # IR: each text query against its image shortlist.
+        order = torch.topk(scores, shortlist, dim=1).indices  # (N * C, k)
+        queries = np.flatnonzero(dual_ir[:, li] < shortlist)
+        for part in _chunks(len(queries), max(1, pair_batch // shortlist)):
+            rows = torch.from_numpy(queries[part])
+            cand = order[rows]  # (q, k)
+            match = _match_scores(
+                model,
+                states[rows].repeat_interleave(shortlist, dim=0),
+                masks[rows].repeat_interleave(shortlist, dim=0),
+                encoded.image_tokens[cand.reshape(-1)],
+                pair_batch,
+                device,
+            ).view(len(rows), shortlist)
+            for row, cands, m in zip(rows.tolist(), cand.numpy(), match.numpy(), strict=True):
+                ir[row, li] = _rerank_rank(cands, m, {row // c}, int(dual_ir[row, li]), shortlist)
+        # TR: each image against its caption shortlist in this language.
+        text_short = min(rerank_k, n * c)
+        order_tr = torch.topk(scores.T, text_short, dim=1).indices  # (N, k)
+        images_to_do = np.flatnonzero(dual_tr[:, li] < text_short)
+        for part in _chunks(len(images_to_do), max(1, pair_batch // text_short)):
+            rows = torch.from_numpy(images_to_do[part])
+            cand = order_tr[rows]
+            match = _match_scores(
+                model,
+                states[cand.reshape(-1)],
+                masks[cand.reshape(-1)],
+                encoded.image_tokens[rows].repeat_interleave(text_short, dim=0),
+                pair_batch,
+                device,
+            ).view(len(rows), text_short)
+            for row, cands, m in zip(rows.tolist(), cand.numpy(), match.numpy(), strict=True):
+                targets = set(range(row * c, row * c + c))
+                tr[row, li] = _rerank_rank(cands, m, targets, int(dual_tr[row, li]), text_short)
+    return ir, tr
+
+
+def evaluate(
+    model: CCRkModel,
+    tokenizer: PreTrainedTokenizerBase,
+    data: CaptionedImages,
+    preprocessor: ImagePreprocessor,
+    rerank_k: int | None = None,
+    batch_size: int = 128,
+    device: torch.device | str = "cpu",
+) -> EvalResult:
+    """Evaluate a model on a split, optionally with fusion re-ranking of the top ``rerank_k``."""
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
+    encoded = encode_split(
+        model,
+        tokenizer,
+        data,
+        preprocessor,
+        batch_size,
+        keep_fusion_inputs=rerank_k is not None,
+        device=device,
+    )
+    seconds["encode"] = time.perf_counter() - start
+    start = time.perf_counter()
+    ir, tr = dual_ranks(encoded)
+    seconds["dual_rank"] = time.perf_counter() - start
+    ir_re = tr_re = None
+    if rerank_k is not None:
+        if rerank_k < 1:
+            raise ValueError(f"rerank_k must be >= 1, got {rerank_k}")
+        start = time.perf_counter()
+        ir_re, tr_re = reranked_ranks(model, encoded, ir, tr, rerank_k, device=device)
+        seconds["rerank"] = time.perf_counter() - start
+    return EvalResult(data.languages, ir, tr, ir_re, tr_re, rerank_k, len(data), seconds)
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """A plain-text table of a report: one row per language, IR and TR Recall@1/5/10, then MRV lines."""
+    languages = report["languages"]
+    lines: list[str] = []
+    for variant in ("dual", "reranked"):
+        if variant not in report:
+            continue
+        title = "dual encoder" if variant == "dual" else f"re-ranked top {report['rerank_k']}"
+        lines.append(f"== {title} ==")
+        lines.append(
+            f"{'lang':<6}"
+            + "".join(f"{d + ' ' + k:>10}" for d in ("IR", "TR") for k in ("R@1", "R@5", "R@10"))
+        )
+        for lang in languages:
+            cells = [
+                report[variant][d]["recall"][f"R@{k}"][lang] * 100 for d in ("IR", "TR") for k in RECALL_KS
+            ]
+            lines.append(f"{lang:<6}" + "".join(f"{v:>10.2f}" for v in cells))
+        for d in ("IR", "TR"):
+            s = report[variant][d]
+            lines.append(
+                f"{d}: mean recall {s['mean_recall'] * 100:.2f}  "
+                f"MRV {s['mrv']:.3f}  mrv_std {s['mrv_std']:.3f}"
+            )
+    return "\n".join(lines)

@@ -1,0 +1,63 @@
+"""Parallel sentences without images, for MURAL's translation-pair (text-text) contrastive term."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from model.tokenization import tokenize
+
+
+class ParallelCorpusError(ValueError):
+    """A parallel corpus file is missing or malformed."""
+
+
+@dataclass
+class ParallelCorpus:
+    """Aligned (source, target) sentence pairs."""
+
+    pairs: list[tuple[str, str]]
+
+    @classmethod
+    def load(cls, path: Path) -> ParallelCorpus:
+        """Read a TSV (``source<TAB>target``) or a jsonl of ``{"source": ..., "target": ...}``."""
+        path = Path(path)
+        if not path.is_file():
+            raise ParallelCorpusError(f"parallel corpus not found: {path}")
+        pairs: list[tuple[str, str]] = []
+        with path.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                line = line.rstrip("\n")
+                if not line.strip():
+                    continue
+                if path.suffix == ".jsonl":
+                    try:
+                        row = json.loads(line)
+                        pairs.append((str(row["source"]), str(row["target"])))
+                    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                        raise ParallelCorpusError(
+                            f"{path}:{number}: expected {{source, target}}: {exc}"
+                        ) from exc
+                else:
+                    fields = line.split("\t")
+                    if len(fields) != 2:
+                        raise ParallelCorpusError(
+                            f"{path}:{number}: expected 2 tab-separated fields, got {len(fields)}"
+                        )
+                    pairs.append((fields[0], fields[1]))
+        if len(pairs) < 2:
+            raise ParallelCorpusError(f"{path} needs at least 2 sentence pairs")
+        return cls(pairs)
+
+    def batch(
+        self, tokenizer: PreTrainedTokenizerBase, size: int, max_length: int, rng: random.Random
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        chosen = rng.sample(self.pairs, min(size, len(self.pairs)))
+        sources = tokenize(tokenizer, [s for s, _ in chosen], max_length)
+        targets = tokenize(tokenizer, [t for _, t in chosen], max_length)
+        return sources, targets

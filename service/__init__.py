@@ -1,0 +1,1 @@
+"""The FastAPI search service (see issue 5)."""
