@@ -10,7 +10,6 @@ cycles through the rest, so no val/test combination is ever seen in training.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import multiprocessing
@@ -310,27 +309,3 @@ def generate_catalogue(
         images_dir=out_dir / "images",
         seconds=time.perf_counter() - start,
     )
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Generate the synthetic multilingual product catalogue.")
-    parser.add_argument("out_dir", type=Path)
-    defaults = SynthConfig()
-    for name in ("seed", "n_train", "n_val", "n_test", "image_size", "captions_per_language"):
-        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
-    parser.add_argument("--workers", type=int, default=None)
-    args = parser.parse_args(argv)
-    config = SynthConfig(
-        seed=args.seed,
-        n_train=args.n_train,
-        n_val=args.n_val,
-        n_test=args.n_test,
-        image_size=args.image_size,
-        captions_per_language=args.captions_per_language,
-    )
-    summary = generate_catalogue(args.out_dir, config, workers=args.workers)
-    print(f"wrote {summary.counts} to {summary.out_dir} in {summary.seconds:.1f} s")
-
-
-if __name__ == "__main__":
-    main()

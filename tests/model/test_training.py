@@ -10,7 +10,7 @@ from model.evaluation import evaluate
 from model.modeling import CCRkModel
 from model.preprocessing import ImagePreprocessor
 from model.tokenization import load_tokenizer
-from model.training import Trainer, TrainConfig, TrainingError
+from model.training import TrainConfig, Trainer, TrainingError
 from model.training_data import load_captioned_images
 
 from .conftest import tiny_config

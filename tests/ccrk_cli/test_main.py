@@ -1,0 +1,131 @@
+"""The ``ccrk`` command end to end on tiny data, and its error messages."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ccrk_cli.main import app
+from model.configs import CCRkConfig, TextConfig, VisionConfig
+
+runner = CliRunner()
+
+
+def tiny_config_file(path: Path) -> Path:
+    cfg = CCRkConfig(
+        name="cli-tiny",
+        vision=VisionConfig(
+            backbone="swin_tiny_patch4_window7_224",
+            image_size=32,
+            backbone_kwargs={"embed_dim": 16, "depths": (1, 1), "num_heads": (1, 2), "window_size": 4},
+        ),
+        text=TextConfig(
+            vocab_size=2000,
+            hidden_size=32,
+            num_attention_heads=2,
+            intermediate_size=64,
+            num_text_layers=1,
+            num_fusion_layers=1,
+            max_position_embeddings=70,
+            max_length=64,
+            pooling="mean",
+        ),
+        embed_dim=16,
+    )
+    cfg.save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def catalogue(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cli") / "data"
+    result = runner.invoke(
+        app, ["data", "synth", "--out", str(out), "--n-train", "48", "--n-val", "8", "--n-test", "12"]
+    )
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_synth_writes_the_reference_format(catalogue: Path) -> None:
+    lines = (catalogue / "test.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 12
+    record = json.loads(lines[0])
+    assert set(record["captions"]) == {"en", "de", "fr", "cs", "ja", "zh", "es", "ru", "tr", "id"}
+    assert (catalogue / record["image"]).is_file()
+
+
+def test_train_then_eval(catalogue: Path, tmp_path: Path) -> None:
+    config = tiny_config_file(tmp_path / "tiny.json")
+    run = tmp_path / "run"
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "--config",
+            str(config),
+            "--data",
+            str(catalogue),
+            "--output",
+            str(run),
+            "--batch-size",
+            "8",
+            "--max-steps",
+            "2",
+            "--epochs",
+            "1",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert (run / "model" / "model.safetensors").is_file() and (run / "model" / "tokenizer.json").is_file()
+    ranks, report = tmp_path / "ranks.json", tmp_path / "report.json"
+    result = runner.invoke(
+        app,
+        [
+            "eval",
+            "--model",
+            str(run / "model"),
+            "--data",
+            str(catalogue),
+            "--rerank-k",
+            "4",
+            "--dump-ranks",
+            str(ranks),
+            "--json-out",
+            str(report),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(report.read_text())
+    assert data["n_images"] == 12 and "reranked" in data
+    dump = json.loads(ranks.read_text())
+    assert len(dump["IR"]) == 12 * 2 and len(dump["IR"][0]) == 10 and len(dump["TR"]) == 12
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["eval", "--model", "/nonexistent/model", "--data", "/nonexistent/test.jsonl"],
+            "/nonexistent/test.jsonl",
+        ),
+        (["train", "--objective", "bogus"], "kcl or one2one"),
+        (["train", "--preset", "nope"], "unknown model preset"),
+        (["data", "synth", "--out", "/tmp/x", "--n-test", "30000"], "23040"),
+    ],
+)
+def test_bad_input_names_the_problem(args: list[str], message: str) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert message in result.output.replace("\n", "")
+
+
+def test_eval_names_a_missing_model(catalogue: Path, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["eval", "--model", str(tmp_path / "none"), "--data", str(catalogue)])
+    assert result.exit_code == 2
+    assert "config.json is missing" in result.output.replace("\n", "")
+
+
+def test_presets_are_listed() -> None:
+    result = runner.invoke(app, ["model", "presets"])
+    assert result.exit_code == 0 and "demo" in result.output and "ccrk-paper" in result.output
