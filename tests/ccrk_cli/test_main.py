@@ -7,33 +7,13 @@ import pytest
 from typer.testing import CliRunner
 
 from ccrk_cli.main import app
-from model.configs import CCRkConfig, TextConfig, VisionConfig
+from tests.tiny import tiny_config
 
 runner = CliRunner()
 
 
 def tiny_config_file(path: Path) -> Path:
-    cfg = CCRkConfig(
-        name="cli-tiny",
-        vision=VisionConfig(
-            backbone="swin_tiny_patch4_window7_224",
-            image_size=32,
-            backbone_kwargs={"embed_dim": 16, "depths": (1, 1), "num_heads": (1, 2), "window_size": 4},
-        ),
-        text=TextConfig(
-            vocab_size=2000,
-            hidden_size=32,
-            num_attention_heads=2,
-            intermediate_size=64,
-            num_text_layers=1,
-            num_fusion_layers=1,
-            max_position_embeddings=70,
-            max_length=64,
-            pooling="mean",
-        ),
-        embed_dim=16,
-    )
-    cfg.save(path)
+    tiny_config(vocab_size=2000, max_length=64, pooling="mean", name="cli-tiny").save(path)
     return path
 
 

@@ -12,8 +12,7 @@ from model.modeling import CCRkModel
 from model.preprocessing import ImagePreprocessor
 from model.tokenization import train_tokenizer
 from model.training_data import CaptionedImages
-
-from .conftest import tiny_config
+from tests.tiny import tiny_config
 
 LANGS = ("en", "de")
 

@@ -163,3 +163,28 @@ def test_demo_preset_is_small() -> None:
     model = CCRkModel(get_preset("demo"))
     params = sum(p.numel() for p in model.parameters())
     assert params < 5_000_000  # fits the 20 MB budget of the shipped model in fp32
+
+
+@pytest.mark.parametrize(
+    ("backbone", "kwargs", "patches"),
+    [
+        # ViT: prefix (class) tokens are dropped, the rest are patch tokens.
+        ("vit_tiny_patch16_224", {"patch_size": 8, "embed_dim": 32, "depth": 1, "num_heads": 2}, 16),
+        # A CNN: NCHW feature maps become tokens; it takes no img_size.
+        ("resnet10t", {}, 1),
+    ],
+)
+def test_other_timm_backbones(tiny, backbone: str, kwargs: dict, patches: int) -> None:
+    tiny.vision.backbone = backbone
+    tiny.vision.backbone_kwargs = kwargs
+    model = CCRkModel(tiny).eval()
+    pixels = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        out = model.encode_image(pixels)
+        ids = torch.tensor([[0, 10, 11, 2]] * 2)
+        text = model.encode_text(ids, torch.ones_like(ids))
+        logits = model.fuse(text.last_hidden_state, torch.ones_like(ids), out.image_tokens).itm_logits
+    assert out.image_tokens.shape == (2, 1 + patches, model.vision_encoder.width)
+    assert out.image_embeds.shape == (2, 16) and logits.shape == (2, 2)
+    # A backbone narrower or wider than the text stack is projected for cross-attention.
+    assert isinstance(model.vision_to_text, torch.nn.Linear) == (model.vision_encoder.width != 32)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from timm.models.swin_transformer import checkpoint_filter_fn
 
-from model.configs import CCRkConfig, TextConfig, VisionConfig
+from model.configs import CCRkConfig
 from model.modeling import CCRkModel, CheckpointError
 from model.official_checkpoint import (
     LoadReport,
@@ -17,31 +17,14 @@ from model.official_checkpoint import (
     map_official_state_dict,
     to_official_state_dict,
 )
+from tests.tiny import tiny_config as shared_tiny_config
 
 POS_OFFSET = 2  # pad_token_id + 1
 
 
 def tiny_config() -> CCRkConfig:
-    # Vision width 32 * 2 = 64 equals the text hidden size, so vision_to_text is an Identity as in the paper.
-    return CCRkConfig(
-        name="tiny-official",
-        vision=VisionConfig(
-            backbone="swin_tiny_patch4_window7_224",
-            image_size=32,
-            backbone_kwargs={"embed_dim": 32, "depths": (2, 2), "num_heads": (2, 4), "window_size": 4},
-        ),
-        text=TextConfig(
-            vocab_size=300,
-            hidden_size=64,
-            num_attention_heads=2,
-            intermediate_size=128,
-            num_text_layers=1,
-            num_fusion_layers=1,
-            max_position_embeddings=70,
-            max_length=32,
-        ),
-        embed_dim=32,
-    )
+    # Two blocks per stage exercise the downsample move between the Swin layouts.
+    return shared_tiny_config(width=64, depths=(2, 2), vocab_size=300, name="tiny-official")
 
 
 def random_model(seed: int = 0) -> CCRkModel:

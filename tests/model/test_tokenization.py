@@ -85,3 +85,26 @@ def test_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
         load_tokenizer(tmp_path / "nope")
     with pytest.raises(TokenizerError, match="cannot load"):
         load_tokenizer(tmp_path)
+
+
+def test_real_multi30k_sentences_tokenize_losslessly(shared_data: Path) -> None:
+    """A tokenizer trained only on the synthetic catalogue still handles real captions in en/de/fr/cs."""
+    import gzip
+
+    from model.data.synth import SynthConfig, iter_items
+
+    corpus = [
+        t for item in iter_items("train", SynthConfig(n_train=300)) for v in item.captions.values() for t in v
+    ]
+    tok = train_tokenizer(corpus, vocab_size=2000, model_max_length=64)
+    for lang in ("en", "de", "fr", "cs"):
+        path = shared_data / "multi30k" / f"val.{lang}.gz"
+        if not path.is_file():
+            pytest.skip(f"{path} not found")
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            lines = [next(handle).strip() for _ in range(200)]
+        batch = tokenize(tok, lines, max_length=64)
+        assert not (batch["input_ids"] == tok.unk_token_id).any()
+        for line in lines[:50]:
+            ids = tok(line, truncation=True, max_length=512)["input_ids"]
+            assert tok.decode(ids, skip_special_tokens=True).strip() == line, lang

@@ -12,15 +12,11 @@ from model.preprocessing import ImagePreprocessor
 from model.tokenization import load_tokenizer
 from model.training import TrainConfig, Trainer, TrainingError
 from model.training_data import load_captioned_images
+from tests.tiny import tiny_config
 
-from .conftest import tiny_config
 
-
-def tiny_trainable(vocab: int = 2000) -> CCRkConfig:
-    cfg = tiny_config()
-    cfg.text.vocab_size = vocab
-    cfg.text.pooling = "mean"
-    return cfg
+def tiny_trainable() -> CCRkConfig:
+    return tiny_config(vocab_size=2000, pooling="mean")
 
 
 def quiet(_: str) -> None:

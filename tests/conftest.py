@@ -1,0 +1,16 @@
+"""Fixtures shared by every test package."""
+
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """``../shared/data`` beside the checkout (real data no one here wrote); skip where it is absent."""
+    path = REPO_ROOT.parent / "shared" / "data"
+    if not path.is_dir():
+        pytest.skip(f"shared data not found at {path}")
+    return path
