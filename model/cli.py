@@ -75,7 +75,7 @@ def train_command(
     objective: Annotated[str, typer.Option(help="kcl (1-to-K) or one2one.")] = "kcl",
     epochs: Annotated[int, typer.Option(min=1)] = 10,
     batch_size: Annotated[int, typer.Option(min=2)] = 64,
-    lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 5e-4,
+    lr: Annotated[float, typer.Option(help="Peak learning rate (1e-3 suits training from scratch).")] = 1e-3,
     seed: int = 0,
     max_steps: Annotated[int | None, typer.Option(help="Stop after this many steps.")] = None,
     train_limit: Annotated[int | None, typer.Option(help="Use only the first N training records.")] = None,

@@ -74,7 +74,7 @@ class TrainConfig:
     objective: Objective = "kcl"
     epochs: int = 10
     batch_size: int = 64
-    learning_rate: float = 5e-4
+    learning_rate: float = 1e-3
     weight_decay: float = 0.02
     warmup_steps: int = 100
     seed: int = 0
@@ -336,7 +336,7 @@ class Trainer:
         step, history = 0, []
         latest = _latest_checkpoint(cfg.output_dir)
         if latest is not None:
-            state = torch.load(latest / STATE_FILE, map_location="cpu", weights_only=False)
+            state = torch.load(latest / STATE_FILE, map_location="cpu", weights_only=True)
             if state.get("model_config") != self.model_config.to_dict():
                 raise TrainingError(
                     f"checkpoint {latest} was trained with another model config; use a new output dir"
