@@ -19,8 +19,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 # The model pipeline end to end on a small synthetic catalogue: generate, train briefly, evaluate.
 demo: install
-	$(VENV)/bin/ccrk data synth --out $(DEMO_DIR)/data --n-train 2000 --n-val 200 --n-test 1000
-	$(VENV)/bin/ccrk train --preset demo --data $(DEMO_DIR)/data --output $(DEMO_DIR)/run --epochs 2
+	$(VENV)/bin/ccrk data synth --out $(DEMO_DIR)/data --n-train 2000 --n-val 100 --n-test 1000
+	$(VENV)/bin/ccrk train --preset demo --data $(DEMO_DIR)/data --output $(DEMO_DIR)/run --epochs 4 --batch-size 32
 	$(VENV)/bin/ccrk eval --model $(DEMO_DIR)/run/model --data $(DEMO_DIR)/data --json-out $(DEMO_DIR)/eval.json
 
 test: install

@@ -1,0 +1,159 @@
+"""ONNX export of the serving paths, written into the model directory beside the torch weights:
+
+- ``onnx/text_encoder.onnx``: (input_ids, attention_mask) -> (text_embeds, text_states); the query path.
+- ``onnx/image_encoder.onnx``: pixel_values -> (image_embeds, image_tokens); the indexing path.
+- ``onnx/fusion_scorer.onnx``: (text_states, attention_mask, image_tokens) -> match_logit; re-ranking.
+
+Batch and sequence axes are dynamic. The scorer takes the query's text states (from the text graph) rather
+than token ids, so re-ranking 128 candidates runs the text layers once, not 128 times.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from model.modeling import CCRkModel
+
+ONNX_DIR = "onnx"
+TEXT_GRAPH = "text_encoder.onnx"
+IMAGE_GRAPH = "image_encoder.onnx"
+FUSION_GRAPH = "fusion_scorer.onnx"
+EXPORT_MANIFEST = "export.json"
+OPSET = 17
+
+
+class ExportError(RuntimeError):
+    """A graph could not be exported."""
+
+
+class _TextGraph(nn.Module):
+    def __init__(self, model: CCRkModel) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.model.encode_text(input_ids, attention_mask)
+        return out.text_embeds, out.last_hidden_state
+
+
+class _ImageGraph(nn.Module):
+    def __init__(self, model: CCRkModel) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.model.encode_image(pixel_values)
+        return out.image_embeds, out.image_tokens
+
+
+class _FusionGraph(nn.Module):
+    def __init__(self, model: CCRkModel) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self, text_states: torch.Tensor, attention_mask: torch.Tensor, image_tokens: torch.Tensor
+    ) -> torch.Tensor:
+        logits = self.model.fuse(text_states, attention_mask, image_tokens).itm_logits
+        return logits[:, 1] - logits[:, 0]
+
+
+@dataclass
+class ExportedGraphs:
+    text: Path
+    image: Path
+    fusion: Path
+
+
+def _export(module: nn.Module, args: tuple, path: Path, inputs: list[str], outputs: list[str], axes: dict) -> None:
+    tmp = path.with_suffix(".onnx.tmp")
+    # A wrapper left in training mode would be flipped back to train() after export, and with it the model.
+    module.eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer warnings about Python-side shape arithmetic
+        try:
+            torch.onnx.export(
+                module,
+                args,
+                str(tmp),
+                input_names=inputs,
+                output_names=outputs,
+                dynamic_axes=axes,
+                opset_version=OPSET,
+                do_constant_folding=True,
+                dynamo=False,
+            )
+        except Exception as exc:  # the exporter raises many unrelated types
+            tmp.unlink(missing_ok=True)
+            raise ExportError(f"exporting {path.name} failed: {exc}") from exc
+    tmp.replace(path)
+
+
+@torch.no_grad()
+def export_onnx(model: CCRkModel, model_dir: Path) -> ExportedGraphs:
+    """Write the three graphs (fp32) under ``model_dir/onnx/``."""
+    model = model.eval().cpu()
+    out = Path(model_dir) / ONNX_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = model.config
+    size = cfg.vision.image_size
+    ids = torch.tensor([[0, 5, 6, 7, 2], [0, 8, 2, 1, 1]], dtype=torch.long)
+    ids = ids.clamp(max=cfg.text.vocab_size - 1)
+    mask = (ids != cfg.text.pad_token_id).long()
+    pixels = torch.zeros(2, 3, size, size)
+    text_states = model.encode_text(ids, mask).last_hidden_state
+    image_tokens = model.encode_image(pixels).image_tokens
+
+    graphs = ExportedGraphs(out / TEXT_GRAPH, out / IMAGE_GRAPH, out / FUSION_GRAPH)
+    _export(
+        _TextGraph(model),
+        (ids, mask),
+        graphs.text,
+        ["input_ids", "attention_mask"],
+        ["text_embeds", "text_states"],
+        {
+            "input_ids": {0: "batch", 1: "sequence"},
+            "attention_mask": {0: "batch", 1: "sequence"},
+            "text_embeds": {0: "batch"},
+            "text_states": {0: "batch", 1: "sequence"},
+        },
+    )
+    _export(
+        _ImageGraph(model),
+        (pixels,),
+        graphs.image,
+        ["pixel_values"],
+        ["image_embeds", "image_tokens"],
+        {"pixel_values": {0: "batch"}, "image_embeds": {0: "batch"}, "image_tokens": {0: "batch"}},
+    )
+    _export(
+        _FusionGraph(model),
+        (text_states, mask, image_tokens),
+        graphs.fusion,
+        ["text_states", "attention_mask", "image_tokens"],
+        ["match_logit"],
+        {
+            "text_states": {0: "batch", 1: "sequence"},
+            "attention_mask": {0: "batch", 1: "sequence"},
+            "image_tokens": {0: "batch"},
+            "match_logit": {0: "batch"},
+        },
+    )
+    manifest = {
+        "opset": OPSET,
+        "graphs": {"text": TEXT_GRAPH, "image": IMAGE_GRAPH, "fusion": FUSION_GRAPH},
+        "embed_dim": cfg.embed_dim,
+        "image_size": size,
+        "mean": list(cfg.vision.mean),
+        "std": list(cfg.vision.std),
+        "max_length": cfg.text.max_length,
+        "pad_token_id": cfg.text.pad_token_id,
+    }
+    (out / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return graphs
