@@ -37,7 +37,9 @@ class _TextGraph(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.model.encode_text(input_ids, attention_mask)
         return out.text_embeds, out.last_hidden_state
 
@@ -71,7 +73,9 @@ class ExportedGraphs:
     fusion: Path
 
 
-def _export(module: nn.Module, args: tuple, path: Path, inputs: list[str], outputs: list[str], axes: dict) -> None:
+def _export(
+    module: nn.Module, args: tuple, path: Path, inputs: list[str], outputs: list[str], axes: dict
+) -> None:
     tmp = path.with_suffix(".onnx.tmp")
     # A wrapper left in training mode would be flipped back to train() after export, and with it the model.
     module.eval()

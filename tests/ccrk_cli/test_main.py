@@ -109,3 +109,50 @@ def test_eval_names_a_missing_model(catalogue: Path, tmp_path: Path) -> None:
 def test_presets_are_listed() -> None:
     result = runner.invoke(app, ["model", "presets"])
     assert result.exit_code == 0 and "demo" in result.output and "ccrk-paper" in result.output
+
+
+def test_convert_official_checkpoint(tmp_path: Path) -> None:
+    import torch
+
+    from model.modeling import CCRkModel
+    from model.official_checkpoint import to_official_state_dict
+    from model.tokenization import train_tokenizer
+
+    config = tiny_config_file(tmp_path / "tiny.json")
+    torch.manual_seed(0)
+    source = CCRkModel(tiny_config(vocab_size=2000, max_length=64, pooling="mean", name="cli-tiny")).eval()
+    torch.save({"model": to_official_state_dict(source)}, tmp_path / "ccrk_tiny.th")
+    train_tokenizer(["red mug", "rote Tasse"] * 10, 300, 64).save_pretrained(str(tmp_path / "tok"))
+    out = tmp_path / "converted"
+    result = runner.invoke(
+        app,
+        [
+            "model",
+            "convert-official",
+            str(tmp_path / "ccrk_tiny.th"),
+            "--out",
+            str(out),
+            "--tokenizer",
+            str(tmp_path / "tok"),
+            "--preset",
+            str(config),
+            "--strict",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    loaded = CCRkModel.from_pretrained(out)
+    for name, tensor in source.state_dict().items():
+        assert torch.equal(tensor, loaded.state_dict()[name]), name
+    result = runner.invoke(
+        app,
+        [
+            "model",
+            "convert-official",
+            str(tmp_path / "missing.th"),
+            "--out",
+            str(out),
+            "--tokenizer",
+            str(tmp_path / "tok"),
+        ],
+    )
+    assert result.exit_code == 2 and "missing.th" in result.output
