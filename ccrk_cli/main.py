@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from model.cli import data_app, eval_command, model_app, train_command
+from model.cli import data_app, eval_command, export_app, model_app, train_command
 
 app = typer.Typer(
     name="ccrk",
@@ -14,6 +14,7 @@ app = typer.Typer(
 )
 app.add_typer(data_app, name="data")
 app.add_typer(model_app, name="model")
+app.add_typer(export_app, name="export")
 app.command("train")(train_command)
 app.command("eval")(eval_command)
 

@@ -206,6 +206,27 @@ def convert_official(
     console.print(f"model directory written to {out}")
 
 
+export_app = typer.Typer(help="Export a model directory for serving runtimes.", no_args_is_help=True)
+
+
+@export_app.command("onnx")
+def export_onnx_command(
+    model: Annotated[Path, typer.Option(help="Model directory; the graphs go to MODEL/onnx/.")],
+) -> None:
+    """Export the query path, the image path and the fusion scorer as ONNX graphs (dynamic batch and
+    sequence axes) into the model directory."""
+    from model.export import ExportError, export_onnx
+    from model.modeling import CCRkModel, CheckpointError
+
+    try:
+        net = CCRkModel.from_pretrained(model)
+        graphs = export_onnx(net, model)
+    except (CheckpointError, ExportError) as exc:
+        raise fail(str(exc)) from exc
+    for path in (graphs.text, graphs.image, graphs.fusion):
+        console.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
 @model_app.command("presets")
 def presets() -> None:
     """List the built-in model presets."""

@@ -19,12 +19,8 @@ import torch
 from torch import nn
 
 from model.modeling import CCRkModel
+from model.onnx_format import EXPORT_MANIFEST, FUSION_GRAPH, IMAGE_GRAPH, ONNX_DIR, TEXT_GRAPH
 
-ONNX_DIR = "onnx"
-TEXT_GRAPH = "text_encoder.onnx"
-IMAGE_GRAPH = "image_encoder.onnx"
-FUSION_GRAPH = "fusion_scorer.onnx"
-EXPORT_MANIFEST = "export.json"
 OPSET = 17
 
 

@@ -1,7 +1,9 @@
 """Image preprocessing shared by training, evaluation, the indexer and the service.
 
 Images are resized to the model's square input (the whole product stays visible, as CCLM's resize does),
-kept as uint8 until a batch is formed (4x less memory than float), then normalised.
+kept as uint8 until a batch is formed (4x less memory than float), then normalised. The module needs only
+numpy and Pillow, so a serving process on ONNX Runtime never imports torch; torch tensors are accepted by
+``normalize`` when the caller already has them.
 """
 
 from __future__ import annotations
@@ -9,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import torch
 from PIL import Image, ImageOps
 
 from model.configs import VisionConfig
@@ -26,17 +28,17 @@ class ImagePreprocessor:
 
     def __init__(self, cfg: VisionConfig) -> None:
         self.image_size = cfg.image_size
-        self._mean = torch.tensor(cfg.mean, dtype=torch.float32).view(1, 3, 1, 1) * 255.0
-        self._std = torch.tensor(cfg.std, dtype=torch.float32).view(1, 3, 1, 1) * 255.0
+        self.mean255 = np.asarray(cfg.mean, dtype=np.float32).reshape(1, 3, 1, 1) * 255.0
+        self.std255 = np.asarray(cfg.std, dtype=np.float32).reshape(1, 3, 1, 1) * 255.0
 
-    def to_uint8(self, image: Image.Image) -> torch.Tensor:
-        """(3, S, S) uint8 tensor of an RGB-converted, EXIF-rotated, resized image."""
+    def to_uint8(self, image: Image.Image) -> np.ndarray:
+        """(3, S, S) uint8 array of an RGB-converted, EXIF-rotated, resized image."""
         image = ImageOps.exif_transpose(image).convert("RGB")
         if image.size != (self.image_size, self.image_size):
             image = image.resize((self.image_size, self.image_size), Image.Resampling.BICUBIC)
-        return torch.from_numpy(np.asarray(image, dtype=np.uint8).copy()).permute(2, 0, 1)
+        return np.ascontiguousarray(np.asarray(image, dtype=np.uint8).transpose(2, 0, 1))
 
-    def load_uint8(self, path: Path | str) -> torch.Tensor:
+    def load_uint8(self, path: Path | str) -> np.ndarray:
         try:
             with Image.open(path) as image:
                 image.seek(0)  # first frame of animated GIF/WebP
@@ -46,14 +48,20 @@ class ImagePreprocessor:
         except (OSError, ValueError, Image.DecompressionBombError) as exc:
             raise ImageDecodeError(f"cannot decode image {path}: {exc}") from exc
 
-    def load_many_uint8(self, paths: Sequence[Path | str], threads: int = 2) -> torch.Tensor:
+    def load_many_uint8(self, paths: Sequence[Path | str], threads: int = 2) -> np.ndarray:
         """(N, 3, S, S) uint8; PIL releases the GIL while decoding, so threads scale on 2 cores."""
         if not paths:
-            return torch.empty(0, 3, self.image_size, self.image_size, dtype=torch.uint8)
+            return np.empty((0, 3, self.image_size, self.image_size), dtype=np.uint8)
         with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-            return torch.stack(list(pool.map(self.load_uint8, paths)))
+            return np.stack(list(pool.map(self.load_uint8, paths)))
 
-    def normalize(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 (N, 3, S, S) -> float32 normalised pixels on the same device."""
-        images = images.float()
-        return (images - self._mean.to(images.device)) / self._std.to(images.device)
+    def normalize(self, images: Any) -> Any:
+        """uint8 (N, 3, S, S) -> float32 normalised pixels: a numpy array, or a torch tensor kept on its
+        device."""
+        if isinstance(images, np.ndarray):
+            return (images.astype(np.float32) - self.mean255) / self.std255
+        import torch  # only reached with a torch tensor in hand, so torch is already loaded
+
+        mean = torch.from_numpy(self.mean255).to(images.device)
+        std = torch.from_numpy(self.std255).to(images.device)
+        return (images.float() - mean) / std

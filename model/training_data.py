@@ -70,7 +70,7 @@ def load_captioned_images(
         missing = [lang for lang in languages if not record.captions.get(lang)]
         if missing:
             raise ValueError(f"{path}: record {record.id!r} has no caption in {missing}")
-    pixels = preprocessor.load_many_uint8([r.image for r in records], threads=threads)
+    pixels = torch.from_numpy(preprocessor.load_many_uint8([r.image for r in records], threads=threads))
     return CaptionedImages(
         ids=[r.id for r in records],
         pixels=pixels,

@@ -1,0 +1,70 @@
+"""The encoder interface and its numpy-only result types (no torch, no onnxruntime here)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+from PIL import Image
+
+from model.configs import CCRkConfig
+
+
+class EncoderError(RuntimeError):
+    """A model directory cannot be opened by a runtime, or inputs do not fit it."""
+
+
+@dataclass
+class EncodedTexts:
+    """Queries encoded by the text tower.
+
+    Attributes:
+        embeds: (N, D) float32, L2-normalised; what ANN search uses.
+        states: (N, L, H) float32 text-layer states, the fusion scorer's text input.
+        mask: (N, L) int64 attention mask.
+    """
+
+    embeds: np.ndarray
+    states: np.ndarray
+    mask: np.ndarray
+
+    def row(self, index: int) -> EncodedTexts:
+        length = int(self.mask[index].sum())
+        return EncodedTexts(
+            self.embeds[index : index + 1],
+            self.states[index : index + 1, :length],
+            self.mask[index : index + 1, :length],
+        )
+
+
+@dataclass
+class EncodedImages:
+    """Images encoded by the image tower.
+
+    Attributes:
+        embeds: (N, D) float32, L2-normalised.
+        tokens: (N, T, W) float32 pooled + patch tokens, the fusion scorer's image input (the re-rank store).
+    """
+
+    embeds: np.ndarray
+    tokens: np.ndarray
+
+
+class Encoder(Protocol):
+    """What the indexer and the service need from a model."""
+
+    config: CCRkConfig
+    backend: str
+    device: str
+
+    def encode_text(self, texts: Sequence[str]) -> EncodedTexts: ...
+
+    def encode_images(self, images: Sequence[Image.Image] | np.ndarray) -> EncodedImages:
+        """PIL images, or an (N, 3, S, S) uint8 array already resized by ``ImagePreprocessor``."""
+        ...
+
+    def score_pairs(self, query: EncodedTexts, image_tokens: np.ndarray) -> np.ndarray:
+        """Match logits (M,) of one encoded query (a ``row``) against M images' tokens (M, T, W)."""
+        ...

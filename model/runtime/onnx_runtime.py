@@ -1,0 +1,85 @@
+"""The ONNX Runtime encoder: the exported graphs, the tokenizer through ``tokenizers``, images through
+numpy and Pillow. Nothing here imports torch (torch and ONNX Runtime in one process slow each other)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from PIL import Image
+from tokenizers import Tokenizer
+
+from model.configs import CCRkConfig, ConfigError
+from model.onnx_format import EXPORT_MANIFEST, ONNX_DIR
+from model.preprocessing import ImagePreprocessor
+from model.runtime.base import EncodedImages, EncodedTexts, EncoderError
+
+
+class OnnxEncoder:
+    backend = "onnx"
+
+    def __init__(self, model_dir: Path, device: str = "auto", threads: int = 2) -> None:
+        onnx_dir = model_dir / ONNX_DIR
+        manifest_path = onnx_dir / EXPORT_MANIFEST
+        if not manifest_path.is_file():
+            raise EncoderError(
+                f"{model_dir} has no ONNX export ({manifest_path} missing); run `ccrk export onnx`"
+            )
+        try:
+            self.config = CCRkConfig.load(model_dir / "config.json")
+        except ConfigError as exc:
+            raise EncoderError(str(exc)) from exc
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        providers = ["CPUExecutionProvider"]
+        available = ort.get_available_providers()
+        if device in ("auto", "cuda") and "CUDAExecutionProvider" in available:
+            providers.insert(0, "CUDAExecutionProvider")
+        elif device == "cuda":
+            raise EncoderError(
+                "device 'cuda' requested but onnxruntime has no CUDA provider (install onnxruntime-gpu)"
+            )
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        graphs = manifest["graphs"]
+        self._text = ort.InferenceSession(str(onnx_dir / graphs["text"]), options, providers=providers)
+        self._image = ort.InferenceSession(str(onnx_dir / graphs["image"]), options, providers=providers)
+        self._fusion = ort.InferenceSession(str(onnx_dir / graphs["fusion"]), options, providers=providers)
+        self.device = "cuda" if self._text.get_providers()[0] == "CUDAExecutionProvider" else "cpu"
+        tokenizer_file = model_dir / "tokenizer.json"
+        if not tokenizer_file.is_file():
+            raise EncoderError(f"{model_dir} has no tokenizer.json")
+        self.tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        self.tokenizer.enable_truncation(self.config.text.max_length)
+        pad_id = self.config.text.pad_token_id
+        self.tokenizer.enable_padding(pad_id=pad_id, pad_token=self.tokenizer.id_to_token(pad_id) or "<pad>")
+        self.preprocessor = ImagePreprocessor(self.config.vision)
+
+    def encode_text(self, texts: Sequence[str]) -> EncodedTexts:
+        encodings = self.tokenizer.encode_batch([str(t) for t in texts])
+        ids = np.asarray([e.ids for e in encodings], dtype=np.int64)
+        mask = np.asarray([e.attention_mask for e in encodings], dtype=np.int64)
+        embeds, states = self._text.run(None, {"input_ids": ids, "attention_mask": mask})
+        return EncodedTexts(embeds, states, mask)
+
+    def encode_images(self, images: Sequence[Image.Image] | np.ndarray) -> EncodedImages:
+        pixels = (
+            images
+            if isinstance(images, np.ndarray)
+            else np.stack([self.preprocessor.to_uint8(i) for i in images])
+        )
+        embeds, tokens = self._image.run(None, {"pixel_values": self.preprocessor.normalize(pixels)})
+        return EncodedImages(embeds, tokens)
+
+    def score_pairs(self, query: EncodedTexts, image_tokens: np.ndarray) -> np.ndarray:
+        count = image_tokens.shape[0]
+        states = np.ascontiguousarray(np.broadcast_to(query.states, (count, *query.states.shape[1:])))
+        mask = np.ascontiguousarray(np.broadcast_to(query.mask, (count, query.mask.shape[1])))
+        (logits,) = self._fusion.run(
+            None,
+            {"text_states": states, "attention_mask": mask, "image_tokens": image_tokens.astype(np.float32)},
+        )
+        return logits

@@ -1,0 +1,65 @@
+"""The torch runtime: a CCRkModel and its tokenizer; CUDA when present."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from model.modeling import CCRkModel, CheckpointError
+from model.preprocessing import ImagePreprocessor
+from model.runtime.base import EncodedImages, EncodedTexts, EncoderError
+from model.tokenization import TokenizerError, load_tokenizer, tokenize
+
+
+class TorchEncoder:
+    backend = "torch"
+
+    def __init__(self, model_dir: Path, device: str = "auto", threads: int = 2) -> None:
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cpu":
+            torch.set_num_threads(threads)
+        try:
+            self.model = CCRkModel.from_pretrained(model_dir, map_location=device).eval()
+            self.tokenizer = load_tokenizer(model_dir)
+        except (CheckpointError, TokenizerError) as exc:
+            raise EncoderError(str(exc)) from exc
+        self.config = self.model.config
+        self.device = device
+        self.preprocessor = ImagePreprocessor(self.config.vision)
+
+    @torch.inference_mode()
+    def encode_text(self, texts: Sequence[str]) -> EncodedTexts:
+        batch = tokenize(self.tokenizer, list(texts), self.config.text.max_length)
+        out = self.model.encode_text(
+            batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device)
+        )
+        return EncodedTexts(
+            out.text_embeds.float().cpu().numpy(),
+            out.last_hidden_state.float().cpu().numpy(),
+            batch["attention_mask"].numpy(),
+        )
+
+    @torch.inference_mode()
+    def encode_images(self, images: Sequence[Image.Image] | np.ndarray) -> EncodedImages:
+        pixels = (
+            images
+            if isinstance(images, np.ndarray)
+            else np.stack([self.preprocessor.to_uint8(i) for i in images])
+        )
+        out = self.model.encode_image(torch.from_numpy(self.preprocessor.normalize(pixels)).to(self.device))
+        return EncodedImages(out.image_embeds.float().cpu().numpy(), out.image_tokens.float().cpu().numpy())
+
+    @torch.inference_mode()
+    def score_pairs(self, query: EncodedTexts, image_tokens: np.ndarray) -> np.ndarray:
+        count = image_tokens.shape[0]
+        states = torch.from_numpy(query.states).to(self.device).expand(count, -1, -1)
+        mask = torch.from_numpy(query.mask).to(self.device).expand(count, -1)
+        logits = self.model.fuse(
+            states, mask, torch.from_numpy(image_tokens).to(self.device)
+        ).itm_logits.float()
+        return (logits[:, 1] - logits[:, 0]).cpu().numpy()
