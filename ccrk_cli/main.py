@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from model.cli import data_app, eval_command, export_app, model_app, train_command
+from model.cli import data_app, eval_command, experiment_app, export_app, model_app, train_command
 
 app = typer.Typer(
     name="ccrk",
@@ -15,6 +15,7 @@ app = typer.Typer(
 app.add_typer(data_app, name="data")
 app.add_typer(model_app, name="model")
 app.add_typer(export_app, name="export")
+app.add_typer(experiment_app, name="experiment")
 app.command("train")(train_command)
 app.command("eval")(eval_command)
 

@@ -206,6 +206,62 @@ def convert_official(
     console.print(f"model directory written to {out}")
 
 
+experiment_app = typer.Typer(help="Controlled comparisons of training objectives.", no_args_is_help=True)
+
+
+@experiment_app.command("kcl-vs-one2one")
+def kcl_vs_one2one_command(
+    data: Annotated[Path, typer.Option(help="Catalogue folder (train.jsonl, test.jsonl).")] = Path(
+        "data/synth"
+    ),
+    output: Annotated[Path, typer.Option(help="Folder for the runs and the result JSON.")] = Path(
+        "runs/kcl-vs-one2one"
+    ),
+    preset: Annotated[
+        str, typer.Option("--preset", "--config", help="Model preset or config JSON.")
+    ] = "demo",
+    seeds: Annotated[str, typer.Option(help="Comma-separated seeds (at least 3 for a spread).")] = "0,1,2",
+    epochs: Annotated[int, typer.Option(min=1)] = 4,
+    batch_size: Annotated[int, typer.Option(min=2)] = 32,
+    lr: float = 1e-3,
+    train_limit: Annotated[int | None, typer.Option(help="First N training images.")] = 2000,
+    test_limit: Annotated[int | None, typer.Option(help="First N test images.")] = None,
+    threads: int = 2,
+) -> None:
+    """Train 1-to-K and 1-to-1 with the same config, budget and seeds; compare them on the same test split."""
+    from model.configs import ConfigError, get_preset
+    from model.experiments import format_comparison, kcl_vs_one2one
+    from model.training import TrainConfig, TrainingError
+
+    try:
+        model_config = get_preset(preset)
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    except (ConfigError, ValueError) as exc:
+        raise fail(str(exc)) from exc
+    base = TrainConfig(
+        data_dir=data,
+        output_dir=output,
+        epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=lr,
+        train_limit=train_limit,
+        val_limit=0,
+        threads=threads,
+    )
+    try:
+        result = kcl_vs_one2one(
+            model_config, base, seed_list, data / "test.jsonl", test_limit=test_limit, log=console.print
+        )
+    except (TrainingError, ValueError) as exc:
+        raise fail(str(exc)) from exc
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "result.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    table = format_comparison(result)
+    (output / "result.md").write_text(table + "\n", encoding="utf-8")
+    print(json.dumps(result["summary"], indent=2))
+    print(table)
+
+
 export_app = typer.Typer(help="Export a model directory for serving runtimes.", no_args_is_help=True)
 
 

@@ -136,3 +136,33 @@ def test_resume_refuses_another_model_config(small_catalogue: Path, tmp_path: Pa
     cfg.max_steps = 2
     with pytest.raises(TrainingError, match="another model config"):
         Trainer(other, cfg, log=quiet, show_progress=False).run()
+
+
+def test_kcl_vs_one2one_experiment(small_catalogue: Path, tmp_path: Path) -> None:
+    """Both objectives, two seeds, same budget; the summary's spread is over seeds."""
+    from model.experiments import format_comparison, kcl_vs_one2one
+
+    base = TrainConfig(
+        data_dir=small_catalogue,
+        output_dir=tmp_path,
+        batch_size=8,
+        max_steps=2,
+        train_limit=32,
+        val_limit=0,
+        languages=("en", "de"),
+    )
+    result = kcl_vs_one2one(
+        tiny_trainable(), base, [0, 1], small_catalogue / "test.jsonl", test_limit=20, log=quiet
+    )
+    assert result["n_test_images"] == 20 and result["languages"] == ["en", "de"]
+    assert (
+        [r["steps"] for r in result["runs"]["kcl"]]
+        == [2, 2]
+        == [r["steps"] for r in result["runs"]["one2one"]]
+    )
+    ir = result["summary"]["kcl"]["IR"]["mean_recall"]
+    values = [r["dual"]["IR"]["mean_recall"] for r in result["runs"]["kcl"]]
+    assert ir["mean"] == pytest.approx(sum(values) / 2)
+    assert ir["sd"] == pytest.approx(abs(values[0] - values[1]) / 2**0.5)
+    table = format_comparison(result)
+    assert "| one2one | de |" in table and "mrv_std" in table
