@@ -139,15 +139,18 @@ def eval_command(
     ] = None,
     json_out: Annotated[Path | None, typer.Option(help="Write the JSON report here (also printed).")] = None,
     batch_size: int = 128,
+    backend: Annotated[str, typer.Option(help="torch, or onnx (the exported graphs, as served).")] = "torch",
+    int8: Annotated[bool, typer.Option(help="With onnx: the int8 query and fusion graphs.")] = False,
     device: str = "auto",
     threads: int = 2,
 ) -> None:
     """Per-language Recall@1/5/10 (IR and TR), mean recall, MRV and mrv_std, with and without re-ranking."""
     import torch
 
-    from model.evaluation import evaluate, format_table
-    from model.modeling import CCRkModel, CheckpointError
+    from model.evaluation import evaluate, evaluate_encoder, format_table
+    from model.modeling import CCRkModel, CheckpointError, read_config
     from model.preprocessing import ImagePreprocessor
+    from model.runtime import EncoderError, load_encoder
     from model.tokenization import TokenizerError, load_tokenizer
     from model.training import TrainingError, resolve_device
     from model.training_data import load_captioned_images
@@ -155,19 +158,28 @@ def eval_command(
     split = data / "test.jsonl" if data.is_dir() else data
     if not split.is_file():
         raise fail(f"evaluation split not found: {split}")
+    if backend not in ("torch", "onnx"):
+        raise fail(f"--backend must be torch or onnx, got {backend!r}")
     try:
         dev = resolve_device(device)
         if dev.type == "cpu":
             torch.set_num_threads(threads)
-        net = CCRkModel.from_pretrained(model, map_location=dev)
-        tokenizer = load_tokenizer(model)
-        preprocessor = ImagePreprocessor(net.config.vision)
+        if backend == "torch" and not int8:
+            net = CCRkModel.from_pretrained(model, map_location=dev)
+            tokenizer = load_tokenizer(model)
+        else:
+            encoder = load_encoder(model, backend, device=dev.type, threads=threads, int8=int8)
+        preprocessor = ImagePreprocessor(read_config(model).vision)
         records = load_captioned_images(split, preprocessor, limit=limit, threads=threads)
-    except (CheckpointError, TokenizerError, TrainingError, ValueError) as exc:
+    except (CheckpointError, TokenizerError, TrainingError, EncoderError, ValueError) as exc:
         raise fail(str(exc)) from exc
     with torch.inference_mode():
-        result = evaluate(net, tokenizer, records, preprocessor, rerank_k, batch_size, dev)
+        if backend == "torch" and not int8:
+            result = evaluate(net, tokenizer, records, preprocessor, rerank_k, batch_size, dev)
+        else:
+            result = evaluate_encoder(encoder, records, rerank_k, batch_size)
     report = result.report()
+    report["backend"] = backend + ("-int8" if int8 else "")
     report["model"] = str(model)
     report["data"] = str(split)
     text = json.dumps(report, indent=2)
@@ -268,18 +280,20 @@ export_app = typer.Typer(help="Export a model directory for serving runtimes.", 
 @export_app.command("onnx")
 def export_onnx_command(
     model: Annotated[Path, typer.Option(help="Model directory; the graphs go to MODEL/onnx/.")],
+    int8: Annotated[bool, typer.Option(help="Also write int8 (dynamic) query and fusion graphs.")] = False,
 ) -> None:
     """Export the query path, the image path and the fusion scorer as ONNX graphs (dynamic batch and
     sequence axes) into the model directory."""
-    from model.export import ExportError, export_onnx
+    from model.export import ExportError, export_onnx, quantize_int8
     from model.modeling import CCRkModel, CheckpointError
 
     try:
         net = CCRkModel.from_pretrained(model)
         graphs = export_onnx(net, model)
+        extra = quantize_int8(model) if int8 else []
     except (CheckpointError, ExportError) as exc:
         raise fail(str(exc)) from exc
-    for path in (graphs.text, graphs.image, graphs.fusion):
+    for path in (graphs.text, graphs.image, graphs.fusion, *extra):
         console.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 

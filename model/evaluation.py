@@ -14,7 +14,7 @@ below it, so a target outside the shortlist keeps its dual rank.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from transformers import PreTrainedTokenizerBase
 from model.metrics import mean_recall, mrv, mrv_std, ranks_from_scores, recall_at_k
 from model.modeling import CCRkModel
 from model.preprocessing import ImagePreprocessor
+from model.runtime.base import EncodedTexts, Encoder
 from model.tokenization import tokenize
 from model.training_data import CaptionedImages
 
@@ -185,24 +186,44 @@ def dual_ranks(encoded: EncodedSplit) -> tuple[np.ndarray, np.ndarray]:
     return ir, tr
 
 
-@torch.no_grad()
+PairScorer = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+"""Match logits (M,) of M aligned pairs: (text states (M, L, H), masks (M, L), image tokens (M, T, W))."""
+
+
+def model_pair_scorer(model: CCRkModel, device: torch.device | str = "cpu") -> PairScorer:
+    """Score pairs with a torch model's fusion encoder."""
+
+    @torch.no_grad()
+    def score(states: torch.Tensor, masks: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        logits = model.fuse(states.to(device), masks.to(device), tokens.to(device)).itm_logits.float()
+        return (logits[:, 1] - logits[:, 0]).cpu()
+
+    return score
+
+
+def encoder_pair_scorer(encoder: Encoder) -> PairScorer:
+    """Score pairs through the serving interface (any runtime)."""
+
+    def score(states: torch.Tensor, masks: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        texts = EncodedTexts(np.empty((len(states), 0), np.float32), states.numpy(), masks.numpy())
+        return torch.from_numpy(np.asarray(encoder.score_aligned(texts, tokens.numpy()), dtype=np.float32))
+
+    return score
+
+
 def _match_scores(
-    model: CCRkModel,
+    score: PairScorer,
     text_states: torch.Tensor,
     text_masks: torch.Tensor,
     image_tokens: torch.Tensor,
     pair_batch: int,
-    device: torch.device | str,
 ) -> torch.Tensor:
-    """ITM match logit (logit[1] - logit[0]) of aligned (text, image) pairs."""
+    """Scores of aligned (text, image) pairs, in chunks of ``pair_batch``."""
     scores = []
     for part in _chunks(text_states.shape[0], pair_batch):
         masks = text_masks[part]
         length = int(masks.sum(dim=1).max())  # trim padding the chunk does not need
-        logits = model.fuse(
-            text_states[part, :length].to(device), masks[:, :length].to(device), image_tokens[part].to(device)
-        ).itm_logits.float()
-        scores.append((logits[:, 1] - logits[:, 0]).cpu())
+        scores.append(score(text_states[part, :length], masks[:, :length], image_tokens[part]))
     return torch.cat(scores)
 
 
@@ -214,20 +235,17 @@ def _rerank_rank(dual_order: np.ndarray, match: np.ndarray, targets: set[int], d
     return int(min(i for i, item in enumerate(reordered) if item in targets))
 
 
-@torch.no_grad()
 def reranked_ranks(
-    model: CCRkModel,
+    score: PairScorer,
     encoded: EncodedSplit,
     dual_ir: np.ndarray,
     dual_tr: np.ndarray,
     rerank_k: int,
     pair_batch: int = 1024,
-    device: torch.device | str = "cpu",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Re-rank the top ``rerank_k`` of every IR and TR query with the fusion encoder."""
     if encoded.image_tokens is None or not encoded.text_states:
         raise ValueError("encode_split(keep_fusion_inputs=True) is needed for re-ranking")
-    model.eval()
     images = encoded.image_embeds
     n, k_langs, c, _ = encoded.text_embeds.shape
     ir = dual_ir.copy()
@@ -244,12 +262,11 @@ def reranked_ranks(
             rows = torch.from_numpy(queries[part])
             cand = order[rows]  # (q, k)
             match = _match_scores(
-                model,
+                score,
                 states[rows].repeat_interleave(shortlist, dim=0),
                 masks[rows].repeat_interleave(shortlist, dim=0),
                 encoded.image_tokens[cand.reshape(-1)],
                 pair_batch,
-                device,
             ).view(len(rows), shortlist)
             for row, cands, m in zip(rows.tolist(), cand.numpy(), match.numpy(), strict=True):
                 ir[row, li] = _rerank_rank(cands, m, {row // c}, int(dual_ir[row, li]), shortlist)
@@ -261,12 +278,11 @@ def reranked_ranks(
             rows = torch.from_numpy(images_to_do[part])
             cand = order_tr[rows]
             match = _match_scores(
-                model,
+                score,
                 states[cand.reshape(-1)],
                 masks[cand.reshape(-1)],
                 encoded.image_tokens[rows].repeat_interleave(text_short, dim=0),
                 pair_batch,
-                device,
             ).view(len(rows), text_short)
             for row, cands, m in zip(rows.tolist(), cand.numpy(), match.numpy(), strict=True):
                 targets = set(range(row * c, row * c + c))
@@ -304,7 +320,59 @@ def evaluate(
         if rerank_k < 1:
             raise ValueError(f"rerank_k must be >= 1, got {rerank_k}")
         start = time.perf_counter()
-        ir_re, tr_re = reranked_ranks(model, encoded, ir, tr, rerank_k, device=device)
+        model.eval()
+        ir_re, tr_re = reranked_ranks(model_pair_scorer(model, device), encoded, ir, tr, rerank_k)
+        seconds["rerank"] = time.perf_counter() - start
+    return EvalResult(data.languages, ir, tr, ir_re, tr_re, rerank_k, len(data), seconds)
+
+
+def encode_split_with_encoder(
+    encoder: Encoder, data: CaptionedImages, batch_size: int = 128, keep_fusion_inputs: bool = False
+) -> EncodedSplit:
+    """``encode_split`` through the serving interface, so any runtime (ONNX, int8) can be evaluated."""
+    n, k = len(data), len(data.languages)
+    phrasings = min(len(c[lang]) for c in data.captions for lang in data.languages)
+    images = [encoder.encode_images(data.pixels[part].numpy()) for part in _chunks(n, batch_size)]
+    text_embeds = torch.empty(n, k, phrasings, encoder.config.embed_dim)
+    states: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for li, lang in enumerate(data.languages):
+        texts = [data.captions[i][lang][c] for i in range(n) for c in range(phrasings)]
+        parts = [encoder.encode_text(texts[part]) for part in _chunks(len(texts), batch_size)]
+        text_embeds[:, li] = torch.from_numpy(np.concatenate([p.embeds for p in parts])).view(
+            n, phrasings, -1
+        )
+        if keep_fusion_inputs:
+            states.append(
+                _pad_and_stack(
+                    [torch.from_numpy(np.asarray(p.states)) for p in parts],
+                    [torch.from_numpy(np.asarray(p.mask)) for p in parts],
+                )
+            )
+    return EncodedSplit(
+        image_embeds=torch.from_numpy(np.concatenate([i.embeds for i in images])),
+        text_embeds=text_embeds,
+        image_tokens=torch.from_numpy(np.concatenate([i.tokens for i in images]))
+        if keep_fusion_inputs
+        else None,
+        text_states=states,
+    )
+
+
+def evaluate_encoder(
+    encoder: Encoder, data: CaptionedImages, rerank_k: int | None = None, batch_size: int = 128
+) -> EvalResult:
+    """Evaluate through the serving interface (e.g. to measure what int8 graphs cost in recall and MRV)."""
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
+    encoded = encode_split_with_encoder(encoder, data, batch_size, keep_fusion_inputs=rerank_k is not None)
+    seconds["encode"] = time.perf_counter() - start
+    ir, tr = dual_ranks(encoded)
+    ir_re = tr_re = None
+    if rerank_k is not None:
+        if rerank_k < 1:
+            raise ValueError(f"rerank_k must be >= 1, got {rerank_k}")
+        start = time.perf_counter()
+        ir_re, tr_re = reranked_ranks(encoder_pair_scorer(encoder), encoded, ir, tr, rerank_k)
         seconds["rerank"] = time.perf_counter() - start
     return EvalResult(data.languages, ir, tr, ir_re, tr_re, rerank_k, len(data), seconds)
 

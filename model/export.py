@@ -19,7 +19,15 @@ import torch
 from torch import nn
 
 from model.modeling import CCRkModel
-from model.onnx_format import EXPORT_MANIFEST, FUSION_GRAPH, IMAGE_GRAPH, ONNX_DIR, TEXT_GRAPH
+from model.onnx_format import (
+    EXPORT_MANIFEST,
+    FUSION_GRAPH,
+    FUSION_GRAPH_INT8,
+    IMAGE_GRAPH,
+    ONNX_DIR,
+    TEXT_GRAPH,
+    TEXT_GRAPH_INT8,
+)
 
 OPSET = 17
 
@@ -157,3 +165,25 @@ def export_onnx(model: CCRkModel, model_dir: Path) -> ExportedGraphs:
     }
     (out / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return graphs
+
+
+def quantize_int8(model_dir: Path) -> list[Path]:
+    """Dynamic int8 quantization (weights int8, activations quantized on the fly) of the query path and the
+    fusion scorer, written beside the fp32 graphs and recorded in the export manifest. The image path stays
+    fp32: it runs offline in the indexer, where accuracy matters more than latency."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    onnx_dir = Path(model_dir) / ONNX_DIR
+    manifest_path = onnx_dir / EXPORT_MANIFEST
+    if not manifest_path.is_file():
+        raise ExportError(f"{model_dir} has no ONNX export to quantize; export it first")
+    written = []
+    for source, target in ((TEXT_GRAPH, TEXT_GRAPH_INT8), (FUSION_GRAPH, FUSION_GRAPH_INT8)):
+        tmp = onnx_dir / f".{target}.tmp"
+        quantize_dynamic(onnx_dir / source, tmp, weight_type=QuantType.QInt8, per_channel=True)
+        tmp.replace(onnx_dir / target)
+        written.append(onnx_dir / target)
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    manifest["int8_graphs"] = {"text": TEXT_GRAPH_INT8, "fusion": FUSION_GRAPH_INT8}
+    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return written

@@ -16,16 +16,19 @@ __all__ = ["BACKENDS", "EncodedImages", "EncodedTexts", "Encoder", "EncoderError
 
 
 def load_encoder(
-    model_dir: Path | str, backend: str = "onnx", device: str = "auto", threads: int = 2
+    model_dir: Path | str, backend: str = "onnx", device: str = "auto", threads: int = 2, int8: bool = False
 ) -> Encoder:
     """Open a model directory with the given runtime (``torch`` or ``onnx``); ``device`` ``auto`` uses CUDA
-    when present (the CUDA execution provider for ONNX Runtime)."""
+    when present (the CUDA execution provider for ONNX Runtime). ``int8`` selects the dynamically
+    quantized query and fusion graphs (ONNX only)."""
     if backend == "torch":
         from model.runtime.torch_runtime import TorchEncoder
 
+        if int8:
+            raise EncoderError("int8 graphs exist for the onnx backend only")
         return TorchEncoder(Path(model_dir), device=device, threads=threads)
     if backend == "onnx":
         from model.runtime.onnx_runtime import OnnxEncoder
 
-        return OnnxEncoder(Path(model_dir), device=device, threads=threads)
+        return OnnxEncoder(Path(model_dir), device=device, threads=threads, int8=int8)
     raise EncoderError(f"unknown encoder backend {backend!r}; choose one of {', '.join(BACKENDS)}")

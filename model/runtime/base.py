@@ -68,3 +68,16 @@ class Encoder(Protocol):
     def score_pairs(self, query: EncodedTexts, image_tokens: np.ndarray) -> np.ndarray:
         """Match logits (M,) of one encoded query (a ``row``) against M images' tokens (M, T, W)."""
         ...
+
+    def score_aligned(self, texts: EncodedTexts, image_tokens: np.ndarray) -> np.ndarray:
+        """Match logits (M,) of M aligned (text, image) pairs: row i of ``texts`` with image i."""
+        ...
+
+
+def broadcast_query(query: EncodedTexts, count: int) -> EncodedTexts:
+    """One query repeated ``count`` times (views, no copies), to score it against ``count`` images."""
+    return EncodedTexts(
+        np.broadcast_to(query.embeds, (count, *query.embeds.shape[1:])),
+        np.broadcast_to(query.states, (count, *query.states.shape[1:])),
+        np.broadcast_to(query.mask, (count, *query.mask.shape[1:])),
+    )

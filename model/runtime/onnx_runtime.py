@@ -15,13 +15,13 @@ from tokenizers import Tokenizer
 from model.configs import CCRkConfig, ConfigError
 from model.onnx_format import EXPORT_MANIFEST, ONNX_DIR
 from model.preprocessing import ImagePreprocessor
-from model.runtime.base import EncodedImages, EncodedTexts, EncoderError
+from model.runtime.base import EncodedImages, EncodedTexts, EncoderError, broadcast_query
 
 
 class OnnxEncoder:
     backend = "onnx"
 
-    def __init__(self, model_dir: Path, device: str = "auto", threads: int = 2) -> None:
+    def __init__(self, model_dir: Path, device: str = "auto", threads: int = 2, int8: bool = False) -> None:
         onnx_dir = model_dir / ONNX_DIR
         manifest_path = onnx_dir / EXPORT_MANIFEST
         if not manifest_path.is_file():
@@ -44,7 +44,13 @@ class OnnxEncoder:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
-        graphs = manifest["graphs"]
+        graphs = dict(manifest["graphs"])
+        if int8:
+            quantized = manifest.get("int8_graphs")
+            if not quantized:
+                raise EncoderError(f"{model_dir} has no int8 graphs; run `ccrk export onnx --int8`")
+            graphs.update(quantized)
+        self.int8 = int8
         self._text = ort.InferenceSession(str(onnx_dir / graphs["text"]), options, providers=providers)
         self._image = ort.InferenceSession(str(onnx_dir / graphs["image"]), options, providers=providers)
         self._fusion = ort.InferenceSession(str(onnx_dir / graphs["fusion"]), options, providers=providers)
@@ -75,11 +81,15 @@ class OnnxEncoder:
         return EncodedImages(embeds, tokens)
 
     def score_pairs(self, query: EncodedTexts, image_tokens: np.ndarray) -> np.ndarray:
-        count = image_tokens.shape[0]
-        states = np.ascontiguousarray(np.broadcast_to(query.states, (count, *query.states.shape[1:])))
-        mask = np.ascontiguousarray(np.broadcast_to(query.mask, (count, query.mask.shape[1])))
+        return self.score_aligned(broadcast_query(query, image_tokens.shape[0]), image_tokens)
+
+    def score_aligned(self, texts: EncodedTexts, image_tokens: np.ndarray) -> np.ndarray:
         (logits,) = self._fusion.run(
             None,
-            {"text_states": states, "attention_mask": mask, "image_tokens": image_tokens.astype(np.float32)},
+            {
+                "text_states": np.ascontiguousarray(texts.states, dtype=np.float32),
+                "attention_mask": np.ascontiguousarray(texts.mask, dtype=np.int64),
+                "image_tokens": np.ascontiguousarray(image_tokens, dtype=np.float32),
+            },
         )
         return logits

@@ -11,7 +11,7 @@ from PIL import Image
 
 from model.modeling import CCRkModel, CheckpointError
 from model.preprocessing import ImagePreprocessor
-from model.runtime.base import EncodedImages, EncodedTexts, EncoderError
+from model.runtime.base import EncodedImages, EncodedTexts, EncoderError, broadcast_query
 from model.tokenization import TokenizerError, load_tokenizer, tokenize
 
 
@@ -54,12 +54,13 @@ class TorchEncoder:
         out = self.model.encode_image(torch.from_numpy(self.preprocessor.normalize(pixels)).to(self.device))
         return EncodedImages(out.image_embeds.float().cpu().numpy(), out.image_tokens.float().cpu().numpy())
 
-    @torch.inference_mode()
     def score_pairs(self, query: EncodedTexts, image_tokens: np.ndarray) -> np.ndarray:
-        count = image_tokens.shape[0]
-        states = torch.from_numpy(query.states).to(self.device).expand(count, -1, -1)
-        mask = torch.from_numpy(query.mask).to(self.device).expand(count, -1)
-        logits = self.model.fuse(
-            states, mask, torch.from_numpy(image_tokens).to(self.device)
-        ).itm_logits.float()
+        return self.score_aligned(broadcast_query(query, image_tokens.shape[0]), image_tokens)
+
+    @torch.inference_mode()
+    def score_aligned(self, texts: EncodedTexts, image_tokens: np.ndarray) -> np.ndarray:
+        states = torch.from_numpy(np.ascontiguousarray(texts.states)).to(self.device)
+        mask = torch.from_numpy(np.ascontiguousarray(texts.mask)).to(self.device)
+        tokens = torch.from_numpy(np.ascontiguousarray(image_tokens, dtype=np.float32)).to(self.device)
+        logits = self.model.fuse(states, mask, tokens).itm_logits.float()
         return (logits[:, 1] - logits[:, 0]).cpu().numpy()

@@ -80,6 +80,27 @@ def test_train_then_eval(catalogue: Path, tmp_path: Path) -> None:
     assert data["n_images"] == 12 and "reranked" in data
     dump = json.loads(ranks.read_text())
     assert len(dump["IR"]) == 12 * 2 and len(dump["IR"][0]) == 10 and len(dump["TR"]) == 12
+    # The served path: ONNX graphs, fp32 and int8.
+    result = runner.invoke(app, ["export", "onnx", "--model", str(run / "model"), "--int8"])
+    assert result.exit_code == 0, result.output
+    assert (run / "model" / "onnx" / "text_encoder.int8.onnx").is_file()
+    result = runner.invoke(
+        app,
+        [
+            "eval",
+            "--model",
+            str(run / "model"),
+            "--data",
+            str(catalogue),
+            "--backend",
+            "onnx",
+            "--int8",
+            "--json-out",
+            str(report),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(report.read_text())["backend"] == "onnx-int8"
 
 
 @pytest.mark.parametrize(

@@ -134,3 +134,24 @@ def test_rerank_k_must_be_positive(tiny_split) -> None:
     model, tokenizer, data, pre = tiny_split
     with pytest.raises(ValueError, match="rerank_k"):
         evaluate(model, tokenizer, data, pre, rerank_k=0)
+
+
+def test_evaluation_through_the_encoder_interface(tiny_split, tmp_path) -> None:
+    """The serving runtimes evaluate to the torch model's ranks (exactly for torch, fp32 ONNX within
+    float noise); int8 graphs evaluate too."""
+    from model.evaluation import evaluate_encoder
+    from model.export import export_onnx, quantize_int8
+    from model.runtime import load_encoder
+
+    model, tokenizer, data, pre = tiny_split
+    model.save_pretrained(tmp_path, tokenizer)
+    export_onnx(model, tmp_path)
+    quantize_int8(tmp_path)
+    reference = evaluate(model, tokenizer, data, pre, rerank_k=3)
+    via_torch = evaluate_encoder(load_encoder(tmp_path, "torch", device="cpu"), data, rerank_k=3)
+    for name in ("ir_ranks", "tr_ranks", "ir_reranked", "tr_reranked"):
+        assert np.array_equal(getattr(via_torch, name), getattr(reference, name)), name
+    via_onnx = evaluate_encoder(load_encoder(tmp_path, "onnx", device="cpu"), data, rerank_k=3)
+    assert (via_onnx.ir_reranked == reference.ir_reranked).mean() > 0.9
+    int8 = evaluate_encoder(load_encoder(tmp_path, "onnx", device="cpu", int8=True), data, rerank_k=3)
+    assert int8.ir_ranks.shape == reference.ir_ranks.shape and int8.report()["reranked"]["IR"]["mrv"] >= 0
