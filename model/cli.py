@@ -15,6 +15,20 @@ data_app = typer.Typer(help="Make and inspect training data.", no_args_is_help=T
 model_app = typer.Typer(help="Convert and inspect model directories.", no_args_is_help=True)
 
 
+# Options shared by several commands, declared once.
+CatalogueDir = Annotated[
+    Path, typer.Option("--data", help="Catalogue folder (train.jsonl, val.jsonl, test.jsonl).")
+]
+PresetName = Annotated[
+    str, typer.Option("--preset", "--config", help="Model preset name or config JSON path.")
+]
+Epochs = Annotated[int, typer.Option(min=1)]
+BatchSize = Annotated[int, typer.Option(min=2)]
+LearningRate = Annotated[
+    float, typer.Option("--lr", help="Peak learning rate (1e-3 suits training from scratch).")
+]
+
+
 def fail(message: str) -> typer.Exit:
     console.print(f"[red]error:[/red] {message}")
     return typer.Exit(code=2)
@@ -63,19 +77,15 @@ def data_synth(
 
 
 def train_command(
-    data: Annotated[Path, typer.Option(help="Catalogue folder with train.jsonl (and val.jsonl).")] = Path(
-        "data/synth"
-    ),
+    data: CatalogueDir = Path("data/synth"),
     output: Annotated[Path, typer.Option(help="Run folder: checkpoints and the final model/.")] = Path(
         "runs/demo"
     ),
-    preset: Annotated[
-        str, typer.Option("--preset", "--config", help="Model preset name or config JSON path.")
-    ] = "demo",
+    preset: PresetName = "demo",
     objective: Annotated[str, typer.Option(help="kcl (1-to-K) or one2one.")] = "kcl",
-    epochs: Annotated[int, typer.Option(min=1)] = 10,
-    batch_size: Annotated[int, typer.Option(min=2)] = 64,
-    lr: Annotated[float, typer.Option(help="Peak learning rate (1e-3 suits training from scratch).")] = 1e-3,
+    epochs: Epochs = 10,
+    batch_size: BatchSize = 64,
+    lr: LearningRate = 1e-3,
     seed: int = 0,
     max_steps: Annotated[int | None, typer.Option(help="Stop after this many steps.")] = None,
     train_limit: Annotated[int | None, typer.Option(help="Use only the first N training records.")] = None,
@@ -223,19 +233,15 @@ experiment_app = typer.Typer(help="Controlled comparisons of training objectives
 
 @experiment_app.command("kcl-vs-one2one")
 def kcl_vs_one2one_command(
-    data: Annotated[Path, typer.Option(help="Catalogue folder (train.jsonl, test.jsonl).")] = Path(
-        "data/synth"
-    ),
+    data: CatalogueDir = Path("data/synth"),
     output: Annotated[Path, typer.Option(help="Folder for the runs and the result JSON.")] = Path(
         "runs/kcl-vs-one2one"
     ),
-    preset: Annotated[
-        str, typer.Option("--preset", "--config", help="Model preset or config JSON.")
-    ] = "demo",
+    preset: PresetName = "demo",
     seeds: Annotated[str, typer.Option(help="Comma-separated seeds (at least 3 for a spread).")] = "0,1,2",
-    epochs: Annotated[int, typer.Option(min=1)] = 4,
-    batch_size: Annotated[int, typer.Option(min=2)] = 32,
-    lr: float = 1e-3,
+    epochs: Epochs = 4,
+    batch_size: BatchSize = 32,
+    lr: LearningRate = 1e-3,
     train_limit: Annotated[int | None, typer.Option(help="First N training images.")] = 2000,
     test_limit: Annotated[int | None, typer.Option(help="First N test images.")] = None,
     threads: int = 2,
