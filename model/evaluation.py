@@ -117,6 +117,16 @@ def _chunks(n: int, size: int) -> Iterator[slice]:
         yield slice(start, min(n, start + size))
 
 
+def _aligned_phrasings(data: CaptionedImages) -> int:
+    """How many aligned phrasings every image has in every language (the C of the rank tables)."""
+    return min(len(c[lang]) for c in data.captions for lang in data.languages)
+
+
+def _language_texts(data: CaptionedImages, lang: str, phrasings: int) -> list[str]:
+    """Image-major order: text row ``i * C + c`` is image i's c-th phrasing."""
+    return [data.captions[i][lang][c] for i in range(len(data)) for c in range(phrasings)]
+
+
 @torch.no_grad()
 def encode_split(
     model: CCRkModel,
@@ -129,7 +139,7 @@ def encode_split(
 ) -> EncodedSplit:
     model.eval()
     n, k = len(data), len(data.languages)
-    phrasings = min(len(c[lang]) for c in data.captions for lang in data.languages)
+    phrasings = _aligned_phrasings(data)
     image_embeds, image_tokens = [], []
     for part in _chunks(n, batch_size):
         out = model.encode_image(preprocessor.normalize(data.pixels[part].to(device)))
@@ -140,8 +150,7 @@ def encode_split(
     states: list[tuple[torch.Tensor, torch.Tensor]] = []
     max_length = model.config.text.max_length
     for li, lang in enumerate(data.languages):
-        # Image-major order: text row i * C + c is image i's c-th phrasing.
-        texts = [data.captions[i][lang][c] for i in range(n) for c in range(phrasings)]
+        texts = _language_texts(data, lang, phrasings)
         lang_embeds, lang_states, lang_masks = [], [], []
         for part in _chunks(len(texts), batch_size):
             tokens = tokenize(tokenizer, texts[part], max_length)
@@ -300,7 +309,7 @@ def evaluate(
     device: torch.device | str = "cpu",
 ) -> EvalResult:
     """Evaluate a model on a split, optionally with fusion re-ranking of the top ``rerank_k``."""
-    seconds: dict[str, float] = {}
+    _check_rerank_k(rerank_k)
     start = time.perf_counter()
     encoded = encode_split(
         model,
@@ -311,19 +320,8 @@ def evaluate(
         keep_fusion_inputs=rerank_k is not None,
         device=device,
     )
-    seconds["encode"] = time.perf_counter() - start
-    start = time.perf_counter()
-    ir, tr = dual_ranks(encoded)
-    seconds["dual_rank"] = time.perf_counter() - start
-    ir_re = tr_re = None
-    if rerank_k is not None:
-        if rerank_k < 1:
-            raise ValueError(f"rerank_k must be >= 1, got {rerank_k}")
-        start = time.perf_counter()
-        model.eval()
-        ir_re, tr_re = reranked_ranks(model_pair_scorer(model, device), encoded, ir, tr, rerank_k)
-        seconds["rerank"] = time.perf_counter() - start
-    return EvalResult(data.languages, ir, tr, ir_re, tr_re, rerank_k, len(data), seconds)
+    model.eval()
+    return _rank_split(encoded, data, model_pair_scorer(model, device), rerank_k, time.perf_counter() - start)
 
 
 def encode_split_with_encoder(
@@ -331,12 +329,12 @@ def encode_split_with_encoder(
 ) -> EncodedSplit:
     """``encode_split`` through the serving interface, so any runtime (ONNX, int8) can be evaluated."""
     n, k = len(data), len(data.languages)
-    phrasings = min(len(c[lang]) for c in data.captions for lang in data.languages)
+    phrasings = _aligned_phrasings(data)
     images = [encoder.encode_images(data.pixels[part].numpy()) for part in _chunks(n, batch_size)]
     text_embeds = torch.empty(n, k, phrasings, encoder.config.embed_dim)
     states: list[tuple[torch.Tensor, torch.Tensor]] = []
     for li, lang in enumerate(data.languages):
-        texts = [data.captions[i][lang][c] for i in range(n) for c in range(phrasings)]
+        texts = _language_texts(data, lang, phrasings)
         parts = [encoder.encode_text(texts[part]) for part in _chunks(len(texts), batch_size)]
         text_embeds[:, li] = torch.from_numpy(np.concatenate([p.embeds for p in parts])).view(
             n, phrasings, -1
@@ -362,17 +360,33 @@ def evaluate_encoder(
     encoder: Encoder, data: CaptionedImages, rerank_k: int | None = None, batch_size: int = 128
 ) -> EvalResult:
     """Evaluate through the serving interface (e.g. to measure what int8 graphs cost in recall and MRV)."""
-    seconds: dict[str, float] = {}
+    _check_rerank_k(rerank_k)
     start = time.perf_counter()
     encoded = encode_split_with_encoder(encoder, data, batch_size, keep_fusion_inputs=rerank_k is not None)
-    seconds["encode"] = time.perf_counter() - start
+    return _rank_split(encoded, data, encoder_pair_scorer(encoder), rerank_k, time.perf_counter() - start)
+
+
+def _check_rerank_k(rerank_k: int | None) -> None:
+    if rerank_k is not None and rerank_k < 1:
+        raise ValueError(f"rerank_k must be >= 1, got {rerank_k}")
+
+
+def _rank_split(
+    encoded: EncodedSplit,
+    data: CaptionedImages,
+    score: PairScorer,
+    rerank_k: int | None,
+    encode_seconds: float,
+) -> EvalResult:
+    """Dual-encoder ranks of an encoded split and, with ``rerank_k``, the re-ranked ones."""
+    seconds = {"encode": encode_seconds}
+    start = time.perf_counter()
     ir, tr = dual_ranks(encoded)
+    seconds["dual_rank"] = time.perf_counter() - start
     ir_re = tr_re = None
     if rerank_k is not None:
-        if rerank_k < 1:
-            raise ValueError(f"rerank_k must be >= 1, got {rerank_k}")
         start = time.perf_counter()
-        ir_re, tr_re = reranked_ranks(encoder_pair_scorer(encoder), encoded, ir, tr, rerank_k)
+        ir_re, tr_re = reranked_ranks(score, encoded, ir, tr, rerank_k)
         seconds["rerank"] = time.perf_counter() - start
     return EvalResult(data.languages, ir, tr, ir_re, tr_re, rerank_k, len(data), seconds)
 
