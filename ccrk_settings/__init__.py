@@ -1,0 +1,76 @@
+"""The one settings object of ccrk-search: every process (indexer, service, probes) reads its configuration
+here, from environment variables prefixed ``CCRK_`` (or a ``.env`` file), never from ``os.environ`` directly.
+
+Command-line options override these per run; defaults are the embedded ones (default model, demo index,
+in-process cache), so a fresh machine needs no configuration.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# The embedded default model shipped inside the ``model`` package.
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "model" / "pretrained" / "ccrk-demo"
+
+
+class Settings(BaseSettings):
+    """Settings shared by the indexer, the service and the probes (env prefix ``CCRK_``)."""
+
+    model_config = SettingsConfigDict(env_prefix="CCRK_", env_file=".env", extra="ignore")
+
+    # -- model ------------------------------------------------------------------------------------------
+    model_dir: Path = Field(
+        DEFAULT_MODEL_DIR, description="Model directory (config, weights, tokenizer, onnx/)."
+    )
+    backend: Literal["onnx", "torch"] = Field(
+        "onnx", description="Encoder runtime; onnx never imports torch."
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto uses CUDA when present.")
+    threads: int = Field(2, ge=1, le=256, description="Intra-op threads of the encoder runtime.")
+    int8: bool = Field(False, description="Use the int8 query and fusion graphs (ONNX only).")
+
+    # -- indexes ----------------------------------------------------------------------------------------
+    index_root: Path = Field(Path("artifacts/indexes"), description="Root folder of all indexes.")
+    index_name: str = Field("demo", description="Index the service serves (INDEX_ROOT/NAME/CURRENT).")
+    keep_versions: int = Field(3, ge=1, description="Published versions kept per index.")
+    max_bad_fraction: float = Field(
+        0.05, ge=0.0, le=1.0, description="Build fails above this share of bad items."
+    )
+    target_recall: float = Field(
+        0.95, gt=0.0, le=1.0, description="ANN recall@10 vs exact search to tune for."
+    )
+    exact_max_items: int = Field(50_000, ge=0, description="Collections up to this size get an exact index.")
+    memory_budget_mb: int = Field(4096, ge=1, description="Memory budget of the ANN index, drives its type.")
+    rerank_dtype: Literal["fp16", "int8"] = Field("fp16", description="Storage of the re-rank patch tokens.")
+    index_batch_size: int = Field(64, ge=1, description="Images per encoder batch when indexing.")
+    index_workers: int = Field(2, ge=0, description="Decode worker processes when indexing (0: in process).")
+    shard_size: int = Field(2048, ge=1, description="Items per embedding shard (the unit of resume).")
+
+    # -- service ----------------------------------------------------------------------------------------
+    host: str = Field("127.0.0.1", description="Address `ccrk serve` binds.")
+    port: int = Field(8000, ge=1, le=65535, description="Port `ccrk serve` binds.")
+    redis_url: str | None = Field(
+        None, description="Redis for caches and probe history; in-process if unset."
+    )
+    redis_timeout_s: float = Field(
+        0.05, gt=0.0, description="Per-call Redis timeout; slower calls skip cache."
+    )
+    cache_size: int = Field(10_000, ge=0, description="Entries of each in-process LRU cache.")
+    cache_ttl_s: int = Field(3600, ge=1, description="Lifetime of cached results in Redis.")
+    rerank: bool = Field(True, description="Re-rank with the fusion encoder unless a request says otherwise.")
+    rerank_k: int = Field(128, ge=1, le=512, description="Candidates re-ranked by default.")
+    admin_api_key: str | None = Field(None, description="Key for /v1/admin/*; admin routes are off if unset.")
+    cors_origins: list[str] = Field(default_factory=list, description="Allowed CORS origins.")
+    index_poll_s: float = Field(5.0, gt=0.0, description="How often the service looks for a new CURRENT.")
+    max_upload_mb: int = Field(10, ge=1, description="Largest image accepted by /v1/search/image.")
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read once from the environment."""
+    return Settings()
