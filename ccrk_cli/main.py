@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from model.cli import data_app, eval_command, experiment_app, export_app, model_app, train_command
+from service.cli import serve_command
 
 app = typer.Typer(
     name="ccrk",
@@ -18,6 +19,7 @@ app.add_typer(export_app, name="export")
 app.add_typer(experiment_app, name="experiment")
 app.command("train")(train_command)
 app.command("eval")(eval_command)
+app.command("serve")(serve_command)
 
 
 if __name__ == "__main__":

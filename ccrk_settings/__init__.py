@@ -68,6 +68,13 @@ class Settings(BaseSettings):
     cors_origins: list[str] = Field(default_factory=list, description="Allowed CORS origins.")
     index_poll_s: float = Field(5.0, gt=0.0, description="How often the service looks for a new CURRENT.")
     max_upload_mb: int = Field(10, ge=1, description="Largest image accepted by /v1/search/image.")
+    cache_prefix: str = Field("ccrk:", description="Prefix of every Redis key the service writes.")
+    redis_retry_s: float = Field(
+        1.0, gt=0.0, description="After a Redis error, serve without cache this long before trying again."
+    )
+    search_workers: int = Field(
+        4, ge=1, le=256, description="Worker threads encoding and searching at once (CPU-bound work)."
+    )
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,39 @@
+"""Administration (API key in ``X-API-Key``; off when CCRK_ADMIN_API_KEY is unset)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import anyio
+from fastapi import APIRouter, Query
+
+from service.api.deps import AdminDep, RuntimeDep
+from service.schemas import ReloadResponse
+
+router = APIRouter(prefix="/v1/admin", tags=["admin"])
+
+
+@router.post(
+    "/reload",
+    response_model=ReloadResponse,
+    responses={
+        401: {"description": "Missing or wrong API key."},
+        404: {"description": "Admin disabled."},
+        409: {"description": "The version could not be loaded; the old one keeps serving."},
+    },
+)
+async def reload(
+    _: AdminDep,
+    runtime: RuntimeDep,
+    version: Annotated[
+        str | None, Query(pattern=r"^\d{8}T\d{6}Z-[0-9a-f]{6}$", description="A kept version (rollback).")
+    ] = None,
+) -> ReloadResponse:
+    """Load CURRENT (or ``version``) in the background and swap it in; requests in flight finish on the old
+    version."""
+    holder = runtime.holder
+    previous = holder.served.version if holder.served is not None else None
+    fresh = await anyio.to_thread.run_sync(holder.reload, version)
+    current = fresh.version if fresh is not None else previous
+    assert current is not None
+    return ReloadResponse(previous_version=previous, version=current, changed=fresh is not None)

@@ -1,0 +1,28 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from service.api.deps import RuntimeDep
+from service.schemas import Status
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=Status)
+async def healthz() -> Status:
+    """The process answers."""
+    return Status(status="ok")
+
+
+@router.get("/readyz", response_model=Status, responses={503: {"model": Status}})
+async def readyz(runtime: RuntimeDep) -> JSONResponse:
+    """Ready when the model and an index version are loaded; 503 with the reason otherwise."""
+    holder = runtime._holder
+    served = holder.served if holder is not None else None
+    if served is None:
+        detail = (holder.last_error if holder is not None else None) or "starting"
+        return JSONResponse(Status(status="unavailable", detail=detail).model_dump(), status_code=503)
+    return JSONResponse(Status(status="ready", index_version=served.version).model_dump())

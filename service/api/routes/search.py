@@ -1,0 +1,70 @@
+"""Text and image search."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import anyio
+from fastapi import APIRouter, File, Form, Request, Response, UploadFile
+from pydantic import TypeAdapter, ValidationError
+
+from service.api.deps import RuntimeDep, SearcherDep, ServedDep
+from service.errors import InvalidInputError
+from service.schemas import MAX_OFFSET, MAX_TOP_K, Filters, ImageSearchResponse, SearchRequest, SearchResponse
+
+router = APIRouter(prefix="/v1/search", tags=["search"])
+
+JSON_BODY_LIMIT = 1024 * 1024
+ERRORS = {
+    422: {"description": "Invalid input; the error names the field."},
+    503: {"description": "No index loaded (the message says why)."},
+}
+_filters = TypeAdapter(Filters)
+
+
+@router.post("", response_model=SearchResponse, responses=ERRORS, max_body_size=JSON_BODY_LIMIT)
+async def search(
+    body: SearchRequest, served: ServedDep, searcher: SearcherDep, runtime: RuntimeDep, request: Request
+) -> Response:
+    """Text search in any language: dual-encoder ANN, optional fusion re-ranking, metadata filters."""
+    result = await anyio.to_thread.run_sync(searcher.search, served, body, limiter=runtime.limiter)
+    request.state.lang = runtime.lang_label(result.language.code)
+    # Serialised here: the model was built by our own code, re-validating it would only cost time.
+    return Response(result.model_dump_json(), media_type="application/json")
+
+
+@router.post(
+    "/image",
+    response_model=ImageSearchResponse,
+    responses={
+        **ERRORS,
+        413: {"description": "Image too large."},
+        415: {"description": "Not JPEG/PNG/WebP."},
+    },
+)
+async def search_image(
+    file: Annotated[UploadFile, File(description="A JPEG, PNG or WebP image (at most CCRK_MAX_UPLOAD_MB).")],
+    served: ServedDep,
+    searcher: SearcherDep,
+    runtime: RuntimeDep,
+    top_k: Annotated[int, Form(ge=1, le=MAX_TOP_K)] = 20,
+    offset: Annotated[int, Form(ge=0, le=MAX_OFFSET)] = 0,
+    filters: Annotated[
+        str | None, Form(description="Metadata filters as a JSON object (see /v1/search).")
+    ] = None,
+) -> Response:
+    """Catalogue images similar to an uploaded one."""
+    parsed = None
+    if filters:
+        try:
+            parsed = _filters.validate_python(json.loads(filters))
+        except (ValueError, ValidationError) as exc:
+            raise InvalidInputError(
+                f"filters must be a JSON object of filters: {exc}", loc=("body", "filters")
+            ) from None
+    data = await file.read(searcher.max_upload_bytes + 1)
+    result = await anyio.to_thread.run_sync(
+        searcher.search_image, served, data, file.content_type, top_k, offset, parsed, limiter=runtime.limiter
+    )
+    return Response(result.model_dump_json(), media_type="application/json")

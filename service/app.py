@@ -1,0 +1,44 @@
+"""The app factory: ``create_app(settings)``. Nothing loads at import; the lifespan loads the model and
+the index (``service.runtime``)."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from ccrk_settings import Settings, get_settings
+from service.api.routes import admin, consistency, health, images, index, languages, search
+from service.api.routes import metrics as metrics_route
+from service.errors import install_error_handlers
+from service.metrics import Metrics
+from service.middleware import MetricsMiddleware
+from service.runtime import Runtime
+
+# Multipart framing around the largest accepted image.
+UPLOAD_OVERHEAD = 64 * 1024
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    metrics = Metrics()
+    runtime = Runtime(settings, metrics)
+    app = FastAPI(
+        title="ccrk-search",
+        summary="Multilingual image search (CCRk): text and image queries, re-ranking, consistency.",
+        version="0.1.0",
+        lifespan=runtime.lifespan,
+        max_body_size=settings.max_upload_mb * 1024 * 1024 + UPLOAD_OVERHEAD,
+    )
+    app.state.runtime = runtime
+    install_error_handlers(app)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Content-Type", "X-API-Key"],
+        )
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    for module in (search, consistency, images, index, languages, health, metrics_route, admin):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,57 @@
+"""``ccrk serve``: the search service on uvicorn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def serve_command(
+    host: Annotated[str | None, typer.Option(help="Bind address [CCRK_HOST].")] = None,
+    port: Annotated[int | None, typer.Option(min=1, max=65535, help="Port [CCRK_PORT].")] = None,
+    index_root: Annotated[Path | None, typer.Option(help="Root folder of indexes [CCRK_INDEX_ROOT].")] = None,
+    index_name: Annotated[str | None, typer.Option(help="Index to serve [CCRK_INDEX_NAME].")] = None,
+    model: Annotated[Path | None, typer.Option(help="Model directory [CCRK_MODEL_DIR].")] = None,
+    backend: Annotated[str | None, typer.Option(help="onnx or torch [CCRK_BACKEND].")] = None,
+    redis_url: Annotated[str | None, typer.Option(help="Redis for caches [CCRK_REDIS_URL].")] = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    access_log: Annotated[bool, typer.Option(help="Log every request (costs throughput).")] = False,
+) -> None:
+    """Serve the search API (OpenAPI at /docs). Options override the CCRK_* settings."""
+    # Imported here so that other `ccrk` commands never load the web stack.
+    import uvicorn
+    from pydantic import ValidationError
+
+    from ccrk_settings import get_settings
+    from service.app import create_app
+
+    overrides = {
+        key: value
+        for key, value in {
+            "host": host,
+            "port": port,
+            "index_root": index_root,
+            "index_name": index_name,
+            "model_dir": model,
+            "backend": backend,
+            "redis_url": redis_url,
+        }.items()
+        if value is not None
+    }
+    try:
+        settings = get_settings().model_copy(update=overrides)
+        settings = type(settings).model_validate(settings.model_dump())  # validate the overrides too
+    except ValidationError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if not settings.model_dir.is_dir():
+        raise typer.BadParameter(f"model directory {settings.model_dir} does not exist")
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level,
+        access_log=access_log,
+        timeout_graceful_shutdown=10,
+    )

@@ -1,0 +1,95 @@
+"""Typed service errors, mapped to HTTP answers only at the edge (``install_error_handlers``).
+
+Inside the service code raises these (or the index format's own errors); the handlers turn them into JSON
+``{"detail": [{"loc": [...], "msg": ..., "type": ...}]}``, the same shape FastAPI uses for its 422s, so a
+client reads every error the same way and always learns which field was wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from indexer.index_format import FilterError, IndexFormatError
+
+log = logging.getLogger(__name__)
+
+
+class ServiceError(Exception):
+    """Base of the errors the service answers with a 4xx/5xx (never an unhandled 500)."""
+
+    status_code = 500
+    error_type = "service_error"
+
+    def __init__(self, message: str, *, loc: tuple[str | int, ...] = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.loc = loc
+
+    def body(self) -> dict[str, object]:
+        return {"detail": [{"loc": list(self.loc), "msg": self.message, "type": self.error_type}]}
+
+
+class InvalidInputError(ServiceError):
+    """A request field holds a value the service cannot use; ``loc`` names the field."""
+
+    status_code = 422
+    error_type = "invalid_input"
+
+
+class PayloadTooLargeError(ServiceError):
+    status_code = 413
+    error_type = "payload_too_large"
+
+
+class UnsupportedMediaTypeError(ServiceError):
+    status_code = 415
+    error_type = "unsupported_media_type"
+
+
+class NotFoundError(ServiceError):
+    status_code = 404
+    error_type = "not_found"
+
+
+class UnauthorizedError(ServiceError):
+    status_code = 401
+    error_type = "unauthorized"
+
+
+class IndexUnavailableError(ServiceError):
+    """No index is loaded (none published yet, or it could not be opened); the message says why."""
+
+    status_code = 503
+    error_type = "index_unavailable"
+
+
+class ReloadFailedError(ServiceError):
+    """A requested reload could not open the new version; the old one keeps serving."""
+
+    status_code = 409
+    error_type = "reload_failed"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def service_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ServiceError)
+        headers = {"WWW-Authenticate": "ApiKey"} if isinstance(exc, UnauthorizedError) else None
+        return JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
+
+    async def filter_error(_: Request, exc: Exception) -> JSONResponse:
+        # The index format names the field in its message; the request field is ``filters``.
+        field = getattr(exc, "field", None)
+        loc: tuple[str, ...] = ("body", "filters", field) if field else ("body", "filters")
+        return JSONResponse(InvalidInputError(str(exc), loc=loc).body(), status_code=422)
+
+    async def index_error(_: Request, exc: Exception) -> JSONResponse:
+        # A broken or vanished index file behind a request: the service cannot answer, the client is fine.
+        log.error("index error: %s", exc)
+        return JSONResponse(IndexUnavailableError(f"index unavailable: {exc}").body(), status_code=503)
+
+    app.add_exception_handler(ServiceError, service_error)
+    app.add_exception_handler(FilterError, filter_error)
+    app.add_exception_handler(IndexFormatError, index_error)

@@ -1,0 +1,147 @@
+"""The index version being served, and zero-downtime swaps to a newly published one.
+
+A request takes a *lease* on the current version and keeps it to the end, whatever happens meanwhile. A
+new ``CURRENT`` (seen by the poller, or asked for by ``/v1/admin/reload``) is opened in a worker thread
+while the old version keeps answering; the swap is one reference assignment under a lock. The old version
+is closed when its last lease is returned, so no request ever sees a closed index.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from indexer.index_format import IndexFormatError, IndexVersion, current_version
+from service.errors import IndexUnavailableError, ReloadFailedError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Served:
+    """One opened version and the count of requests using it."""
+
+    index: IndexVersion
+    loaded_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    leases: int = 0
+    retired: bool = False
+
+    @property
+    def version(self) -> str:
+        return self.index.manifest.version
+
+
+class IndexHolder:
+    def __init__(
+        self,
+        root: Path,
+        name: str,
+        *,
+        expect_fingerprint: str | None,
+        on_swap: Callable[[Served], None] | None = None,
+        on_failure: Callable[[str], None] | None = None,
+    ) -> None:
+        self.root = root
+        self.name = name
+        self.expect_fingerprint = expect_fingerprint
+        self._on_swap = on_swap or (lambda served: None)
+        self._on_failure = on_failure or (lambda message: None)
+        self._lock = threading.Lock()  # guards _served and lease counts
+        self._load_lock = threading.Lock()  # one load at a time
+        self._served: Served | None = None
+        self.last_error: str | None = None
+        self._failed_version: str | None = None
+
+    @property
+    def served(self) -> Served | None:
+        return self._served
+
+    @contextmanager
+    def lease(self) -> Iterator[Served]:
+        """The current version, kept open until the block ends; 503 when none is loaded."""
+        with self._lock:
+            served = self._served
+            if served is None:
+                reason = self.last_error or f"no version of index {self.name!r} published under {self.root}"
+                raise IndexUnavailableError(f"no index loaded: {reason}")
+            served.leases += 1
+        try:
+            yield served
+        finally:
+            with self._lock:
+                served.leases -= 1
+                close = served.retired and served.leases == 0
+            if close:
+                served.index.close()
+
+    def published_version(self) -> str | None:
+        try:
+            return current_version(self.root, self.name)
+        except (OSError, IndexFormatError) as exc:
+            log.warning("cannot read CURRENT of %s/%s: %s", self.root, self.name, exc)
+            return None
+
+    def check(self) -> bool:
+        """Poller step: load CURRENT when it names a version other than the served one (and not one that
+        already failed to load). Blocking; run it in a worker thread. True when it swapped."""
+        published = self.published_version()
+        served = self._served
+        if published is None or (served is not None and served.version == published):
+            return False
+        if published == self._failed_version:
+            return False
+        try:
+            return self.reload(published) is not None
+        except ReloadFailedError:
+            return False
+
+    def reload(self, version: str | None = None) -> Served | None:
+        """Open ``version`` (default: CURRENT) and swap it in; None when it is already served. Blocking."""
+        with self._load_lock:
+            target = version or self.published_version()
+            if target is None:
+                raise ReloadFailedError(f"index {self.name!r} has no published version under {self.root}")
+            served = self._served
+            if served is not None and served.version == target:
+                return None
+            try:
+                index = IndexVersion.open(
+                    self.root, self.name, target, expect_fingerprint=self.expect_fingerprint
+                )
+            except (OSError, IndexFormatError, ValueError) as exc:
+                self._failed_version = target
+                message = f"cannot open version {target!r} of index {self.name!r}: {exc}"
+                self.last_error = message
+                log.error("%s; still serving %s", message, served.version if served else "nothing")
+                self._on_failure(message)
+                raise ReloadFailedError(message) from exc
+            fresh = Served(index)
+            with self._lock:
+                old, self._served = self._served, fresh
+                close_old = False
+                if old is not None:
+                    old.retired = True
+                    close_old = old.leases == 0
+            self.last_error = None
+            self._failed_version = None
+            if close_old and old is not None:
+                old.index.close()
+            log.info("serving index %s version %s (%d items)", self.name, fresh.version, len(index))
+            self._on_swap(fresh)
+            return fresh
+
+    def close(self) -> None:
+        with self._lock:
+            served, self._served = self._served, None
+            if served is not None:
+                served.retired = True
+                close = served.leases == 0
+            else:
+                close = False
+        if close and served is not None:
+            served.index.close()

@@ -1,0 +1,128 @@
+"""What one app instance holds once started: the encoder, the index holder, caches, metrics.
+
+Created empty by ``create_app``; filled in the lifespan (model and index load there, never at import).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from time import time
+
+import anyio
+from fastapi import FastAPI
+
+from ccrk_settings import Settings
+from indexer.index_format import model_fingerprint, model_name_of
+from model.runtime import load_encoder
+from service.cache import Cache
+from service.errors import IndexUnavailableError, ReloadFailedError
+from service.index_holder import IndexHolder, Served
+from service.language import LanguageDetector
+from service.metrics import Metrics
+from service.searching import Searcher
+
+log = logging.getLogger(__name__)
+
+
+class Runtime:
+    def __init__(self, settings: Settings, metrics: Metrics) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self._searcher: Searcher | None = None
+        self._holder: IndexHolder | None = None
+        self.cache: Cache | None = None
+        self.languages: tuple[str, ...] = ()
+        # Bounds the worker threads doing CPU work at once: more than a few only adds contention.
+        self.limiter = anyio.CapacityLimiter(settings.search_workers)
+
+    @property
+    def searcher(self) -> Searcher:
+        if self._searcher is None:
+            raise IndexUnavailableError("the service is still starting")
+        return self._searcher
+
+    @property
+    def holder(self) -> IndexHolder:
+        if self._holder is None:
+            raise IndexUnavailableError("the service is still starting")
+        return self._holder
+
+    def lang_label(self, code: str) -> str:
+        """Metric label of a query language: supported codes, else "other" (bounded cardinality)."""
+        return code if code in self.languages else "other"
+
+    def _on_swap(self, served: Served) -> None:
+        self.metrics.index_items.set(len(served.index))
+        self.metrics.index_info.info({"name": served.index.manifest.name, "version": served.version})
+        self.metrics.index_loaded_timestamp.set(time())
+        self.metrics.index_reloads.labels("ok").inc()
+
+    def _on_failure(self, message: str) -> None:
+        self.metrics.index_reloads.labels("failed").inc()
+
+    def _start(self) -> None:
+        s = self.settings
+        fingerprint = model_fingerprint(s.model_dir)
+        encoder = load_encoder(
+            s.model_dir, backend=s.backend, device=s.device, threads=s.threads, int8=s.int8
+        )
+        self.languages = tuple(encoder.config.languages)
+        self.cache = Cache(
+            redis_url=s.redis_url,
+            prefix=s.cache_prefix,
+            size=s.cache_size,
+            ttl_s=s.cache_ttl_s,
+            timeout_s=s.redis_timeout_s,
+            retry_s=s.redis_retry_s,
+            on_event=self.metrics.cache_event,
+        )
+        self._holder = IndexHolder(
+            s.index_root,
+            s.index_name,
+            expect_fingerprint=fingerprint,
+            on_swap=self._on_swap,
+            on_failure=self._on_failure,
+        )
+        self._searcher = Searcher(
+            encoder=encoder,
+            model_name=model_name_of(s.model_dir),
+            model_fingerprint=fingerprint,
+            detector=LanguageDetector(self.languages),
+            cache=self.cache,
+            metrics=self.metrics,
+            default_rerank=s.rerank,
+            default_rerank_k=s.rerank_k,
+            max_upload_bytes=s.max_upload_mb * 1024 * 1024,
+        )
+        try:
+            self._holder.reload()
+        except ReloadFailedError as exc:
+            # Still start: /readyz and searches answer 503 with the reason until a version loads.
+            log.error("starting without an index: %s", exc)
+            self._holder.last_error = str(exc)
+
+    async def _poll(self) -> None:
+        while True:
+            await anyio.sleep(self.settings.index_poll_s)
+            try:
+                await anyio.to_thread.run_sync(self.holder.check)
+            except Exception:  # the poller must outlive any one bad version
+                log.exception("index poll failed")
+
+    @asynccontextmanager
+    async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
+        await anyio.to_thread.run_sync(self._start)
+        poller = asyncio.create_task(self._poll())
+        try:
+            yield
+        finally:
+            poller.cancel()
+            with suppress(asyncio.CancelledError):
+                await poller
+            if self._holder is not None:
+                self._holder.close()
+            if self.cache is not None:
+                self.cache.close()

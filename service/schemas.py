@@ -1,0 +1,176 @@
+"""Request and response models of the HTTP API (pydantic; they are the OpenAPI schema)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+MAX_TOP_K = 200
+MAX_RERANK_K = 512
+MAX_OFFSET = 1000
+MAX_QUERY_CHARS = 512
+
+# A language hint: an ISO 639 code, optionally with a region or script ("en", "pt-BR", "zh_Hans").
+LangCode = Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*$", max_length=32)]
+QueryText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUERY_CHARS)]
+FieldName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")]
+Scalar = Annotated[str, StringConstraints(max_length=256)] | int | float | bool
+
+
+class RangeFilter(BaseModel):
+    """A numeric range; at least one bound."""
+
+    model_config = ConfigDict(extra="forbid")
+    gte: float | None = None
+    gt: float | None = None
+    lte: float | None = None
+    lt: float | None = None
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> RangeFilter:
+        if self.gte is None and self.gt is None and self.lte is None and self.lt is None:
+            raise ValueError("a range needs at least one of gte, gt, lte, lt")
+        return self
+
+
+# equality (scalar), any-of (list of scalars), or numeric range
+FilterValue = Scalar | Annotated[list[Scalar], Field(min_length=1, max_length=100)] | RangeFilter
+Filters = Annotated[dict[FieldName, FilterValue], Field(max_length=16)]
+
+
+class SearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: QueryText = Field(description="The shopper's query, any language.")
+    lang: LangCode | None = Field(None, description="Language hint; overrides detection.")
+    top_k: int = Field(20, ge=1, le=MAX_TOP_K)
+    offset: int = Field(0, ge=0, le=MAX_OFFSET)
+    rerank: bool | None = Field(None, description="Re-rank with the fusion encoder; server default if unset.")
+    rerank_k: int = Field(128, ge=1, le=MAX_RERANK_K, description="Candidates the fusion encoder re-ranks.")
+    filters: Filters | None = Field(
+        None,
+        description='Metadata filters: {"field": value} equality, {"field": [v1, v2]} any-of, '
+        '{"field": {"gte": x, "lte": y}} numeric range (also gt, lt).',
+    )
+
+
+class LanguageInfo(BaseModel):
+    code: str = Field(description="ISO 639 code, or 'und' when nothing could be told.")
+    confidence: float = Field(ge=0.0, le=1.0)
+    source: Literal["hint", "detected"]
+    supported: bool = Field(description="Whether the model was trained for this language.")
+    mixed: bool = Field(False, description="The query seems to mix languages or scripts.")
+
+
+class SearchHit(BaseModel):
+    id: str
+    score: float = Field(description="Dual-encoder cosine similarity.")
+    rerank_score: float | None = Field(None, description="Fusion match logit, when re-ranked.")
+    rank: int = Field(description="0-based rank in the full result list (offset included).")
+    metadata: dict[str, Any]
+    image_url: str
+
+
+class Timings(BaseModel):
+    encode: float
+    search: float
+    rerank: float
+    total: float
+
+
+class SearchResponse(BaseModel):
+    results: list[SearchHit]
+    language: LanguageInfo
+    index_version: str
+    model: str
+    reranked: bool
+    timings_ms: Timings
+    cached: bool
+
+
+class ImageSearchResponse(BaseModel):
+    results: list[SearchHit]
+    index_version: str
+    model: str
+    timings_ms: Timings
+
+
+class ConsistencyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    queries: Annotated[dict[LangCode, QueryText], Field(min_length=2, max_length=20)] = Field(
+        description="The same intent in 2-20 languages: {lang: text}."
+    )
+    top_k: int = Field(10, ge=1, le=MAX_TOP_K)
+    rerank: bool | None = None
+    filters: Filters | None = None
+
+
+class LanguageResults(BaseModel):
+    lang: str
+    query: str
+    ids: list[str]
+    language: LanguageInfo
+
+
+class ItemRanks(BaseModel):
+    id: str
+    ranks: dict[str, int] = Field(description="0-based rank per language; top_k when absent from a list.")
+    variance: float = Field(description="Population variance of the ranks.")
+
+
+class PairStats(BaseModel):
+    a: str
+    b: str
+    overlap: float = Field(description="|A ∩ B| / top_k.")
+    kendall_tau: float | None = Field(
+        description="Kendall tau-b over the union of both lists; null if constant."
+    )
+
+
+class ConsistencyResponse(BaseModel):
+    top_k: int
+    index_version: str
+    model: str
+    languages: list[LanguageResults]
+    items: list[ItemRanks]
+    mrv: float = Field(description="Mean Rank Variance (CCRk eq. 7) over the union, squared rank units.")
+    mrv_std: float = Field(description="Mean per-item standard deviation of the ranks, rank units.")
+    mean_overlap: float = Field(description="Mean pairwise overlap@k.")
+    pairs: list[PairStats]
+
+
+class IndexInfo(BaseModel):
+    name: str
+    version: str
+    created_at: str
+    model_name: str
+    model_fingerprint: str
+    embed_dim: int
+    count: int
+    index_factory: str
+    search_params: dict[str, Any]
+    measured_recall_at_10: float | None
+    rerank: dict[str, Any]
+    loaded_at: str
+
+
+class LanguageSupport(BaseModel):
+    code: str
+    recall_at_10: float | None = Field(description="Text->image recall@10 measured at index build time.")
+
+
+class LanguagesResponse(BaseModel):
+    model: str
+    languages: list[LanguageSupport]
+
+
+class Status(BaseModel):
+    status: str
+    index_version: str | None = None
+    detail: str | None = None
+
+
+class ReloadResponse(BaseModel):
+    previous_version: str | None
+    version: str
+    changed: bool

@@ -1,0 +1,359 @@
+"""The search pipeline: language -> cache -> encode -> ANN (filtered) -> re-rank -> page -> metadata.
+
+Everything here is blocking (ONNX Runtime, faiss, sqlite, Redis) and runs in a worker thread: the routes
+call it through ``anyio.to_thread.run_sync`` so the event loop only parses and answers HTTP.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import time
+import unicodedata
+import warnings
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from model.runtime import EncodedTexts, Encoder
+from service.cache import EMBEDDING, RESULT, Cache, pack_texts, unpack_texts
+from service.errors import InvalidInputError, PayloadTooLargeError, UnsupportedMediaTypeError
+from service.index_holder import Served
+from service.language import LanguageDetector
+from service.metrics import Metrics
+from service.schemas import (
+    ImageSearchResponse,
+    LanguageInfo,
+    SearchHit,
+    SearchRequest,
+    SearchResponse,
+    Timings,
+)
+
+IMAGE_FORMATS = {"JPEG": "image/jpeg", "PNG": "image/png", "WEBP": "image/webp"}
+
+
+def normalise_query(text: str) -> str:
+    """NFKC and collapsed whitespace: the text that is encoded and the cache key (case is kept: the
+    tokenizer is case-sensitive)."""
+    return " ".join(unicodedata.normalize("NFKC", text).split())
+
+
+def _digest(payload: object) -> str:
+    data = json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 3)
+
+
+@dataclass
+class Ranked:
+    """A result page before metadata: rows with their scores, and the timings of how it was made."""
+
+    rows: np.ndarray
+    scores: np.ndarray
+    rerank_scores: np.ndarray | None
+    first_rank: int
+    reranked: bool
+
+
+class Searcher:
+    def __init__(
+        self,
+        *,
+        encoder: Encoder,
+        model_name: str,
+        model_fingerprint: str,
+        detector: LanguageDetector,
+        cache: Cache,
+        metrics: Metrics,
+        default_rerank: bool,
+        default_rerank_k: int,
+        max_upload_bytes: int,
+    ) -> None:
+        self.encoder = encoder
+        self.model_name = model_name
+        self.model_fingerprint = model_fingerprint
+        self.detector = detector
+        self.cache = cache
+        self.metrics = metrics
+        self.default_rerank = default_rerank
+        self.default_rerank_k = default_rerank_k
+        self.max_upload_bytes = max_upload_bytes
+
+    # -- pieces ---------------------------------------------------------------------------------------------
+
+    def encode_query(self, text: str) -> EncodedTexts:
+        """The query's embedding (and text states for re-ranking), from the cache when there."""
+        key = f"{self.model_fingerprint[:16]}:{_digest(text)}"
+        cached = self.cache.get(EMBEDDING, key)
+        if cached is not None:
+            try:
+                return unpack_texts(cached)
+            except (ValueError, OSError, EOFError):
+                pass  # a foreign or truncated entry: encode again and overwrite it
+        encoded = self.encoder.encode_text([text]).row(0)
+        self.cache.set(EMBEDDING, key, pack_texts(encoded))
+        return encoded
+
+    def allowed_rows(self, served: Served, filters: dict[str, Any] | None) -> np.ndarray | None:
+        if not filters:
+            return None
+        known = served.index.fields
+        for name in filters:
+            if name not in known:
+                raise InvalidInputError(
+                    f"unknown filter field {name!r}; known fields: {', '.join(sorted(known)) or 'none'}",
+                    loc=("body", "filters", name),
+                )
+        plain = {
+            name: value.model_dump(exclude_none=True) if hasattr(value, "model_dump") else value
+            for name, value in filters.items()
+        }
+        return served.index.filter_rows(plain)
+
+    def rank(
+        self,
+        served: Served,
+        query: EncodedTexts,
+        *,
+        top_k: int,
+        offset: int,
+        rerank: bool,
+        rerank_k: int,
+        allowed: np.ndarray | None,
+        timings: dict[str, float],
+    ) -> Ranked:
+        index = served.index
+        want = offset + top_k
+        n_candidates = max(want, rerank_k) if rerank else want
+        n_candidates = max(1, min(n_candidates, len(index)))
+        start = time.perf_counter()
+        scores, rows = index.search(query.embeds, n_candidates, allowed)
+        timings["search"] = time.perf_counter() - start
+        self.metrics.stage_seconds.labels("search").observe(timings["search"])
+        scores, rows = scores[0], rows[0]
+        keep = rows >= 0
+        scores, rows = scores[keep], rows[keep]
+        rerank_scores: np.ndarray | None = None
+        if rerank and rows.size:
+            start = time.perf_counter()
+            head = min(rerank_k, rows.size)
+            logits = self.encoder.score_pairs(query, index.rerank_tokens(rows[:head])).astype(np.float32)
+            order = np.argsort(-logits, kind="stable")  # ties keep the dual encoder's order
+            rows = np.concatenate([rows[:head][order], rows[head:]])
+            scores = np.concatenate([scores[:head][order], scores[head:]])
+            rerank_scores = np.concatenate([logits[order], np.full(rows.size - head, np.nan, np.float32)])
+            timings["rerank"] = time.perf_counter() - start
+            self.metrics.stage_seconds.labels("rerank").observe(timings["rerank"])
+            self.metrics.rerank_candidates.observe(head)
+        self.metrics.rerank.labels("yes" if rerank_scores is not None else "no").inc()
+        page = slice(offset, offset + top_k)
+        return Ranked(
+            rows=rows[page],
+            scores=scores[page],
+            rerank_scores=None if rerank_scores is None else rerank_scores[page],
+            first_rank=offset,
+            reranked=rerank_scores is not None,
+        )
+
+    def hits(self, served: Served, ranked: Ranked) -> list[SearchHit]:
+        items = served.index.items(ranked.rows.tolist())
+        hits = []
+        for n, item in enumerate(items):
+            item_id = item.pop("id")
+            item.pop("path", None)  # a server path; clients fetch the image through image_url
+            rerank_score = None
+            if ranked.rerank_scores is not None and not np.isnan(ranked.rerank_scores[n]):
+                rerank_score = float(ranked.rerank_scores[n])
+            hits.append(
+                SearchHit(
+                    id=item_id,
+                    score=float(ranked.scores[n]),
+                    rerank_score=rerank_score,
+                    rank=ranked.first_rank + n,
+                    metadata=item,
+                    image_url=f"/v1/images/{quote(item_id, safe='')}",
+                )
+            )
+        return hits
+
+    # -- endpoints ------------------------------------------------------------------------------------------
+
+    def search(self, served: Served, request: SearchRequest) -> SearchResponse:
+        start = time.perf_counter()
+        text = normalise_query(request.query)
+        if not text:
+            raise InvalidInputError("query is empty after whitespace normalisation", loc=("body", "query"))
+        language = self.detector.resolve(text, request.lang)
+        rerank = self.default_rerank if request.rerank is None else request.rerank
+        filters = (
+            {
+                k: v.model_dump(exclude_none=True) if hasattr(v, "model_dump") else v
+                for k, v in request.filters.items()
+            }
+            if request.filters
+            else None
+        )
+        result_key = _digest(
+            [
+                served.version,
+                text,
+                request.top_k,
+                request.offset,
+                rerank,
+                request.rerank_k if rerank else 0,
+                filters,
+            ]
+        )
+        cached = self.cache.get(RESULT, result_key)
+        if cached is not None:
+            try:
+                payload = json.loads(cached)
+                return SearchResponse(
+                    results=[SearchHit(**hit) for hit in payload["results"]],
+                    language=language,
+                    index_version=served.version,
+                    model=self.model_name,
+                    reranked=payload["reranked"],
+                    timings_ms=Timings(
+                        encode=0.0, search=0.0, rerank=0.0, total=_ms(time.perf_counter() - start)
+                    ),
+                    cached=True,
+                )
+            except (ValueError, KeyError, TypeError):
+                pass  # unreadable entry: compute afresh
+        allowed = self.allowed_rows(served, request.filters)
+        timings = {"encode": 0.0, "search": 0.0, "rerank": 0.0}
+        t0 = time.perf_counter()
+        query = self.encode_query(text)
+        timings["encode"] = time.perf_counter() - t0
+        self.metrics.stage_seconds.labels("encode").observe(timings["encode"])
+        ranked = self.rank(
+            served,
+            query,
+            top_k=request.top_k,
+            offset=request.offset,
+            rerank=rerank,
+            rerank_k=request.rerank_k,
+            allowed=allowed,
+            timings=timings,
+        )
+        hits = self.hits(served, ranked)
+        self.cache.set(
+            RESULT,
+            result_key,
+            json.dumps({"results": [h.model_dump() for h in hits], "reranked": ranked.reranked}).encode(),
+        )
+        return SearchResponse(
+            results=hits,
+            language=language,
+            index_version=served.version,
+            model=self.model_name,
+            reranked=ranked.reranked,
+            timings_ms=Timings(
+                encode=_ms(timings["encode"]),
+                search=_ms(timings["search"]),
+                rerank=_ms(timings["rerank"]),
+                total=_ms(time.perf_counter() - start),
+            ),
+            cached=False,
+        )
+
+    def ranked_ids(
+        self, served: Served, text: str, top_k: int, rerank: bool, filters: dict[str, Any] | None
+    ) -> list[str]:
+        """Result ids of one query (consistency report)."""
+        query = self.encode_query(text)
+        allowed = self.allowed_rows(served, filters)
+        ranked = self.rank(
+            served,
+            query,
+            top_k=top_k,
+            offset=0,
+            rerank=rerank,
+            rerank_k=max(top_k, self.default_rerank_k),
+            allowed=allowed,
+            timings={},
+        )
+        return [item["id"] for item in served.index.items(ranked.rows.tolist())]
+
+    def decode_upload(self, data: bytes, content_type: str | None) -> Image.Image:
+        if len(data) > self.max_upload_bytes:
+            raise PayloadTooLargeError(
+                f"image is {len(data)} bytes, the limit is {self.max_upload_bytes}", loc=("body", "file")
+            )
+        if not data:
+            raise InvalidInputError("the uploaded file is empty", loc=("body", "file"))
+        declared = (content_type or "").split(";")[0].strip().lower()
+        if declared and declared not in (*IMAGE_FORMATS.values(), "application/octet-stream"):
+            raise UnsupportedMediaTypeError(
+                f"media type {declared!r} is not accepted; send JPEG, PNG or WebP", loc=("body", "file")
+            )
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                image = Image.open(io.BytesIO(data))
+                if image.format not in IMAGE_FORMATS:
+                    raise UnsupportedMediaTypeError(
+                        f"image format {image.format} is not accepted; send JPEG, PNG or WebP",
+                        loc=("body", "file"),
+                    )
+                image.load()
+        except UnidentifiedImageError:
+            raise UnsupportedMediaTypeError(
+                "the file is not a JPEG, PNG or WebP image", loc=("body", "file")
+            ) from None
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+            raise PayloadTooLargeError(f"image has too many pixels: {exc}", loc=("body", "file")) from None
+        except (OSError, SyntaxError, ValueError) as exc:
+            raise InvalidInputError(f"the image cannot be decoded: {exc}", loc=("body", "file")) from None
+        return image.convert("RGB")
+
+    def search_image(
+        self,
+        served: Served,
+        data: bytes,
+        content_type: str | None,
+        top_k: int,
+        offset: int,
+        filters: dict[str, Any] | None,
+    ) -> ImageSearchResponse:
+        start = time.perf_counter()
+        image = self.decode_upload(data, content_type)
+        allowed = self.allowed_rows(served, filters)
+        timings = {"encode": 0.0, "search": 0.0, "rerank": 0.0}
+        t0 = time.perf_counter()
+        embeds = self.encoder.encode_images([image]).embeds
+        timings["encode"] = time.perf_counter() - t0
+        query = EncodedTexts(embeds, np.zeros((1, 0, 0), np.float32), np.zeros((1, 0), np.int64))
+        ranked = self.rank(
+            served,
+            query,
+            top_k=top_k,
+            offset=offset,
+            rerank=False,
+            rerank_k=0,
+            allowed=allowed,
+            timings=timings,
+        )
+        return ImageSearchResponse(
+            results=self.hits(served, ranked),
+            index_version=served.version,
+            model=self.model_name,
+            timings_ms=Timings(
+                encode=_ms(timings["encode"]),
+                search=_ms(timings["search"]),
+                rerank=0.0,
+                total=_ms(time.perf_counter() - start),
+            ),
+        )
+
+    def language_of(self, text: str, hint: str | None) -> LanguageInfo:
+        return self.detector.resolve(normalise_query(text), hint)
