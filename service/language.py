@@ -19,6 +19,10 @@ from service.schemas import LanguageInfo
 
 # An unsupported language wins only above this probability and when it outweighs the supported ones.
 UNSUPPORTED_MIN_P = 0.4
+# Close relatives the identifier confuses with a supported language on short queries (on 2-3 word captions
+# Indonesian came out Malay, Czech Slovak, Chinese Wu more often than any other error): their probability
+# counts for the supported language, and they are never the label.
+RELATIVES = {"ms": "id", "sk": "cs", "wuu": "zh", "yue": "zh"}
 # Both halves of a query confidently in different languages -> "mixed".
 MIXED_HALF_P = 0.9
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -63,8 +67,10 @@ class LanguageDetector:
         if not any(char.isalpha() for char in text):  # digits, symbols: no language to tell
             return LanguageInfo(code="und", confidence=0.0, source="detected", supported=False)
         ranked = self._full.rank(text)
-        top_code, top_p = ranked[0]
-        supported_mass = sum(p for c, p in ranked if c in self.supported)
+        supported_mass = sum(p for c, p in ranked if RELATIVES.get(c, c) in self.supported)
+        top_code, top_p = next(
+            ((c, p) for c, p in ranked if RELATIVES.get(c, c) not in self.supported), ranked[0]
+        )
         mixed = self._mixed(text)
         if top_code not in self.supported and top_p >= UNSUPPORTED_MIN_P and top_p > supported_mass:
             return LanguageInfo(
