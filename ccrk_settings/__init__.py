@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     index_batch_size: int = Field(64, ge=1, description="Images per encoder batch when indexing.")
     index_workers: int = Field(2, ge=0, description="Decode worker processes when indexing (0: in process).")
     shard_size: int = Field(2048, ge=1, description="Items per embedding shard (the unit of resume).")
+    max_image_pixels: int = Field(
+        89_478_485, ge=1, description="Images with more pixels are skipped as decompression bombs."
+    )
 
     # -- service ----------------------------------------------------------------------------------------
     host: str = Field("127.0.0.1", description="Address `ccrk serve` binds.")

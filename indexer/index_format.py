@@ -422,17 +422,19 @@ class IndexVersion:
         self._tokens = np.load(rerank_file, mmap_mode="r") if rerank_file.is_file() else None
         scales = self.path / RERANK_SCALES_FILE
         self._scales = np.load(scales, mmap_mode="r") if scales.is_file() else None
-        params = manifest.search_params or {}
-        self._rescore = int(params.get("rescore_factor", 0) or 0)
-        self._efsearch = int(params.get("efSearch", 0) or 0)
-        self._nprobe = int(params.get("nprobe", 0) or 0)
         self._ivf = faiss.try_extract_index_ivf(self._index)
         self._hnsw = isinstance(self._index, faiss.IndexHNSW)
         self._flat = isinstance(self._index, faiss.IndexFlat)
-        if self._ivf is not None and self._nprobe:
-            self._ivf.nprobe = self._nprobe
-        if self._hnsw and self._efsearch:
-            self._index.hnsw.efSearch = self._efsearch
+        self.set_search_params(manifest.search_params or {})
+
+    def set_search_params(self, params: dict[str, Any]) -> None:
+        """Apply search parameters (efSearch, nprobe, rescore_factor); the manifest's are applied at open.
+        The indexer tunes through this, so measured recall is what ``search`` delivers."""
+        self._rescore = int(params.get("rescore_factor", 0) or 0)
+        if self._ivf is not None and params.get("nprobe"):
+            self._ivf.nprobe = int(params["nprobe"])
+        if self._hnsw and params.get("efSearch"):
+            self._index.hnsw.efSearch = int(params["efSearch"])
 
     # -- opening ----------------------------------------------------------------------------------------
 
@@ -483,6 +485,19 @@ class IndexVersion:
 
     def __len__(self) -> int:
         return self._count
+
+    @property
+    def index_kind(self) -> str:
+        """hnsw, ivf, flat, or other (a factory override this module cannot parameterise)."""
+        if self._hnsw:
+            return "hnsw"
+        if self._ivf is not None:
+            return "ivf"
+        return "flat" if self._flat else "other"
+
+    @property
+    def ivf_nlist(self) -> int:
+        return int(self._ivf.nlist) if self._ivf is not None else 0
 
     @property
     def total_rows(self) -> int:

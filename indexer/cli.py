@@ -1,0 +1,287 @@
+"""``ccrk index``: build, add, delete, roll back, list and verify index versions."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from ccrk_settings import Settings, get_settings
+from indexer import index_format as fmt
+from indexer.errors import IndexerError
+
+index_app = typer.Typer(
+    help="Build and manage versioned FAISS indexes of image collections.", no_args_is_help=True
+)
+
+Name = Annotated[str, typer.Option("--name", help="Index name (INDEX_ROOT/NAME).")]
+IndexRoot = Annotated[Path | None, typer.Option(help="Root of all indexes [settings: index_root].")]
+ModelDir = Annotated[Path | None, typer.Option("--model", help="Model directory [settings: model_dir].")]
+Sources = Annotated[
+    list[Path],
+    typer.Argument(help="Image folders, manifests (.jsonl/.csv: id, path, metadata...) or catalogue jsonl."),
+]
+Workers = Annotated[int | None, typer.Option(min=0, help="Decode worker processes [index_workers].")]
+Threads = Annotated[int | None, typer.Option(min=1, help="Encoder threads [threads].")]
+BatchSize = Annotated[int | None, typer.Option(min=1, help="Images per encoder batch [index_batch_size].")]
+ReportOut = Annotated[Path | None, typer.Option("--json-report", help="Also write the report as JSON here.")]
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class ItemsPerSecond(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        speed = task.speed
+        return Text(f"{speed:,.0f} items/s" if speed else "- items/s", style="progress.data.speed")
+
+
+@contextmanager
+def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        ItemsPerSecond(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=False,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+def _settings(**overrides: Any) -> Settings:
+    update = {k: v for k, v in overrides.items() if v is not None}
+    return get_settings().model_copy(update=update)
+
+
+def _fail(message: str) -> typer.Exit:
+    err_console.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(code=2)
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    try:
+        yield
+    except (IndexerError, fmt.IndexFormatError) as exc:
+        raise _fail(str(exc)) from None
+
+
+def _summary(report: Any, json_report: Path | None) -> None:
+    table = Table(title=f"ccrk index {report.operation}: {report.name}", show_header=False)
+    rows: list[tuple[str, str]] = [
+        (
+            "version",
+            f"{report.version or '-'}" + (" (published)" if report.published else " (nothing published)"),
+        ),
+        ("live items", f"{report.count:,}"),
+    ]
+    if report.operation in ("build", "add"):
+        rows += [
+            (
+                "items read",
+                f"{report.items_total:,}"
+                + (f" ({report.already_indexed:,} already indexed)" if report.already_indexed else ""),
+            ),
+            ("items indexed", f"{report.items_indexed:,}"),
+            ("skipped (bad)", f"{len(report.skipped):,}"),
+            ("shards", f"{report.shards} ({report.resumed_shards} resumed from an earlier run)"),
+            ("encode", f"{report.encode_seconds:.1f} s, {report.items_per_second:,.1f} items/s"),
+        ]
+        if report.ignored_files:
+            rows.append(("ignored files", f"{report.ignored_files} (not images by suffix)"))
+    rows += [
+        ("index", f"{report.index_factory} {json.dumps(report.search_params)}"),
+        (
+            "recall@10 vs exact",
+            "-" if report.measured_recall_at_10 is None else f"{report.measured_recall_at_10:.4f}",
+        ),
+        ("re-rank store", f"{report.rerank_bytes_per_image:,} bytes/image"),
+        ("total time", f"{report.build_seconds:.1f} s"),
+    ]
+    if report.language_recall_at_10:
+        rows.append(
+            ("text->image R@10", ", ".join(f"{k} {v:.2f}" for k, v in report.language_recall_at_10.items()))
+        )
+    if report.pruned:
+        rows.append(("pruned versions", ", ".join(report.pruned)))
+    for key, value in rows:
+        table.add_row(key, value)
+    console.print(table)
+    for s in report.skipped[:20]:
+        console.print(f"  skipped {s['source']}: {s['reason']}", highlight=False, markup=False)
+    if len(report.skipped) > 20:
+        console.print(
+            f"  ... and {len(report.skipped) - 20} more (all listed in the version's manifest.json)"
+        )
+    for note in report.notes:
+        console.print(f"note: {note}", highlight=False)
+    if json_report is not None:
+        data = dataclasses.asdict(report) | {"items_per_second": report.items_per_second}
+        json_report.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+
+
+@index_app.command("build")
+def build_command(
+    name: Name,
+    sources: Sources,
+    model: ModelDir = None,
+    index_root: IndexRoot = None,
+    index_factory: Annotated[
+        str | None,
+        typer.Option(help="faiss factory string overriding the automatic choice, e.g. 'HNSW32,Flat'."),
+    ] = None,
+    rerank_dtype: Annotated[
+        str | None, typer.Option(help="fp16 or int8 (per-vector scale) [rerank_dtype].")
+    ] = None,
+    workers: Workers = None,
+    threads: Threads = None,
+    batch_size: BatchSize = None,
+    json_report: ReportOut = None,
+) -> None:
+    """Embed the sources into a new version and publish it (re-run after a crash to resume)."""
+    from indexer.build import build
+
+    if rerank_dtype not in (None, "fp16", "int8"):
+        raise _fail(f"--rerank-dtype must be fp16 or int8, got {rerank_dtype!r}")
+    settings = _settings(
+        index_root=index_root,
+        rerank_dtype=rerank_dtype,
+        index_workers=workers,
+        threads=threads,
+        index_batch_size=batch_size,
+    )
+    with _errors(), _progress("encoding") as progress:
+        report = build(
+            name, sources, settings=settings, model_dir=model, index_factory=index_factory, progress=progress
+        )
+    _summary(report, json_report)
+
+
+@index_app.command("add")
+def add_command(
+    name: Name,
+    sources: Sources,
+    model: ModelDir = None,
+    index_root: IndexRoot = None,
+    workers: Workers = None,
+    threads: Threads = None,
+    batch_size: BatchSize = None,
+    json_report: ReportOut = None,
+) -> None:
+    """Add the sources' new items (ids not in the index yet) as a new version; others are kept as is."""
+    from indexer.build import add
+
+    settings = _settings(
+        index_root=index_root, index_workers=workers, threads=threads, index_batch_size=batch_size
+    )
+    with _errors(), _progress("encoding new items") as progress:
+        report = add(name, sources, settings=settings, model_dir=model, progress=progress)
+    _summary(report, json_report)
+
+
+@index_app.command("delete")
+def delete_command(
+    name: Name,
+    ids: Annotated[list[str], typer.Argument(help="Item ids to remove.")],
+    index_root: IndexRoot = None,
+) -> None:
+    """Remove items (gone from results at once; compacted at the next full build)."""
+    from indexer.build import delete
+
+    with _errors():
+        report = delete(name, ids, settings=_settings(index_root=index_root))
+    _summary(report, None)
+
+
+@index_app.command("rollback")
+def rollback_command(
+    name: Name,
+    to: Annotated[
+        str | None, typer.Option(help="Version to publish (default: the one before CURRENT).")
+    ] = None,
+    index_root: IndexRoot = None,
+) -> None:
+    """Publish an earlier kept version."""
+    from indexer.build import rollback
+
+    with _errors():
+        report = rollback(name, settings=_settings(index_root=index_root), to=to)
+    console.print(f"{name}: CURRENT is now {report.version} ({report.notes[0]})", highlight=False)
+
+
+@index_app.command("list")
+def list_command(name: Name, index_root: IndexRoot = None) -> None:
+    """The kept versions, oldest first; * marks CURRENT."""
+    root = _settings(index_root=index_root).index_root
+    with _errors():
+        versions = fmt.list_versions(root, name)
+        if not versions:
+            raise fmt.IndexNotFoundError(f"index {name!r} has no versions under {root}")
+        current = fmt.current_version(root, name)
+        table = Table(title=f"{root / name}")
+        for col in ("", "version", "created", "items", "index", "params", "recall@10", "model", "parent"):
+            table.add_column(col)
+        for v in versions:
+            m = fmt.IndexManifest.load(root / name / v / fmt.MANIFEST_FILE)
+            table.add_row(
+                "*" if v == current else "",
+                v,
+                m.created_at,
+                f"{m.count:,}",
+                m.index_factory,
+                json.dumps(m.search_params),
+                "-" if m.measured_recall_at_10 is None else f"{m.measured_recall_at_10:.3f}",
+                m.model_name,
+                m.parent_version or "-",
+            )
+    console.print(table)
+
+
+@index_app.command("verify")
+def verify_command(
+    name: Name,
+    version: Annotated[str | None, typer.Option(help="Version to check (default: CURRENT).")] = None,
+    model: Annotated[
+        Path | None, typer.Option("--model", help="Also check compatibility with this model [model_dir].")
+    ] = None,
+    index_root: IndexRoot = None,
+) -> None:
+    """Check checksums, counts and model compatibility; exit code 1 when a problem is found."""
+    settings = _settings(index_root=index_root)
+    with _errors():
+        chosen = version or fmt.current_version(settings.index_root, name)
+        problems = fmt.verify_version(
+            settings.index_root, name, chosen, model_dir=model or settings.model_dir
+        )
+    if problems:
+        for p in problems:
+            err_console.print(f"[red]problem:[/red] {p}", highlight=False)
+        raise typer.Exit(code=1)
+    console.print(f"{name}/{chosen}: OK (checksums, counts, model)", highlight=False)

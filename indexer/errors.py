@@ -1,0 +1,19 @@
+"""Typed errors of the indexer (the CLI turns them into a message and exit code 2)."""
+
+from __future__ import annotations
+
+
+class IndexerError(RuntimeError):
+    """Base of the indexer's errors."""
+
+
+class SourceError(IndexerError):
+    """A source (folder, manifest, catalogue) is missing or malformed; the message names the file/line."""
+
+
+class BuildError(IndexerError):
+    """A build, add or delete cannot complete; nothing was published."""
+
+
+class TooManyBadItemsError(BuildError):
+    """The share of bad items passed the threshold; nothing was published."""

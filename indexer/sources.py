@@ -1,0 +1,179 @@
+"""Build inputs: folders of images, manifests (JSONL or CSV) and the synthetic catalogue's jsonl.
+
+Every source yields ``SourceItem``s: the catalogue's own string id, an absolute image path, metadata
+fields, and captions by language when the source has them (the synthetic catalogue). Reading a source
+never opens images; bad images are found by the decoder and skipped there. A malformed source file is a
+``SourceError`` naming the file and line, raised before any work starts.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from indexer.errors import SourceError
+
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".gif"})
+_INT_RE = re.compile(r"^-?(0|[1-9][0-9]*)$")
+_FLOAT_RE = re.compile(r"^-?(0|[1-9][0-9]*)?\.[0-9]+([eE][-+]?[0-9]+)?$|^-?(0|[1-9][0-9]*)[eE][-+]?[0-9]+$")
+
+
+@dataclass(frozen=True)
+class SourceItem:
+    id: str
+    path: Path  # absolute (joined, not resolved: the file may be missing, which the decoder reports)
+    fields: dict[str, Any] = field(default_factory=dict)
+    captions: dict[str, list[str]] = field(default_factory=dict)
+    source: str = ""  # where the item came from, for the build report (file, or file:line)
+
+
+@dataclass
+class SourceScan:
+    items: list[SourceItem]
+    ignored: int = 0  # files in folders that are not images by suffix
+
+
+def _absolute(base: Path, value: str) -> Path:
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        # Joined, not resolved per item: resolving a million paths costs seconds of syscalls.
+        path = Path(os.path.normpath(base.absolute() / path))
+    return path
+
+
+def _coerce_csv(value: str) -> Any:
+    """CSV cells are text: numbers become numbers (so range filters work); '00123'-style codes stay text."""
+    text = value.strip()
+    if _INT_RE.match(text):
+        return int(text)
+    if _FLOAT_RE.match(text):
+        return float(text)
+    return value
+
+
+def _check_field_names(names: Sequence[str], where: str) -> None:
+    for name in names:
+        if not name or '"' in name or any(ord(c) < 32 for c in name):
+            raise SourceError(f"{where}: invalid metadata field name {name!r}")
+
+
+def scan_folder(folder: Path) -> SourceScan:
+    """Every image (by suffix) under ``folder``, recursively, in sorted order; id = relative posix path."""
+    folder = Path(folder)
+    items: list[SourceItem] = []
+    ignored = 0
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if name.startswith("."):
+                continue
+            path = Path(dirpath) / name
+            if path.suffix.lower() not in IMAGE_SUFFIXES:
+                ignored += 1
+                continue
+            rel = path.relative_to(folder).as_posix()
+            items.append(SourceItem(id=rel, path=path.absolute(), source=str(path)))
+    return SourceScan(items, ignored)
+
+
+def _item_from_object(obj: dict[str, Any], path: Path, lineno: int) -> SourceItem:
+    where = f"{path}:{lineno}"
+    item_id = obj.get("id")
+    if isinstance(item_id, int) and not isinstance(item_id, bool):
+        item_id = str(item_id)
+    if not isinstance(item_id, str) or not item_id.strip():
+        raise SourceError(f"{where}: field 'id' must be a non-empty string, got {item_id!r}")
+    if "captions" in obj and "image" in obj and "path" not in obj:
+        # The synthetic catalogue's reference format: image, captions, attributes.
+        image = obj["image"]
+        captions = obj["captions"]
+        if not isinstance(captions, dict) or not all(
+            isinstance(v, list) and all(isinstance(t, str) for t in v) for v in captions.values()
+        ):
+            raise SourceError(f"{where}: field 'captions' must map language -> list of strings")
+        attributes = obj.get("attributes") or {}
+        if not isinstance(attributes, dict):
+            raise SourceError(f"{where}: field 'attributes' must be an object")
+        fields = dict(attributes)
+        caps = {str(k): list(v) for k, v in captions.items() if v}
+    else:
+        image = obj.get("path")
+        fields = {k: v for k, v in obj.items() if k not in ("id", "path")}
+        caps = {}
+    if not isinstance(image, str) or not image.strip():
+        key = "image" if "image" in obj and "path" not in obj else "path"
+        raise SourceError(f"{where}: field {key!r} must be a non-empty string, got {image!r}")
+    _check_field_names(list(fields), where)
+    return SourceItem(
+        id=item_id, path=_absolute(path.parent, image), fields=fields, captions=caps, source=where
+    )
+
+
+def read_jsonl(path: Path) -> Iterator[SourceItem]:
+    """A manifest (id, path, metadata...) or the synthetic catalogue (id, image, captions, attributes)."""
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SourceError(
+                    f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})"
+                ) from None
+            if not isinstance(obj, dict):
+                raise SourceError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            yield _item_from_object(obj, path, lineno)
+
+
+def read_csv(path: Path) -> Iterator[SourceItem]:
+    """A CSV manifest with a header naming at least ``id`` and ``path``; other columns are metadata."""
+    with open(path, encoding="utf-8-sig", newline="") as fh:
+        reader = csv.DictReader(fh)
+        header = reader.fieldnames or []
+        missing = [c for c in ("id", "path") if c not in header]
+        if missing:
+            raise SourceError(f"{path}: CSV header lacks column(s) {', '.join(missing)} (header: {header})")
+        _check_field_names([h for h in header if h not in ("id", "path")], str(path))
+        for row in reader:
+            lineno = reader.line_num
+            if None in row:
+                raise SourceError(f"{path}:{lineno}: more cells than header columns")
+            fields = {
+                k: _coerce_csv(v) for k, v in row.items() if k not in ("id", "path") and v not in ("", None)
+            }
+            yield _item_from_object({"id": row["id"], "path": row["path"], **fields}, path, lineno)
+
+
+def read_sources(sources: Sequence[Path]) -> SourceScan:
+    """All items of all sources, in order; duplicate ids across or within sources are an error."""
+    if not sources:
+        raise SourceError("no source given: pass image folders, manifests (.jsonl/.csv) or a catalogue jsonl")
+    items: list[SourceItem] = []
+    ignored = 0
+    for source in sources:
+        source = Path(source)
+        if source.is_dir():
+            scan = scan_folder(source)
+            items.extend(scan.items)
+            ignored += scan.ignored
+        elif not source.exists():
+            raise SourceError(f"source not found: {source}")
+        elif source.suffix.lower() == ".jsonl":
+            items.extend(read_jsonl(source))
+        elif source.suffix.lower() == ".csv":
+            items.extend(read_csv(source))
+        else:
+            raise SourceError(f"{source}: not a folder, .jsonl or .csv manifest")
+    seen: dict[str, str] = {}
+    for item in items:
+        if item.id in seen:
+            raise SourceError(f"duplicate id {item.id!r}: {seen[item.id]} and {item.source}")
+        seen[item.id] = item.source
+    return SourceScan(items, ignored)
