@@ -1,0 +1,134 @@
+"""Zero failed requests while Redis dies and comes back, and while the index is swapped under load."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import redis
+
+from indexer import index_format as fmt
+from tests.service.conftest import Catalogue, LiveServer, RedisProcess, make_settings, write_version
+
+QUERIES = ["three yellow umbrellas", "drei gelbe Regenschirme", "trois parapluies jaunes", "红色的杯子",
+           "a blue striped mug", "две зелёные шапки"]
+
+
+class Load:
+    """Client threads searching in a loop; every status and index version seen is recorded."""
+
+    def __init__(self, url: str, threads: int = 6, body: dict | None = None) -> None:
+        self.url = url
+        self.body = body or {}
+        self.stop = threading.Event()
+        self.statuses: Counter[int | str] = Counter()
+        self.versions: list[str] = []
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._run, args=(n,)) for n in range(threads)]
+
+    def _run(self, n: int) -> None:
+        with httpx.Client(base_url=self.url, timeout=30) as c:
+            i = n
+            while not self.stop.is_set():
+                query = f"{QUERIES[i % len(QUERIES)]} {i % 7}"  # some repeats (cache), some new
+                try:
+                    r = c.post("/v1/search", json={"query": query, "top_k": 5, **self.body})
+                    status: int | str = r.status_code
+                    version = r.json().get("index_version") if r.status_code == 200 else None
+                except httpx.HTTPError as exc:
+                    status, version = type(exc).__name__, None
+                with self.lock:
+                    self.statuses[status] += 1
+                    if version:
+                        self.versions.append(version)
+                i += 1
+
+    def __enter__(self) -> Load:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=30)
+
+
+def wait_for(predicate, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_redis_stopped_mid_test_fails_no_request(index_root: Path) -> None:
+    own = RedisProcess()
+    own.start()
+    try:
+        settings = make_settings(index_root, redis_url=own.url, redis_timeout_s=0.05, redis_retry_s=0.3)
+        with LiveServer(settings) as live:
+            metrics = live.app.state.runtime.metrics
+            with Load(live.url) as load:
+                assert wait_for(lambda: load.statuses[200] > 40)
+                assert redis.Redis(port=own.port).dbsize() > 0  # the cache was in use
+                own.stop()
+                served_before = load.statuses[200]
+                assert wait_for(lambda: load.statuses[200] > served_before + 60)
+                errors = sum(s.value for s in metrics.redis_errors.collect()[0].samples
+                             if s.name.endswith("_total"))
+                assert errors >= 1
+                own.start()  # an empty Redis on the same port: the service finds it again by itself
+                assert wait_for(lambda: redis.Redis(port=own.port).dbsize() > 0)
+                served_after = load.statuses[200]
+                assert wait_for(lambda: load.statuses[200] > served_after + 20)
+            assert set(load.statuses) == {200}, load.statuses
+    finally:
+        own.stop()
+
+
+def test_reload_under_concurrent_load_fails_no_request(tmp_path: Path, catalogue: Catalogue) -> None:
+    first = write_version(tmp_path, catalogue, rows=list(range(40)))
+    settings = make_settings(tmp_path, index_poll_s=0.1)
+    with LiveServer(settings) as live, live.client() as admin, Load(live.url, body={"rerank": True}) as load:
+        holder = live.app.state.runtime.holder
+        assert wait_for(lambda: load.statuses[200] > 30)
+        old = holder.served
+        # 1) an admin reload of a freshly published version
+        second = write_version(tmp_path, catalogue, rows=list(range(20, 60)), publish=False)
+        fmt.publish_version(tmp_path, "shop", second)
+        response = admin.post("/v1/admin/reload", headers={"x-api-key": "test-admin-key"})
+        assert response.status_code == 200, response.text
+        assert response.json()["version"] == second  # (the poller may have been quicker than the call)
+        n = load.statuses[200]
+        assert wait_for(lambda: load.statuses[200] > n + 30)
+        # The old version was closed once its last request returned it.
+        assert old is not None and old.retired and wait_for(lambda: old.leases == 0)
+        # 2) the poller picks up a new CURRENT by itself
+        third = write_version(tmp_path, catalogue, rows=list(range(0, 60, 2)))
+        assert wait_for(lambda: holder.served is not None and holder.served.version == third)
+        n = load.statuses[200]
+        assert wait_for(lambda: load.statuses[200] > n + 30)
+        # 3) a broken version is refused (409) and the good one keeps serving
+        fourth = write_version(tmp_path, catalogue, rows=list(range(10)), publish=False)
+        (tmp_path / "shop" / fourth / fmt.INDEX_FILE).write_bytes(b"corrupt")
+        fmt.publish_version(tmp_path, "shop", fourth)
+        response = admin.post("/v1/admin/reload", headers={"x-api-key": "test-admin-key"})
+        assert response.status_code == 409 and fourth in response.json()["detail"][0]["msg"]
+        n = load.statuses[200]
+        assert wait_for(lambda: load.statuses[200] > n + 20)
+        assert holder.served is not None and holder.served.version == third
+        # 4) rollback to a kept version by name
+        response = admin.post("/v1/admin/reload", headers={"x-api-key": "test-admin-key"},
+                              params={"version": first})
+        assert response.status_code == 200 and response.json()["version"] == first
+        n = load.statuses[200]
+        assert wait_for(lambda: load.statuses[200] > n + 20)
+    assert set(load.statuses) == {200}, load.statuses
+    seen = list(dict.fromkeys(load.versions))
+    assert seen[:3] == [first, second, third], seen
+    assert load.versions[-1] == first
