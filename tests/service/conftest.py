@@ -86,15 +86,25 @@ def write_version(
         ((n, r.id, str(r.image), dict(r.attributes or {}), False) for n, r in enumerate(records)),
     )
     fmt.IndexManifest(
-        format_version=fmt.FORMAT_VERSION, name=name, version=version, created_at="2026-11-22T00:00:00Z",
+        format_version=fmt.FORMAT_VERSION,
+        name=name,
+        version=version,
+        created_at="2026-11-22T00:00:00Z",
         model_name=fmt.model_name_of(DEFAULT_MODEL_DIR),
         model_fingerprint=fingerprint or fmt.model_fingerprint(DEFAULT_MODEL_DIR),
-        embed_dim=embeds.shape[1], preprocessing={"image_size": 64, "mean": [0.5] * 3, "std": [0.25] * 3},
-        count=len(rows), index_factory="Flat", search_params={}, measured_recall_at_10=1.0,
-        language_recall_at_10={"en": 0.99, "de": 0.98}, build_seconds=0.0, skipped=[],
+        embed_dim=embeds.shape[1],
+        preprocessing={"image_size": 64, "mean": [0.5] * 3, "std": [0.25] * 3},
+        count=len(rows),
+        index_factory="Flat",
+        search_params={},
+        measured_recall_at_10=1.0,
+        language_recall_at_10={"en": 0.99, "de": 0.98},
+        build_seconds=0.0,
+        skipped=[],
         checksums=fmt.file_checksums(stage),
         rerank={"dtype": "fp16", "tokens": tokens.shape[1], "width": tokens.shape[2], "bytes_per_image": 0},
-        parent_version=None, total_rows=len(rows),
+        parent_version=None,
+        total_rows=len(rows),
     ).save(stage / fmt.MANIFEST_FILE)
     fmt.install_version(root, name, stage, version)
     if publish:
@@ -112,9 +122,17 @@ def index_root(tmp_path_factory: pytest.TempPathFactory, catalogue: Catalogue) -
 
 def make_settings(index_root: Path, **overrides: object) -> Settings:
     values: dict[str, object] = {
-        "model_dir": DEFAULT_MODEL_DIR, "backend": "onnx", "device": "cpu", "threads": 1,
-        "index_root": index_root, "index_name": INDEX_NAME, "redis_url": None, "rerank": False,
-        "index_poll_s": 0.2, "admin_api_key": "test-admin-key", "search_workers": 2,
+        "model_dir": DEFAULT_MODEL_DIR,
+        "backend": "onnx",
+        "device": "cpu",
+        "threads": 1,
+        "index_root": index_root,
+        "index_name": INDEX_NAME,
+        "redis_url": None,
+        "rerank": False,
+        "index_poll_s": 0.2,
+        "admin_api_key": "test-admin-key",
+        "search_workers": 2,
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]
@@ -201,8 +219,19 @@ class RedisProcess:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         client = redis.Redis(port=self.port, socket_timeout=0.5)
         deadline = time.monotonic() + 10

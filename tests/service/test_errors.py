@@ -41,25 +41,72 @@ CASES = [
     ("post", "/v1/search", {"json": {**GOOD, "filters": {"count": {"gte": "two"}}}}, 422, "count"),
     ("post", "/v1/search", {"json": {**GOOD, "filters": {"colour": []}}}, 422, "colour"),
     ("post", "/v1/search", {"json": {**GOOD, "filters": ["colour"]}}, 422, "filters"),
-    ("post", "/v1/search", {"content": b"{not json", "headers": {"content-type": "application/json"}}, 422, None),
+    (
+        "post",
+        "/v1/search",
+        {"content": b"{not json", "headers": {"content-type": "application/json"}},
+        422,
+        None,
+    ),
     ("post", "/v1/search", {"content": b"query=x", "headers": {"content-type": "text/plain"}}, 422, None),
-    ("post", "/v1/search", {"content": b'{"query": "' + b"x" * (2 << 20) + b'"}',
-                            "headers": {"content-type": "application/json"}}, 413, None),
+    (
+        "post",
+        "/v1/search",
+        {
+            "content": b'{"query": "' + b"x" * (2 << 20) + b'"}',
+            "headers": {"content-type": "application/json"},
+        },
+        413,
+        None,
+    ),
     ("post", "/v1/search/image", {"data": {"top_k": "3"}}, 422, "file"),
     ("post", "/v1/search/image", {"files": {"file": ("a.png", b"", "image/png")}}, 422, "file"),
     ("post", "/v1/search/image", {"files": {"file": ("a.gif", b"GIF89a....", "image/gif")}}, 415, "file"),
     ("post", "/v1/search/image", {"files": {"file": ("a.txt", b"hello", "text/plain")}}, 415, "file"),
     ("post", "/v1/search/image", {"files": {"file": ("a.png", b"hello world", "image/png")}}, 415, "file"),
-    ("post", "/v1/search/image", {"files": {"file": ("a.png", png((64, 64))[:2000], "image/png")}}, 422, "file"),
-    ("post", "/v1/search/image", {"files": {"file": ("a.png", png(), "image/png")}, "data": {"top_k": "0"}},
-     422, "top_k"),
-    ("post", "/v1/search/image", {"files": {"file": ("a.png", png(), "image/png")},
-                                  "data": {"filters": "{bad"}}, 422, "filters"),
-    ("post", "/v1/search/image", {"files": {"file": ("a.png", png(), "image/png")},
-                                  "data": {"filters": '{"material": "wood"}'}}, 422, "material"),
-    ("post", "/v1/search/image", {"files": {"file": ("big.png", b"\0" * (11 << 20), "image/png")}}, 413, None),
+    (
+        "post",
+        "/v1/search/image",
+        {"files": {"file": ("a.png", png((64, 64))[:2000], "image/png")}},
+        422,
+        "file",
+    ),
+    (
+        "post",
+        "/v1/search/image",
+        {"files": {"file": ("a.png", png(), "image/png")}, "data": {"top_k": "0"}},
+        422,
+        "top_k",
+    ),
+    (
+        "post",
+        "/v1/search/image",
+        {"files": {"file": ("a.png", png(), "image/png")}, "data": {"filters": "{bad"}},
+        422,
+        "filters",
+    ),
+    (
+        "post",
+        "/v1/search/image",
+        {"files": {"file": ("a.png", png(), "image/png")}, "data": {"filters": '{"material": "wood"}'}},
+        422,
+        "material",
+    ),
+    (
+        "post",
+        "/v1/search/image",
+        {"files": {"file": ("big.png", b"\0" * (11 << 20), "image/png")}},
+        413,
+        None,
+    ),
     ("post", "/v1/consistency", {"json": {"queries": {"en": "a red mug"}}}, 422, "queries"),
-    ("post", "/v1/consistency", {"json": {"queries": {f"l{i:02d}"[:3]: "x" for i in range(21)}}}, 422, "queries"),
+    (
+        "post",
+        "/v1/consistency",
+        {"json": {"queries": {f"l{i:02d}"[:3]: "x" for i in range(21)}}},
+        422,
+        "queries",
+    ),
     ("post", "/v1/consistency", {"json": {"queries": {"en": "red mug", "de": ""}}}, 422, "de"),
     ("post", "/v1/consistency", {"json": {"queries": {"en": "a", "?!": "b"}}}, 422, "queries"),
     ("post", "/v1/consistency", {"json": {"queries": {"en": "a", "de": "b"}, "top_k": 0}}, 422, "top_k"),
@@ -69,15 +116,22 @@ CASES = [
     ("get", "/v1/search", {}, 405, None),
     ("post", "/v1/admin/reload", {}, 401, "x-api-key"),
     ("post", "/v1/admin/reload", {"headers": {"x-api-key": "wrong"}}, 401, "x-api-key"),
-    ("post", "/v1/admin/reload", {"headers": {"x-api-key": "test-admin-key"}, "params": {"version": "../x"}},
-     422, "version"),
+    (
+        "post",
+        "/v1/admin/reload",
+        {"headers": {"x-api-key": "test-admin-key"}, "params": {"version": "../x"}},
+        422,
+        "version",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("method", "path", "kwargs", "status", "field"), CASES,
-                         ids=[f"{c[1]}-{n}" for n, c in enumerate(CASES)])
-def test_bad_input_table(client: httpx.Client, method: str, path: str, kwargs: dict, status: int,
-                         field: str | None) -> None:
+@pytest.mark.parametrize(
+    ("method", "path", "kwargs", "status", "field"), CASES, ids=[f"{c[1]}-{n}" for n, c in enumerate(CASES)]
+)
+def test_bad_input_table(
+    client: httpx.Client, method: str, path: str, kwargs: dict, status: int, field: str | None
+) -> None:
     response = client.request(method.upper(), path, **kwargs)
     assert response.status_code == status, response.text
     if field is not None:

@@ -37,8 +37,9 @@ print("TORCH_MODULES=" + ",".join(sorted(m for m in sys.modules if m == "torch" 
 
 
 def test_app_startup_and_search_import_no_torch(index_root: Path) -> None:
-    out = subprocess.run([sys.executable, "-c", SCRIPT, str(index_root)], cwd=REPO, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(index_root)], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     line = next(x for x in out.stdout.splitlines() if x.startswith("TORCH_MODULES="))
     assert line == "TORCH_MODULES=", line
@@ -49,10 +50,26 @@ def test_ccrk_serve_process_maps_no_torch_library(index_root: Path, redis_prefix
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CCRK_")}
     proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "ccrk"), "serve", "--port", str(port), "--index-root", str(index_root),
-         "--index-name", "shop", "--backend", "onnx", "--redis-url", REDIS_URL, "--log-level", "warning"],
-        cwd=REPO, env={**env, "CCRK_THREADS": "1", "CCRK_CACHE_PREFIX": redis_prefix},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        [
+            str(Path(sys.executable).parent / "ccrk"),
+            "serve",
+            "--port",
+            str(port),
+            "--index-root",
+            str(index_root),
+            "--index-name",
+            "shop",
+            "--backend",
+            "onnx",
+            "--redis-url",
+            REDIS_URL,
+            "--log-level",
+            "warning",
+        ],
+        cwd=REPO,
+        env={**env, "CCRK_THREADS": "1", "CCRK_CACHE_PREFIX": redis_prefix},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     try:
         url = f"http://127.0.0.1:{port}"

@@ -13,8 +13,14 @@ import redis
 from indexer import index_format as fmt
 from tests.service.conftest import Catalogue, LiveServer, RedisProcess, make_settings, write_version
 
-QUERIES = ["three yellow umbrellas", "drei gelbe Regenschirme", "trois parapluies jaunes", "红色的杯子",
-           "a blue striped mug", "две зелёные шапки"]
+QUERIES = [
+    "three yellow umbrellas",
+    "drei gelbe Regenschirme",
+    "trois parapluies jaunes",
+    "红色的杯子",
+    "a blue striped mug",
+    "две зелёные шапки",
+]
 
 
 class Load:
@@ -79,8 +85,9 @@ def test_redis_stopped_mid_test_fails_no_request(index_root: Path) -> None:
                 own.stop()
                 served_before = load.statuses[200]
                 assert wait_for(lambda: load.statuses[200] > served_before + 60)
-                errors = sum(s.value for s in metrics.redis_errors.collect()[0].samples
-                             if s.name.endswith("_total"))
+                errors = sum(
+                    s.value for s in metrics.redis_errors.collect()[0].samples if s.name.endswith("_total")
+                )
                 assert errors >= 1
                 own.start()  # an empty Redis on the same port: the service finds it again by itself
                 assert wait_for(lambda: redis.Redis(port=own.port).dbsize() > 0)
@@ -123,8 +130,9 @@ def test_reload_under_concurrent_load_fails_no_request(tmp_path: Path, catalogue
         assert wait_for(lambda: load.statuses[200] > n + 20)
         assert holder.served is not None and holder.served.version == third
         # 4) rollback to a kept version by name
-        response = admin.post("/v1/admin/reload", headers={"x-api-key": "test-admin-key"},
-                              params={"version": first})
+        response = admin.post(
+            "/v1/admin/reload", headers={"x-api-key": "test-admin-key"}, params={"version": first}
+        )
         assert response.status_code == 200 and response.json()["version"] == first
         n = load.statuses[200]
         assert wait_for(lambda: load.statuses[200] > n + 20)

@@ -45,7 +45,8 @@ def test_search_finds_the_item_in_each_language(
         np.testing.assert_allclose(
             [hit["score"] for hit in body["results"]],
             [float(catalogue.encoded.embeds[by_id[i]] @ q) for i in ids],
-            rtol=1e-4, atol=1e-5,
+            rtol=1e-4,
+            atol=1e-5,
         )
         assert [hit["rank"] for hit in body["results"]] == list(range(10))
         assert body["language"] == {**body["language"], "code": lang, "source": "detected", "supported": True}
@@ -58,8 +59,13 @@ def test_search_finds_the_item_in_each_language(
 
 def test_lang_hint_overrides_detection_and_unsupported_is_labelled(client: httpx.Client) -> None:
     body = client.post("/v1/search", json={"query": "three yellow umbrellas", "lang": "de-AT"}).json()
-    assert body["language"] == {"code": "de", "confidence": 1.0, "source": "hint", "supported": True,
-                                "mixed": False}
+    assert body["language"] == {
+        "code": "de",
+        "confidence": 1.0,
+        "source": "hint",
+        "supported": True,
+        "mixed": False,
+    }
     body = client.post("/v1/search", json={"query": "czerwona torba w paski", "top_k": 3}).json()
     assert body["language"]["code"] == "pl" and body["language"]["supported"] is False
     assert len(body["results"]) == 3  # still served
@@ -69,7 +75,9 @@ def test_lang_hint_overrides_detection_and_unsupported_is_labelled(client: httpx
 
 def test_rerank_orders_by_fusion_logits(client: httpx.Client, catalogue: Catalogue, encoder: Encoder) -> None:
     caption = catalogue.records[19].captions["fr"][1]
-    body = client.post("/v1/search", json={"query": caption, "top_k": 15, "rerank": True, "rerank_k": 128}).json()
+    body = client.post(
+        "/v1/search", json={"query": caption, "top_k": 15, "rerank": True, "rerank_k": 128}
+    ).json()
     assert body["reranked"] is True
     # Reference: every item (60 <= rerank_k) scored by the fusion encoder on the stored fp16 tokens.
     query = encoder.encode_text([caption]).row(0)
@@ -77,17 +85,22 @@ def test_rerank_orders_by_fusion_logits(client: httpx.Client, catalogue: Catalog
     logits = encoder.score_pairs(query, tokens)
     order = np.argsort(-logits, kind="stable")[:15]
     assert [hit["id"] for hit in body["results"]] == [catalogue.records[i].id for i in order]
-    np.testing.assert_allclose([hit["rerank_score"] for hit in body["results"]], logits[order], rtol=1e-3,
-                               atol=1e-3)
+    np.testing.assert_allclose(
+        [hit["rerank_score"] for hit in body["results"]], logits[order], rtol=1e-3, atol=1e-3
+    )
     # Only the head is re-ranked: with rerank_k 5 ranks 5.. keep the dual-encoder order and have no logit.
-    body = client.post("/v1/search", json={"query": caption, "top_k": 10, "rerank": True, "rerank_k": 5}).json()
+    body = client.post(
+        "/v1/search", json={"query": caption, "top_k": 10, "rerank": True, "rerank_k": 5}
+    ).json()
     exact = exact_ids(catalogue, encoder, caption)
     assert sorted(h["id"] for h in body["results"][:5]) == sorted(exact[:5])
     assert [h["id"] for h in body["results"][5:]] == exact[5:10]
     assert all(h["rerank_score"] is None for h in body["results"][5:])
 
 
-def test_filters_return_top_k_matching_items(client: httpx.Client, catalogue: Catalogue, encoder: Encoder) -> None:
+def test_filters_return_top_k_matching_items(
+    client: httpx.Client, catalogue: Catalogue, encoder: Encoder
+) -> None:
     caption = catalogue.records[0].captions["en"][0]
     cases = [
         {"colour": ["red", "blue", "green"]},
@@ -96,14 +109,17 @@ def test_filters_return_top_k_matching_items(client: httpx.Client, catalogue: Ca
         {"count": {"gt": 1}, "background": ["grey", "white", "beige"]},
     ]
     for filters in cases:
+
         def matches(attrs: dict, filters: dict = filters) -> bool:
             for name, cond in filters.items():
                 value = attrs[name]
                 if isinstance(cond, list):
                     ok = value in cond
                 elif isinstance(cond, dict):
-                    ok = all({"gte": value >= b, "gt": value > b, "lte": value <= b, "lt": value < b}[op]
-                             for op, b in cond.items())
+                    ok = all(
+                        {"gte": value >= b, "gt": value > b, "lte": value <= b, "lt": value < b}[op]
+                        for op, b in cond.items()
+                    )
                 else:
                     ok = value == cond
                 if not ok:
@@ -128,7 +144,9 @@ def test_offset_pages_through_the_same_ranking(client: httpx.Client) -> None:
     assert [h["rank"] for h in page] == [8, 9, 10, 11]
 
 
-@pytest.mark.parametrize(("fmt", "mime"), [("PNG", "image/png"), ("JPEG", "image/jpeg"), ("WEBP", "image/webp")])
+@pytest.mark.parametrize(
+    ("fmt", "mime"), [("PNG", "image/png"), ("JPEG", "image/jpeg"), ("WEBP", "image/webp")]
+)
 def test_image_search_finds_the_same_image(
     client: httpx.Client, catalogue: Catalogue, fmt: str, mime: str
 ) -> None:
@@ -138,7 +156,9 @@ def test_image_search_finds_the_same_image(
         with Image.open(record.image) as image:
             image.convert("RGB").save(buffer, format=fmt, quality=95)
         response = client.post(
-            "/v1/search/image", files={"file": (f"q.{fmt.lower()}", buffer.getvalue(), mime)}, data={"top_k": "5"}
+            "/v1/search/image",
+            files={"file": (f"q.{fmt.lower()}", buffer.getvalue(), mime)},
+            data={"top_k": "5"},
         )
         assert response.status_code == 200, response.text
         results = response.json()["results"]
@@ -153,7 +173,8 @@ def test_image_search_with_filters(client: httpx.Client, catalogue: Catalogue) -
     with open(record.image, "rb") as fh:
         data = fh.read()
     response = client.post(
-        "/v1/search/image", files={"file": ("q.png", data, "image/png")},
+        "/v1/search/image",
+        files={"file": ("q.png", data, "image/png")},
         data={"top_k": "50", "filters": f'{{"category": "{category}"}}'},
     )
     results = response.json()["results"]
@@ -176,8 +197,9 @@ def test_images_route_serves_files_and_thumbnails(client: httpx.Client, catalogu
     assert client.get("/v1/images/no-such-item").status_code == 404
 
 
-def test_results_and_embeddings_are_cached_in_redis(server: LiveServer, client: httpx.Client,
-                                                     redis_prefix: str) -> None:
+def test_results_and_embeddings_are_cached_in_redis(
+    server: LiveServer, client: httpx.Client, redis_prefix: str
+) -> None:
     import redis
 
     query = {"query": "two green hats with dots at the top, grey background", "top_k": 7}
@@ -199,7 +221,11 @@ def test_results_and_embeddings_are_cached_in_redis(server: LiveServer, client: 
 
 def test_index_languages_health_metrics(client: httpx.Client, catalogue: Catalogue) -> None:
     info = client.get("/v1/index").json()
-    assert info["name"] == "shop" and info["count"] == len(catalogue.records) and info["model_name"] == "ccrk-demo"
+    assert (
+        info["name"] == "shop"
+        and info["count"] == len(catalogue.records)
+        and info["model_name"] == "ccrk-demo"
+    )
     langs = client.get("/v1/languages").json()
     codes = [entry["code"] for entry in langs["languages"]]
     assert codes == ["en", "de", "fr", "cs", "ja", "zh", "es", "ru", "tr", "id"]
