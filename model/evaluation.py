@@ -25,6 +25,7 @@ from transformers import PreTrainedTokenizerBase
 from model.metrics import mean_recall, mrv, mrv_std, ranks_from_scores, recall_at_k
 from model.modeling import CCRkModel
 from model.preprocessing import ImagePreprocessor
+from model.reranking import rerank_order
 from model.runtime.base import EncodedTexts, Encoder
 from model.tokenization import tokenize
 from model.training_data import CaptionedImages
@@ -236,11 +237,19 @@ def _match_scores(
     return torch.cat(scores)
 
 
-def _rerank_rank(dual_order: np.ndarray, match: np.ndarray, targets: set[int], dual_rank: int, k: int) -> int:
-    """Rank after re-ordering the shortlist ``dual_order[:k]`` by ``match``; else the dual rank."""
+def _rerank_rank(
+    dual_order: np.ndarray,
+    similarity: np.ndarray,
+    match: np.ndarray,
+    temperature: float,
+    targets: set[int],
+    dual_rank: int,
+    k: int,
+) -> int:
+    """Rank after re-ordering the shortlist ``dual_order[:k]`` by the re-ranking score; else the dual rank."""
     if dual_rank >= k:
         return dual_rank
-    reordered = dual_order[np.argsort(-match, kind="stable")]
+    reordered = dual_order[rerank_order(similarity, match, temperature)]
     return int(min(i for i, item in enumerate(reordered) if item in targets))
 
 
@@ -250,9 +259,11 @@ def reranked_ranks(
     dual_ir: np.ndarray,
     dual_tr: np.ndarray,
     rerank_k: int,
+    temperature: float,
     pair_batch: int = 1024,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Re-rank the top ``rerank_k`` of every IR and TR query with the fusion encoder."""
+    """Re-rank the top ``rerank_k`` of every IR and TR query with the fusion encoder (score as in
+    ``model.reranking``)."""
     if encoded.image_tokens is None or not encoded.text_states:
         raise ValueError("encode_split(keep_fusion_inputs=True) is needed for re-ranking")
     images = encoded.image_embeds
@@ -265,7 +276,8 @@ def reranked_ranks(
         texts = encoded.text_embeds[:, li].reshape(n * c, -1)
         scores = texts @ images.T  # (N * C, N)
         # IR: each text query against its image shortlist.
-        order = torch.topk(scores, shortlist, dim=1).indices  # (N * C, k)
+        top = torch.topk(scores, shortlist, dim=1)
+        order, order_sims = top.indices, top.values  # (N * C, k)
         queries = np.flatnonzero(dual_ir[:, li] < shortlist)
         for part in _chunks(len(queries), max(1, pair_batch // shortlist)):
             rows = torch.from_numpy(queries[part])
@@ -277,11 +289,15 @@ def reranked_ranks(
                 encoded.image_tokens[cand.reshape(-1)],
                 pair_batch,
             ).view(len(rows), shortlist)
-            for row, cands, m in zip(rows.tolist(), cand.numpy(), match.numpy(), strict=True):
-                ir[row, li] = _rerank_rank(cands, m, {row // c}, int(dual_ir[row, li]), shortlist)
+            sims = order_sims[rows].numpy()
+            for row, cands, sim, m in zip(rows.tolist(), cand.numpy(), sims, match.numpy(), strict=True):
+                ir[row, li] = _rerank_rank(
+                    cands, sim, m, temperature, {row // c}, int(dual_ir[row, li]), shortlist
+                )
         # TR: each image against its caption shortlist in this language.
         text_short = min(rerank_k, n * c)
-        order_tr = torch.topk(scores.T, text_short, dim=1).indices  # (N, k)
+        top_tr = torch.topk(scores.T, text_short, dim=1)
+        order_tr, order_tr_sims = top_tr.indices, top_tr.values  # (N, k)
         images_to_do = np.flatnonzero(dual_tr[:, li] < text_short)
         for part in _chunks(len(images_to_do), max(1, pair_batch // text_short)):
             rows = torch.from_numpy(images_to_do[part])
@@ -293,9 +309,12 @@ def reranked_ranks(
                 encoded.image_tokens[rows].repeat_interleave(text_short, dim=0),
                 pair_batch,
             ).view(len(rows), text_short)
-            for row, cands, m in zip(rows.tolist(), cand.numpy(), match.numpy(), strict=True):
+            sims = order_tr_sims[rows].numpy()
+            for row, cands, sim, m in zip(rows.tolist(), cand.numpy(), sims, match.numpy(), strict=True):
                 targets = set(range(row * c, row * c + c))
-                tr[row, li] = _rerank_rank(cands, m, targets, int(dual_tr[row, li]), text_short)
+                tr[row, li] = _rerank_rank(
+                    cands, sim, m, temperature, targets, int(dual_tr[row, li]), text_short
+                )
     return ir, tr
 
 
@@ -321,7 +340,14 @@ def evaluate(
         device=device,
     )
     model.eval()
-    return _rank_split(encoded, data, model_pair_scorer(model, device), rerank_k, time.perf_counter() - start)
+    return _rank_split(
+        encoded,
+        data,
+        model_pair_scorer(model, device),
+        float(model.temperature.detach()),
+        rerank_k,
+        time.perf_counter() - start,
+    )
 
 
 def encode_split_with_encoder(
@@ -363,7 +389,14 @@ def evaluate_encoder(
     _check_rerank_k(rerank_k)
     start = time.perf_counter()
     encoded = encode_split_with_encoder(encoder, data, batch_size, keep_fusion_inputs=rerank_k is not None)
-    return _rank_split(encoded, data, encoder_pair_scorer(encoder), rerank_k, time.perf_counter() - start)
+    return _rank_split(
+        encoded,
+        data,
+        encoder_pair_scorer(encoder),
+        encoder.temperature,
+        rerank_k,
+        time.perf_counter() - start,
+    )
 
 
 def _check_rerank_k(rerank_k: int | None) -> None:
@@ -375,6 +408,7 @@ def _rank_split(
     encoded: EncodedSplit,
     data: CaptionedImages,
     score: PairScorer,
+    temperature: float,
     rerank_k: int | None,
     encode_seconds: float,
 ) -> EvalResult:
@@ -386,7 +420,7 @@ def _rank_split(
     ir_re = tr_re = None
     if rerank_k is not None:
         start = time.perf_counter()
-        ir_re, tr_re = reranked_ranks(score, encoded, ir, tr, rerank_k)
+        ir_re, tr_re = reranked_ranks(score, encoded, ir, tr, rerank_k, temperature)
         seconds["rerank"] = time.perf_counter() - start
     return EvalResult(data.languages, ir, tr, ir_re, tr_re, rerank_k, len(data), seconds)
 

@@ -162,6 +162,8 @@ def export_onnx(model: CCRkModel, model_dir: Path) -> ExportedGraphs:
         "std": list(cfg.vision.std),
         "max_length": cfg.text.max_length,
         "pad_token_id": cfg.text.pad_token_id,
+        # The trained contrastive temperature: re-ranking adds similarity / temperature to the match margin.
+        "temperature": float(model.temperature.detach()),
     }
     (out / EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return graphs

@@ -58,6 +58,7 @@ class Encoder(Protocol):
     config: CCRkConfig
     backend: str
     device: str
+    temperature: float  # contrastive temperature, for ``model.reranking.rerank_scores``
 
     def encode_text(self, texts: Sequence[str]) -> EncodedTexts: ...
 

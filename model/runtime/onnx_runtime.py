@@ -33,6 +33,9 @@ class OnnxEncoder:
         except ConfigError as exc:
             raise EncoderError(str(exc)) from exc
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        if "temperature" not in manifest:
+            raise EncoderError(f"{manifest_path} has no 'temperature'; re-run `ccrk export onnx`")
+        self.temperature = float(manifest["temperature"])
         providers = ["CPUExecutionProvider"]
         available = ort.get_available_providers()
         if device in ("auto", "cuda") and "CUDAExecutionProvider" in available:

@@ -29,6 +29,7 @@ class TorchEncoder:
         except (CheckpointError, TokenizerError) as exc:
             raise EncoderError(str(exc)) from exc
         self.config = self.model.config
+        self.temperature = float(self.model.temperature.detach())
         self.device = device
         self.preprocessor = ImagePreprocessor(self.config.vision)
 

@@ -68,6 +68,7 @@ def test_rerank_matches_pairwise_reference(tiny_split) -> None:
     k = 3
     result = evaluate(model, tokenizer, data, pre, rerank_k=k, batch_size=4)
     n, c = len(data), 2
+    temperature = float(model.temperature.detach())
     with torch.no_grad():
         pixels = pre.normalize(data.pixels)
         image_out = model.encode_image(pixels)
@@ -84,9 +85,10 @@ def test_rerank_matches_pairwise_reference(tiny_split) -> None:
             embeds = torch.stack(embeds)
             dual = (embeds @ image_out.image_embeds.T).numpy()
 
-            def match(q: int, i: int, states: list = states, masks: list = masks) -> float:
+            def match(q: int, i: int, states: list = states, masks: list = masks, dual=dual) -> float:
+                """The re-ranking score written out: dual logit plus match log-odds."""
                 logits = model.fuse(states[q], masks[q], image_out.image_tokens[i : i + 1]).itm_logits[0]
-                return float(logits[1] - logits[0])
+                return float(dual[q, i]) / temperature + float(logits[1] - logits[0])
 
             for q in range(n * c):
                 order = list(np.argsort(-dual[q], kind="stable"))

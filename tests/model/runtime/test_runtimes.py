@@ -38,6 +38,8 @@ def test_torch_and_onnx_agree(model_dir: Path) -> None:
     torch_enc = load_encoder(model_dir, "torch", device="cpu")
     onnx_enc = load_encoder(model_dir, "onnx", device="cpu")
     assert (torch_enc.backend, onnx_enc.backend) == ("torch", "onnx")
+    # The exported temperature is the trained one (re-ranking scores depend on it).
+    assert onnx_enc.temperature == pytest.approx(torch_enc.temperature, rel=1e-6) and onnx_enc.temperature > 0
     a, b = torch_enc.encode_text(TEXTS), onnx_enc.encode_text(TEXTS)
     assert np.array_equal(a.mask, b.mask)  # same tokenization through transformers and raw tokenizers
     assert a.embeds.shape == (len(TEXTS), 16) and a.mask.shape[1] <= 32  # the 5,000-char text is truncated
