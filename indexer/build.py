@@ -106,9 +106,17 @@ def _skipped_entry(item: SourceItem, kind: str, detail: str) -> dict[str, str]:
     return {
         "id": item.id,
         "source": item.source or str(item.path),
+        "path": str(item.path),
         "kind": kind,
         "reason": f"{kind}: {detail}",
     }
+
+
+def describe_skipped(entry: dict[str, str]) -> str:
+    """'manifest.jsonl:4 (img/x.jpg): truncated: ...', or 'folder/x.jpg: truncated: ...' for folders."""
+    path = entry.get("path")
+    where = entry["source"] if path in (None, entry["source"]) else f"{entry['source']} ({path})"
+    return f"{where}: {entry['reason']}"
 
 
 @dataclass
@@ -163,7 +171,7 @@ def _check_bad_share(total: int, skipped: list[dict[str, str]], limit: float, wh
         kinds: dict[str, int] = {}
         for s in skipped:
             kinds[s["kind"]] = kinds.get(s["kind"], 0) + 1
-        listing = "\n".join(f"  {s['source']}: {s['reason']}" for s in skipped[:20])
+        listing = "\n".join(f"  {describe_skipped(s)}" for s in skipped[:20])
         more = f"\n  ... and {len(skipped) - 20} more" if len(skipped) > 20 else ""
         raise TooManyBadItemsError(
             f"{what}: {len(skipped)} of {total} items are bad ({len(skipped) / total:.1%} > {limit:.1%}); "

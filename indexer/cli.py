@@ -134,8 +134,10 @@ def _summary(report: Any, json_report: Path | None) -> None:
     for key, value in rows:
         table.add_row(key, value)
     console.print(table)
+    from indexer.build import describe_skipped
+
     for s in report.skipped[:20]:
-        console.print(f"  skipped {s['source']}: {s['reason']}", highlight=False, markup=False)
+        console.print(f"  skipped {describe_skipped(s)}", highlight=False, markup=False)
     if len(report.skipped) > 20:
         console.print(
             f"  ... and {len(report.skipped) - 20} more (all listed in the version's manifest.json)"
@@ -247,7 +249,7 @@ def list_command(name: Name, index_root: IndexRoot = None) -> None:
         current = fmt.current_version(root, name)
         table = Table(title=f"{root / name}")
         for col in ("", "version", "created", "items", "index", "params", "recall@10", "model", "parent"):
-            table.add_column(col)
+            table.add_column(col, no_wrap=col in ("version", "items"))
         for v in versions:
             m = fmt.IndexManifest.load(root / name / v / fmt.MANIFEST_FILE)
             table.add_row(

@@ -1,0 +1,80 @@
+"""A real ``ccrk index build`` process killed with SIGKILL mid-build; the same command then continues
+from the completed shards without re-encoding them, and the result equals a direct encoding."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ccrk_settings import DEFAULT_MODEL_DIR
+from indexer import index_format as fmt
+from indexer.index_format import IndexVersion
+from model.configs import CCRkConfig
+from model.preprocessing import ImagePreprocessor
+from model.runtime import Encoder
+from tests.conftest import REPO_ROOT
+from tests.indexer.files import write_photo
+
+N_IMAGES = 160
+SHARD = 4
+
+
+def _command(folder: Path, root: Path, report: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "ccrk_cli.main", "index", "build", "--name", "r", "--index-root", str(root),
+        "--threads", "1", "--workers", "1", "--batch-size", "4", "--json-report", str(report), str(folder),
+    ]  # fmt: skip
+
+
+def test_build_resumes_after_sigkill(tmp_path: Path, encoder: Encoder) -> None:
+    folder = tmp_path / "photos"
+    # Large enough JPEGs that decoding keeps the build busy for a second or more.
+    paths = [write_photo(folder / f"{i:03d}.jpg", i, (480, 360)) for i in range(N_IMAGES)]
+    root = tmp_path / "indexes"
+    env = {**os.environ, "CCRK_SHARD_SIZE": str(SHARD), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen(
+        _command(folder, root, tmp_path / "first.json"), cwd=REPO_ROOT, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    shards_glob = "r/.builds/build-*/shards/shard-*.npz"
+    deadline = time.monotonic() + 60
+    try:
+        while len(list(root.glob(shards_glob))) < 3:
+            assert proc.poll() is None, "the build ended before it could be killed"
+            assert time.monotonic() < deadline, "no shard written within 60 s"
+            time.sleep(0.005)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    done = list(root.glob(shards_glob))
+    assert 3 <= len(done) < N_IMAGES // SHARD
+    assert fmt.current_version(root, "r") is None  # nothing published by the killed build
+    work = next(root.glob("r/.builds/build-*"))
+    result = subprocess.run(
+        _command(folder, root, tmp_path / "second.json"),
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads((tmp_path / "second.json").read_text())
+    # Exactly the shards complete at the kill were taken over (counted after the process died).
+    assert report["resumed_shards"] == len(done) and report["shards"] == N_IMAGES // SHARD
+    assert report["count"] == N_IMAGES and report["published"]
+    assert not work.exists()  # the work folder goes once the version is published
+
+    with IndexVersion.open(root, "r") as idx:
+        pre = ImagePreprocessor(CCRkConfig.load(DEFAULT_MODEL_DIR / "config.json").vision)
+        want = encoder.encode_images(np.stack([pre.load_uint8(p) for p in paths])).embeds
+        ids = [it["id"] for it in idx.items(range(N_IMAGES))]
+        assert ids == [p.name for p in paths]
+        np.testing.assert_allclose(np.load(idx.path / "embeddings.npy"), want, atol=1e-5)

@@ -1,0 +1,94 @@
+"""Reading sources: folders (recursive), JSONL and CSV manifests with metadata, the synthetic catalogue."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from indexer.errors import SourceError
+from indexer.sources import read_sources
+
+
+def test_folder_is_recursive_sorted_and_ignores_non_images(photo_folder: Path) -> None:
+    scan = read_sources([photo_folder])
+    ids = [it.id for it in scan.items]
+    assert ids == [
+        *(f"p{i}.jpg" for i in range(4)),
+        "sub/a.png",
+        "sub/anim.gif",
+        "sub/b.webp",
+        *(f"sub/deeper/q{i}.jpeg" for i in range(5)),
+    ]
+    assert scan.ignored == 1  # notes.txt
+    item = next(it for it in scan.items if it.id == "sub/a.png")
+    assert item.path == photo_folder / "sub" / "a.png" and item.fields == {}
+
+
+def test_csv_manifest_metadata_types_and_relative_paths(tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    manifest = tmp_path / "m" / "shop.csv"
+    manifest.write_text(
+        "id,path,title,category,price,brand,stock\n"
+        "sku-1,img/1.jpg,Red shoe,shoes,19.99,acme,3\n"
+        "sku-2,/abs/2.jpg,Bag,bags,5,00123,\n"
+    )
+    items = read_sources([manifest]).items
+    assert [it.id for it in items] == ["sku-1", "sku-2"]
+    assert items[0].path == tmp_path / "m" / "img" / "1.jpg"
+    assert items[1].path == Path("/abs/2.jpg")
+    assert items[0].fields == {
+        "title": "Red shoe",
+        "category": "shoes",
+        "price": 19.99,
+        "brand": "acme",
+        "stock": 3,
+    }
+    # Leading-zero codes stay text; empty cells are absent rather than "".
+    assert items[1].fields == {"title": "Bag", "category": "bags", "price": 5, "brand": "00123"}
+
+
+def test_jsonl_manifest_and_catalogue(tmp_path: Path, catalogue: Path) -> None:
+    manifest = tmp_path / "shop.jsonl"
+    manifest.write_text(
+        json.dumps({"id": "a", "path": "x/a.png", "price": 3.5, "tags": ["new"]})
+        + "\n\n"
+        + json.dumps({"id": 7, "path": "b.png"})
+        + "\n"
+    )
+    items = read_sources([manifest, catalogue / "test.jsonl"]).items
+    assert items[0].fields == {"price": 3.5, "tags": ["new"]} and items[0].path == tmp_path / "x" / "a.png"
+    assert items[1].id == "7"
+    cat = items[2]
+    assert cat.id == "test-000000" and cat.path.is_file()
+    assert set(cat.captions) >= {"en", "de", "ja", "zh"} and "category" in cat.fields
+
+
+@pytest.mark.parametrize(
+    ("text", "suffix", "message"),
+    [
+        ('{"id": "a", "path": "a.png"}\n{"id": "b", "path": \n', ".jsonl", r"shop.jsonl:2: invalid JSON"),
+        ('{"id": "", "path": "a.png"}\n', ".jsonl", r"shop.jsonl:1: field 'id'"),
+        ('{"id": "a"}\n', ".jsonl", r"shop.jsonl:1: field 'path'"),
+        ("id,title\na,b\n", ".csv", r"shop.csv: CSV header lacks column\(s\) path"),
+        (
+            '{"id": "a", "path": "1.png"}\n{"id": "a", "path": "2.png"}\n',
+            ".jsonl",
+            r"duplicate id 'a'.*shop.jsonl:1",
+        ),
+    ],
+)
+def test_malformed_manifests_name_file_and_line(tmp_path: Path, text: str, suffix: str, message: str) -> None:
+    path = tmp_path / f"shop{suffix}"
+    path.write_text(text)
+    with pytest.raises(SourceError, match=message):
+        read_sources([path])
+
+
+def test_missing_or_unknown_source(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="source not found"):
+        read_sources([tmp_path / "nope"])
+    (tmp_path / "x.txt").write_text("")
+    with pytest.raises(SourceError, match=r"not a folder, \.jsonl or \.csv"):
+        read_sources([tmp_path / "x.txt"])
