@@ -76,7 +76,11 @@ class LanguageDetector:
             return LanguageInfo(
                 code=top_code, confidence=round(top_p, 4), source="detected", supported=False, mixed=mixed
             )
-        code, p = self._restricted.classify(text)
+        # Restricting the identifier to the supported languages = renormalising its probabilities over them
+        # (same raw scores, same temperature), so the full ranking already holds the answer.
+        strict = [(c, p) for c, p in ranked if c in self.supported]
+        code, p = strict[0]
+        p = p / max(sum(q for _, q in strict), 1e-12)
         return LanguageInfo(
             code=code,
             confidence=round(float(p), 4),
