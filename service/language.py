@@ -1,10 +1,10 @@
 """Query language identification: py3langid (offline, no torch), with confidence; a hint overrides.
 
-Short shop queries are hard for a general identifier: on 2-3 word captions of the synthetic catalogue in
-the model's ten languages, py3langid over all its 97 languages was right 61 % / 73 % of the time, restricted
-to the model's languages 90 % / 97 %. So the decision is made among the model's languages, unless an
-unsupported language is clearly more likely than all of them together (Polish, Korean, Greek...): then the
-query is still served, labelled with that language and ``supported: false``.
+Short shop queries are hard for a general identifier. Measured on captions of the synthetic catalogue in
+the model's ten languages cut to 2 / 3 words / whole: py3langid over all its languages was right 61 / 73 /
+99.7 % of the time; the rule here 88.5 / 95 / 99.4 %. The decision is made among the model's languages,
+unless an unsupported language is clearly more likely than all of them together (Polish, Korean, Greek...):
+then the query is still served, labelled with that language and ``supported: false``.
 """
 
 from __future__ import annotations
