@@ -65,7 +65,9 @@ class LanguageInfo(BaseModel):
 class SearchHit(BaseModel):
     id: str
     score: float = Field(description="Dual-encoder cosine similarity.")
-    rerank_score: float | None = Field(None, description="Fusion match logit, when re-ranked.")
+    rerank_score: float | None = Field(
+        None, description="Re-ranking score (similarity / temperature + match log-odds), when re-ranked."
+    )
     rank: int = Field(description="0-based rank in the full result list (offset included).")
     metadata: dict[str, Any]
     image_url: str

@@ -19,6 +19,7 @@ from urllib.parse import quote
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from model.reranking import rerank_scores
 from model.runtime import EncodedTexts, Encoder
 from service.cache import EMBEDDING, RESULT, Cache, pack_texts, unpack_texts
 from service.errors import InvalidInputError, PayloadTooLargeError, UnsupportedMediaTypeError
@@ -141,26 +142,28 @@ class Searcher:
         scores, rows = scores[0], rows[0]
         keep = rows >= 0
         scores, rows = scores[keep], rows[keep]
-        rerank_scores: np.ndarray | None = None
+        combined_page: np.ndarray | None = None
         if rerank and rows.size:
             start = time.perf_counter()
             head = min(rerank_k, rows.size)
-            logits = self.encoder.score_pairs(query, index.rerank_tokens(rows[:head])).astype(np.float32)
-            order = np.argsort(-logits, kind="stable")  # ties keep the dual encoder's order
+            margins = self.encoder.score_pairs(query, index.rerank_tokens(rows[:head])).astype(np.float32)
+            # The project's re-ranking score: dual logit (similarity / temperature) + match log-odds.
+            combined = rerank_scores(scores[:head], margins, self.encoder.temperature).astype(np.float32)
+            order = np.argsort(-combined, kind="stable")  # ties keep the dual encoder's order
             rows = np.concatenate([rows[:head][order], rows[head:]])
             scores = np.concatenate([scores[:head][order], scores[head:]])
-            rerank_scores = np.concatenate([logits[order], np.full(rows.size - head, np.nan, np.float32)])
+            combined_page = np.concatenate([combined[order], np.full(rows.size - head, np.nan, np.float32)])
             timings["rerank"] = time.perf_counter() - start
             self.metrics.stage_seconds.labels("rerank").observe(timings["rerank"])
             self.metrics.rerank_candidates.observe(head)
-        self.metrics.rerank.labels("yes" if rerank_scores is not None else "no").inc()
+        self.metrics.rerank.labels("yes" if combined_page is not None else "no").inc()
         page = slice(offset, offset + top_k)
         return Ranked(
             rows=rows[page],
             scores=scores[page],
-            rerank_scores=None if rerank_scores is None else rerank_scores[page],
+            rerank_scores=None if combined_page is None else combined_page[page],
             first_rank=offset,
-            reranked=rerank_scores is not None,
+            reranked=combined_page is not None,
         )
 
     def hits(self, served: Served, ranked: Ranked) -> list[SearchHit]:

@@ -73,20 +73,24 @@ def test_lang_hint_overrides_detection_and_unsupported_is_labelled(client: httpx
     assert body["language"]["mixed"] is True
 
 
-def test_rerank_orders_by_fusion_logits(client: httpx.Client, catalogue: Catalogue, encoder: Encoder) -> None:
+def test_rerank_orders_by_dual_logit_plus_match_log_odds(
+    client: httpx.Client, catalogue: Catalogue, encoder: Encoder
+) -> None:
     caption = catalogue.records[19].captions["fr"][1]
     body = client.post(
         "/v1/search", json={"query": caption, "top_k": 15, "rerank": True, "rerank_k": 128}
     ).json()
     assert body["reranked"] is True
-    # Reference: every item (60 <= rerank_k) scored by the fusion encoder on the stored fp16 tokens.
+    # Reference: every item (60 <= rerank_k) scored as similarity / temperature + fusion match margin on the
+    # stored fp16 tokens (model.reranking's definition, written out here).
     query = encoder.encode_text([caption]).row(0)
+    similarity = catalogue.encoded.embeds @ query.embeds[0]
     tokens = catalogue.encoded.tokens.astype(np.float16).astype(np.float32)
-    logits = encoder.score_pairs(query, tokens)
-    order = np.argsort(-logits, kind="stable")[:15]
+    combined = similarity / encoder.temperature + encoder.score_pairs(query, tokens)
+    order = np.argsort(-combined, kind="stable")[:15]
     assert [hit["id"] for hit in body["results"]] == [catalogue.records[i].id for i in order]
     np.testing.assert_allclose(
-        [hit["rerank_score"] for hit in body["results"]], logits[order], rtol=1e-3, atol=1e-3
+        [hit["rerank_score"] for hit in body["results"]], combined[order], rtol=1e-3, atol=1e-3
     )
     # Only the head is re-ranked: with rerank_k 5 ranks 5.. keep the dual-encoder order and have no logit.
     body = client.post(
