@@ -32,7 +32,13 @@ class Settings(BaseSettings):
     )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto uses CUDA when present.")
     threads: int = Field(2, ge=1, le=256, description="Intra-op threads of the encoder runtime.")
-    int8: bool = Field(False, description="Use the int8 query and fusion graphs (ONNX only).")
+    int8: bool = Field(
+        False, description="Use the int8 query and fusion graphs (ONNX only) if their cost is within limits."
+    )
+    int8_max_recall_drop: float = Field(
+        0.5, ge=0.0, description="Most mean-recall points int8 may cost (`ccrk export int8-cost`)."
+    )
+    int8_max_mrv_increase: float = Field(0.05, ge=0.0, description="Most MRV increase int8 may cost.")
 
     # -- indexes ----------------------------------------------------------------------------------------
     index_root: Path = Field(Path("artifacts/indexes"), description="Root folder of all indexes.")
@@ -77,6 +83,42 @@ class Settings(BaseSettings):
     )
     search_workers: int = Field(
         4, ge=1, le=256, description="Worker threads encoding and searching at once (CPU-bound work)."
+    )
+
+    # -- monitoring: probes, history, live traffic, quality gate, alerts --------------------------------
+    probe_set: Path | None = Field(
+        None, description="Probe set jsonl the service runs ({id, target_ids, queries}); none: no probes."
+    )
+    probe_interval_min: float = Field(
+        15.0, ge=0.0, description="Minutes between background probe runs (0: only after index swaps)."
+    )
+    probe_depth: int = Field(
+        100, ge=10, le=200, description="Results fetched per probe query; a target below counts as this rank."
+    )
+    probe_pause_s: float = Field(
+        0.01, ge=0.0, description="Pause between two background probe queries (keeps live latency)."
+    )
+    history_db: Path = Field(
+        Path("artifacts/monitoring.sqlite"), description="Probe and traffic history when no Redis is set."
+    )
+    history_retention_days: float = Field(30.0, gt=0.0, description="Probe runs and traffic kept this long.")
+    traffic_flush_s: float = Field(10.0, gt=0.0, description="How often live traffic aggregates are stored.")
+    ann_sample_rate: float = Field(
+        0.02, ge=0.0, le=1.0, description="Share of live queries also searched exactly (live ANN recall)."
+    )
+    gate_min_recall_at_10: float | None = Field(
+        None, ge=0.0, le=1.0, description="Quality gate: every language's probe recall@10 at least this."
+    )
+    gate_max_mrv: float | None = Field(None, ge=0.0, description="Quality gate: probe MRV at most this.")
+    gate_max_recall_drop: float | None = Field(
+        None, ge=0.0, le=1.0, description="Quality gate: largest recall@10 drop of a language vs CURRENT."
+    )
+    gate_probe_size: int = Field(
+        200, ge=1, description="Probes drawn from a captioned build when no probe_set is configured."
+    )
+    alert_mrv_max: float = Field(25.0, ge=0.0, description="Dashboard alert when probe MRV rises above this.")
+    alert_recall_drop: float = Field(
+        0.05, ge=0.0, le=1.0, description="Dashboard alert when a language's recall@10 drops more than this."
     )
 
 

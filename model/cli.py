@@ -303,6 +303,46 @@ def export_onnx_command(
         console.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 
+@export_app.command("int8-cost")
+def int8_cost_command(
+    model: Annotated[Path, typer.Option(help="Model directory with fp32 and int8 ONNX graphs.")],
+    data: Annotated[Path, typer.Option(help="A split jsonl, or a catalogue folder (uses test.jsonl).")],
+    rerank_k: Annotated[
+        int, typer.Option(min=0, help="Also measure through re-ranking of the top k (0: dual only).")
+    ] = 16,
+    limit: Annotated[int | None, typer.Option(min=1, help="Measure on the first N images only.")] = None,
+    threads: int = 2,
+) -> None:
+    """Measure what the int8 graphs cost in mean recall and MRV against fp32 and record it in the export
+    manifest; serving uses int8 only where this cost is within CCRK_INT8_MAX_RECALL_DROP/_MRV_INCREASE."""
+    from model.evaluation import int8_cost
+    from model.export import ExportError, record_int8_cost
+    from model.modeling import read_config
+    from model.preprocessing import ImagePreprocessor
+    from model.runtime import EncoderError, load_encoder
+    from model.training_data import load_captioned_images
+
+    split = data / "test.jsonl" if data.is_dir() else data
+    if not split.is_file():
+        raise fail(f"evaluation split not found: {split}")
+    try:
+        fp32 = load_encoder(model, "onnx", device="cpu", threads=threads)
+        quant = load_encoder(model, "onnx", device="cpu", threads=threads, int8=True)
+        records = load_captioned_images(
+            split, ImagePreprocessor(read_config(model).vision), limit=limit, threads=threads
+        )
+        cost = int8_cost(fp32, quant, records, rerank_k or None)
+        cost["data"] = str(split)
+        record_int8_cost(model, cost)
+    except (EncoderError, ExportError, ValueError) as exc:
+        raise fail(str(exc)) from exc
+    print(json.dumps(cost, indent=2))
+    console.print(
+        f"int8 costs at most {cost['max_mean_recall_drop_points']:.2f} points of mean recall and "
+        f"{cost['max_mrv_increase']:+.3f} MRV; recorded in {model}/onnx/"
+    )
+
+
 @model_app.command("presets")
 def presets() -> None:
     """List the built-in model presets."""

@@ -450,3 +450,34 @@ def format_table(report: dict[str, Any]) -> str:
                 f"MRV {s['mrv']:.3f}  mrv_std {s['mrv_std']:.3f}"
             )
     return "\n".join(lines)
+
+
+def int8_cost(
+    fp32: Encoder, int8: Encoder, data: CaptionedImages, rerank_k: int | None = 16
+) -> dict[str, Any]:
+    """What the int8 query (and fusion) graphs cost against fp32 on a split, in points of mean recall and
+    in MRV, for IR and TR; with ``rerank_k`` also through re-ranking (where the int8 fusion graph acts).
+
+    The serving runtime uses int8 graphs only when this recorded cost is within its settings."""
+    base = evaluate_encoder(fp32, data, rerank_k).report()
+    quant = evaluate_encoder(int8, data, rerank_k).report()
+    cost: dict[str, Any] = {"images": len(data), "languages": list(data.languages), "rerank_k": rerank_k}
+    variants = ["dual", "reranked"] if rerank_k is not None else ["dual"]
+    worst_drop, worst_mrv = 0.0, 0.0
+    for variant in variants:
+        for direction in ("IR", "TR"):
+            a, b = base[variant][direction], quant[variant][direction]
+            drop = 100.0 * (a["mean_recall"] - b["mean_recall"])
+            mrv_increase = b["mrv"] - a["mrv"]
+            cost[f"{variant}_{direction}"] = {
+                "mean_recall_fp32": a["mean_recall"],
+                "mean_recall_int8": b["mean_recall"],
+                "mean_recall_drop_points": drop,
+                "mrv_fp32": a["mrv"],
+                "mrv_int8": b["mrv"],
+                "mrv_increase": mrv_increase,
+            }
+            worst_drop, worst_mrv = max(worst_drop, drop), max(worst_mrv, mrv_increase)
+    cost["max_mean_recall_drop_points"] = worst_drop
+    cost["max_mrv_increase"] = worst_mrv
+    return cost

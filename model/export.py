@@ -14,6 +14,7 @@ import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -189,3 +190,18 @@ def quantize_int8(model_dir: Path) -> list[Path]:
     manifest["int8_graphs"] = {"text": TEXT_GRAPH_INT8, "fusion": FUSION_GRAPH_INT8}
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return written
+
+
+def record_int8_cost(model_dir: Path, cost: dict[str, Any]) -> None:
+    """Store a measured int8 cost (``model.evaluation.int8_cost``) in the export manifest, where the ONNX
+    runtime reads it to decide whether int8 graphs may serve."""
+    manifest_path = Path(model_dir) / ONNX_DIR / EXPORT_MANIFEST
+    if not manifest_path.is_file():
+        raise ExportError(f"{model_dir} has no ONNX export; run `ccrk export onnx --int8` first")
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    if "int8_graphs" not in manifest:
+        raise ExportError(f"{model_dir} has no int8 graphs; run `ccrk export onnx --int8` first")
+    manifest["int8_cost"] = cost
+    tmp = manifest_path.with_name(f".{manifest_path.name}.tmp")
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(manifest_path)

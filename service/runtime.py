@@ -16,7 +16,7 @@ from fastapi import FastAPI
 
 from ccrk_settings import Settings
 from indexer.index_format import model_fingerprint, model_name_of
-from model.runtime import load_encoder
+from model.runtime import Int8Limits, load_encoder
 from service.cache import Cache
 from service.errors import IndexUnavailableError, ReloadFailedError
 from service.index_holder import IndexHolder, Served
@@ -67,8 +67,16 @@ class Runtime:
         s = self.settings
         fingerprint = model_fingerprint(s.model_dir)
         encoder = load_encoder(
-            s.model_dir, backend=s.backend, device=s.device, threads=s.threads, int8=s.int8
+            s.model_dir,
+            backend=s.backend,
+            device=s.device,
+            threads=s.threads,
+            int8=s.int8,
+            int8_limits=Int8Limits(s.int8_max_recall_drop, s.int8_max_mrv_increase),
         )
+        refusal = getattr(encoder, "int8_refusal", None)
+        if refusal:
+            log.warning("int8 graphs requested but not used: %s; serving fp32", refusal)
         self.languages = tuple(encoder.config.languages)
         self.cache = Cache(
             redis_url=s.redis_url,

@@ -8,19 +8,34 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from model.runtime.base import EncodedImages, EncodedTexts, Encoder, EncoderError
+from model.runtime.base import EncodedImages, EncodedTexts, Encoder, EncoderError, Int8Limits
 
 BACKENDS = ("torch", "onnx")
 
-__all__ = ["BACKENDS", "EncodedImages", "EncodedTexts", "Encoder", "EncoderError", "load_encoder"]
+__all__ = [
+    "BACKENDS",
+    "EncodedImages",
+    "EncodedTexts",
+    "Encoder",
+    "EncoderError",
+    "Int8Limits",
+    "load_encoder",
+]
 
 
 def load_encoder(
-    model_dir: Path | str, backend: str = "onnx", device: str = "auto", threads: int = 2, int8: bool = False
+    model_dir: Path | str,
+    backend: str = "onnx",
+    device: str = "auto",
+    threads: int = 2,
+    int8: bool = False,
+    int8_limits: Int8Limits | None = None,
 ) -> Encoder:
     """Open a model directory with the given runtime (``torch`` or ``onnx``); ``device`` ``auto`` uses CUDA
     when present (the CUDA execution provider for ONNX Runtime). ``int8`` selects the dynamically
-    quantized query and fusion graphs (ONNX only)."""
+    quantized query and fusion graphs (ONNX only); with ``int8_limits`` they are used only when their
+    measured cost (recorded by ``ccrk export int8-cost``) is within the limits, else fp32 serves and
+    ``encoder.int8_refusal`` says why."""
     if backend == "torch":
         from model.runtime.torch_runtime import TorchEncoder
 
@@ -30,5 +45,7 @@ def load_encoder(
     if backend == "onnx":
         from model.runtime.onnx_runtime import OnnxEncoder
 
-        return OnnxEncoder(Path(model_dir), device=device, threads=threads, int8=int8)
+        return OnnxEncoder(
+            Path(model_dir), device=device, threads=threads, int8=int8, int8_limits=int8_limits
+        )
     raise EncoderError(f"unknown encoder backend {backend!r}; choose one of {', '.join(BACKENDS)}")

@@ -52,6 +52,25 @@ class EncodedImages:
     tokens: np.ndarray
 
 
+@dataclass(frozen=True)
+class Int8Limits:
+    """How much recall and consistency the int8 graphs may cost before a runtime refuses them."""
+
+    max_recall_drop_points: float  # mean recall, IR and TR, dual and re-ranked, in points
+    max_mrv_increase: float
+
+    def refusal(self, cost: dict | None) -> str | None:
+        """None when a measured cost (``model.evaluation.int8_cost``) is within the limits, else why not."""
+        if not cost:
+            return "its cost was never measured (run `ccrk export int8-cost`)"
+        drop, mrv_up = float(cost["max_mean_recall_drop_points"]), float(cost["max_mrv_increase"])
+        if drop > self.max_recall_drop_points:
+            return f"it costs {drop:.2f} points of mean recall (limit {self.max_recall_drop_points})"
+        if mrv_up > self.max_mrv_increase:
+            return f"it raises MRV by {mrv_up:.3f} (limit {self.max_mrv_increase})"
+        return None
+
+
 class Encoder(Protocol):
     """What the indexer and the service need from a model."""
 

@@ -15,13 +15,20 @@ from tokenizers import Tokenizer
 from model.configs import CCRkConfig, ConfigError
 from model.onnx_format import EXPORT_MANIFEST, ONNX_DIR
 from model.preprocessing import ImagePreprocessor
-from model.runtime.base import EncodedImages, EncodedTexts, EncoderError, broadcast_query
+from model.runtime.base import EncodedImages, EncodedTexts, EncoderError, Int8Limits, broadcast_query
 
 
 class OnnxEncoder:
     backend = "onnx"
 
-    def __init__(self, model_dir: Path, device: str = "auto", threads: int = 2, int8: bool = False) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        device: str = "auto",
+        threads: int = 2,
+        int8: bool = False,
+        int8_limits: Int8Limits | None = None,
+    ) -> None:
         onnx_dir = model_dir / ONNX_DIR
         manifest_path = onnx_dir / EXPORT_MANIFEST
         if not manifest_path.is_file():
@@ -48,6 +55,11 @@ class OnnxEncoder:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         graphs = dict(manifest["graphs"])
+        # Why int8 was asked for but not used (its measured cost is unknown or above the limits).
+        self.int8_refusal: str | None = None
+        if int8 and int8_limits is not None:
+            self.int8_refusal = int8_limits.refusal(manifest.get("int8_cost"))
+            int8 = self.int8_refusal is None
         if int8:
             quantized = manifest.get("int8_graphs")
             if not quantized:

@@ -87,3 +87,68 @@ def test_errors_name_the_problem(model_dir: Path, tmp_path: Path) -> None:
         load_encoder(tmp_path, "onnx")
     with pytest.raises(EncoderError, match=r"config\.json is missing"):
         load_encoder(tmp_path, "torch")
+
+
+def test_int8_serves_only_within_its_measured_cost(model_dir: Path, tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from model.export import quantize_int8
+    from model.runtime import Int8Limits
+
+    model_dir = Path(shutil.copytree(model_dir, tmp_path / "m"))
+    quantize_int8(model_dir)
+    manifest_path = model_dir / "onnx" / "export.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest.pop("int8_cost", None)
+    manifest_path.write_text(json.dumps(manifest))
+    limits = Int8Limits(max_recall_drop_points=0.5, max_mrv_increase=0.05)
+    unmeasured = load_encoder(model_dir, "onnx", device="cpu", threads=1, int8=True, int8_limits=limits)
+    assert unmeasured.int8 is False and "never measured" in unmeasured.int8_refusal
+    # Without limits the caller asked for int8 unconditionally (e.g. `ccrk eval --int8`).
+    assert load_encoder(model_dir, "onnx", device="cpu", threads=1, int8=True).int8 is True
+    cases = ((0.3, 0.01, True, None), (0.8, 0.01, False, "0.80 points"), (0.1, 0.2, False, "MRV by 0.200"))
+    for drop, mrv_up, used, reason in cases:
+        manifest["int8_cost"] = {"max_mean_recall_drop_points": drop, "max_mrv_increase": mrv_up}
+        manifest_path.write_text(json.dumps(manifest))
+        enc = load_encoder(model_dir, "onnx", device="cpu", threads=1, int8=True, int8_limits=limits)
+        assert enc.int8 is used
+        assert enc.int8_refusal is None if reason is None else reason in enc.int8_refusal
+
+
+def test_int8_cost_is_the_difference_of_two_evaluations(model_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from model.evaluation import evaluate_encoder, int8_cost
+    from model.export import quantize_int8
+    from model.training_data import CaptionedImages
+
+    model_dir = Path(shutil.copytree(model_dir, tmp_path / "m"))
+    quantize_int8(model_dir)
+    fp32 = load_encoder(model_dir, "onnx", device="cpu", threads=1)
+    quant = load_encoder(model_dir, "onnx", device="cpu", threads=1, int8=True)
+    size = fp32.config.vision.image_size
+    rng = np.random.default_rng(1)
+    words = ["red mug", "blue hat", "rote Tasse", "赤いマグカップ", "blue mug", "red hat"]
+    data = CaptionedImages(
+        ids=[f"i{i}" for i in range(6)],
+        pixels=torch.from_numpy(rng.integers(0, 256, (6, 3, size, size), dtype=np.uint8)),
+        captions=[{"en": [w], "de": [w + " x"]} for w in words],
+        languages=("en", "de"),
+        item_keys=[f"i{i}" for i in range(6)],
+    )
+    same = int8_cost(fp32, fp32, data, rerank_k=2)
+    assert same["max_mean_recall_drop_points"] == 0.0 and same["max_mrv_increase"] == 0.0
+    cost = int8_cost(fp32, quant, data, rerank_k=2)
+    a, b = evaluate_encoder(fp32, data, 2).report(), evaluate_encoder(quant, data, 2).report()
+    for variant in ("dual", "reranked"):
+        for direction in ("IR", "TR"):
+            entry = cost[f"{variant}_{direction}"]
+            drop = 100 * (a[variant][direction]["mean_recall"] - b[variant][direction]["mean_recall"])
+            assert entry["mean_recall_drop_points"] == pytest.approx(drop)
+            assert entry["mrv_increase"] == pytest.approx(
+                b[variant][direction]["mrv"] - a[variant][direction]["mrv"]
+            )
+    assert cost["max_mean_recall_drop_points"] == max(
+        cost[f"{v}_{d}"]["mean_recall_drop_points"] for v in ("dual", "reranked") for d in ("IR", "TR")
+    )
