@@ -83,6 +83,10 @@ def _index_lock(root: Path, name: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise BuildError(f"another build, add or delete is running on index {name!r}") from None
+        # Staged versions and trash of writers that died mid-way (we hold the lock: none is running).
+        for stale in builds.iterdir():
+            if stale.is_dir() and (fmt.is_version_name(stale.name) or stale.name.startswith("trash-")):
+                shutil.rmtree(stale, ignore_errors=True)
         yield
 
 

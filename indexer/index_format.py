@@ -459,14 +459,21 @@ class IndexVersion:
             path = base / chosen
             try:
                 manifest = IndexManifest.load(path / MANIFEST_FILE)
-            except IndexNotFoundError:
-                # CURRENT moved on and the version it named was pruned between our two reads: re-read.
-                if attempt + 1 < attempts:
-                    time.sleep(0.01)
-                    continue
-                raise IndexNotFoundError(f"index {name!r} has no version {chosen!r} under {base}") from None
-            check_model(manifest, expect_fingerprint=expect_fingerprint, expect_model_name=expect_model_name)
-            return cls(path, manifest)
+                check_model(
+                    manifest, expect_fingerprint=expect_fingerprint, expect_model_name=expect_model_name
+                )
+                return cls(path, manifest)
+            except ModelMismatchError:
+                raise
+            except IndexFormatError:
+                # CURRENT moved on and the version it named was pruned while we read it: read CURRENT again.
+                if path.is_dir() or attempt + 1 >= attempts:
+                    if not path.is_dir():
+                        raise IndexNotFoundError(
+                            f"index {name!r} has no version {chosen!r} under {base}"
+                        ) from None
+                    raise
+                time.sleep(0.01)
         raise AssertionError("unreachable")
 
     def close(self) -> None:
