@@ -33,8 +33,10 @@ index_app = typer.Typer(
 )
 
 Name = Annotated[str, typer.Option("--name", help="Index name (INDEX_ROOT/NAME).")]
-IndexRoot = Annotated[Path | None, typer.Option(help="Root of all indexes [settings: index_root].")]
-ModelDir = Annotated[Path | None, typer.Option("--model", help="Model directory [settings: model_dir].")]
+IndexRoot = Annotated[Path | None, typer.Option(help="Root of all indexes (default: settings.index_root).")]
+ModelDir = Annotated[
+    Path | None, typer.Option("--model", help="Model directory (default: settings.model_dir).")
+]
 Sources = Annotated[
     list[Path],
     typer.Argument(help="Image folders, manifests (.jsonl/.csv: id, path, metadata...) or catalogue jsonl."),
@@ -184,6 +186,8 @@ def build_command(
             name, sources, settings=settings, model_dir=model, index_factory=index_factory, progress=progress
         )
     _summary(report, json_report)
+    if report.gate is not None and not report.published:
+        raise typer.Exit(code=1)  # refused by the quality gate (the notes say why)
 
 
 @index_app.command("add")
@@ -206,6 +210,8 @@ def add_command(
     with _errors(), _progress("encoding new items") as progress:
         report = add(name, sources, settings=settings, model_dir=model, progress=progress)
     _summary(report, json_report)
+    if report.gate is not None and not report.published:
+        raise typer.Exit(code=1)  # refused by the quality gate (the notes say why)
 
 
 @index_app.command("delete")
