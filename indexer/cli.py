@@ -41,9 +41,13 @@ Sources = Annotated[
     list[Path],
     typer.Argument(help="Image folders, manifests (.jsonl/.csv: id, path, metadata...) or catalogue jsonl."),
 ]
-Workers = Annotated[int | None, typer.Option(min=0, help="Decode worker processes [index_workers].")]
-Threads = Annotated[int | None, typer.Option(min=1, help="Encoder threads [threads].")]
-BatchSize = Annotated[int | None, typer.Option(min=1, help="Images per encoder batch [index_batch_size].")]
+Workers = Annotated[
+    int | None, typer.Option(min=0, help="Decode worker processes (default: settings.index_workers)")
+]
+Threads = Annotated[int | None, typer.Option(min=1, help="Encoder threads (default: settings.threads)")]
+BatchSize = Annotated[
+    int | None, typer.Option(min=1, help="Images per encoder batch (default: settings.index_batch_size)")
+]
 ReportOut = Annotated[Path | None, typer.Option("--json-report", help="Also write the report as JSON here.")]
 
 console = Console()
@@ -162,7 +166,7 @@ def build_command(
         typer.Option(help="faiss factory string overriding the automatic choice, e.g. 'HNSW32,Flat'."),
     ] = None,
     rerank_dtype: Annotated[
-        str | None, typer.Option(help="fp16 or int8 (per-vector scale) [rerank_dtype].")
+        str | None, typer.Option(help="fp16 or int8 (per-vector scale) (default: settings.rerank_dtype)")
     ] = None,
     workers: Workers = None,
     threads: Threads = None,
@@ -277,7 +281,10 @@ def verify_command(
     name: Name,
     version: Annotated[str | None, typer.Option(help="Version to check (default: CURRENT).")] = None,
     model: Annotated[
-        Path | None, typer.Option("--model", help="Also check compatibility with this model [model_dir].")
+        Path | None,
+        typer.Option(
+            "--model", help="Also check compatibility with this model (default: settings.model_dir)"
+        ),
     ] = None,
     index_root: IndexRoot = None,
 ) -> None:
