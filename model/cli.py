@@ -76,6 +76,31 @@ def data_synth(
     console.print(f"catalogue written to {out}: {summary}")
 
 
+@data_app.command("pairs")
+def pairs_command(
+    data: Annotated[Path, typer.Option(help="A split jsonl, or a catalogue folder (uses train.jsonl).")],
+    out: Annotated[Path, typer.Option(help="TSV of translation pairs to write.")],
+    per_record: Annotated[int, typer.Option(min=1, help="Pairs drawn per catalogue record.")] = 4,
+    seed: int = 0,
+) -> None:
+    """Translation pairs (one image's captions in two languages) for MURAL's text-text term
+    (`ccrk train --translation-weight W --parallel-data OUT`)."""
+    from model.data.catalogue import CatalogueFormatError, load_split
+    from model.parallel_corpus import pairs_from_catalogue, write_pairs_tsv
+
+    split = data / "train.jsonl" if data.is_dir() else data
+    if not split.is_file():
+        raise fail(f"catalogue split not found: {split}")
+    try:
+        pairs = pairs_from_catalogue(load_split(split), per_record, seed)
+    except CatalogueFormatError as exc:
+        raise fail(str(exc)) from exc
+    if len(pairs) < 2:
+        raise fail(f"{split} yields {len(pairs)} pairs: records need captions in at least two languages")
+    write_pairs_tsv(pairs, out)
+    console.print(f"wrote {len(pairs)} translation pairs to {out}")
+
+
 def train_command(
     data: CatalogueDir = Path("data/synth"),
     output: Annotated[Path, typer.Option(help="Run folder: checkpoints and the final model/.")] = Path(
@@ -97,17 +122,24 @@ def train_command(
     save_every_steps: Annotated[int | None, typer.Option(help="Extra checkpoints inside epochs.")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda[:N].")] = "auto",
     threads: Annotated[int, typer.Option(help="CPU threads.")] = 2,
+    init: Annotated[
+        Path | None,
+        typer.Option(
+            help="Fine-tune: start from this model directory (its config and tokenizer; --preset ignored)."
+        ),
+    ] = None,
 ) -> None:
     """Train a CCRk model; re-running the same command resumes from the newest checkpoint."""
     from model.configs import ConfigError, get_preset
+    from model.modeling import read_config
     from model.training import TrainConfig, Trainer, TrainingError
 
     if objective not in ("kcl", "one2one"):
         raise fail(f"--objective must be kcl or one2one, got {objective!r}")
     try:
-        model_config = get_preset(preset)
-    except ConfigError as exc:
-        raise fail(str(exc)) from exc
+        model_config = read_config(init) if init is not None else get_preset(preset)
+    except (ConfigError, OSError, ValueError) as exc:
+        raise fail(f"cannot read the model config of {init}: {exc}" if init else str(exc)) from exc
     cfg = TrainConfig(
         data_dir=data,
         output_dir=output,
@@ -126,6 +158,7 @@ def train_command(
         save_every_steps=save_every_steps,
         device=device,
         threads=threads,
+        init_from=init,
     )
     try:
         result = Trainer(model_config, cfg, log=console.print).run()

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from model.data.catalogue import CatalogueRecord
 from model.tokenization import tokenize
 
 
@@ -61,3 +63,33 @@ class ParallelCorpus:
         sources = tokenize(tokenizer, [s for s, _ in chosen], max_length)
         targets = tokenize(tokenizer, [t for _, t in chosen], max_length)
         return sources, targets
+
+
+def pairs_from_catalogue(
+    records: Sequence[CatalogueRecord], pairs_per_record: int, seed: int
+) -> list[tuple[str, str]]:
+    """Translation pairs drawn from a catalogue: the captions of one image in two languages, same phrasing
+    slot (slots are aligned across languages, so they say the same thing). Languages are drawn at random
+    per pair (seeded), so every language meets every other."""
+    rng = random.Random(seed)
+    pairs: list[tuple[str, str]] = []
+    for record in records:
+        langs = sorted(record.captions)
+        if len(langs) < 2:
+            continue
+        for _ in range(pairs_per_record):
+            a, b = rng.sample(langs, 2)
+            slots = min(len(record.captions[a]), len(record.captions[b]))
+            j = rng.randrange(slots)
+            pairs.append((record.captions[a][j], record.captions[b][j]))
+    return pairs
+
+
+def write_pairs_tsv(pairs: Sequence[tuple[str, str]], path: Path) -> None:
+    """Write pairs as ``source<TAB>target`` lines (whitespace runs, tabs included, become one space)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        for source, target in pairs:
+            handle.write(" ".join(source.split()) + "\t" + " ".join(target.split()) + "\n")
+    tmp.replace(path)

@@ -21,7 +21,7 @@ from transformers import PreTrainedTokenizerBase
 
 from model.configs import CCRkConfig
 from model.evaluation import evaluate
-from model.modeling import CCRkModel
+from model.modeling import CCRkModel, CheckpointError
 from model.objectives import (
     IGNORE_INDEX,
     info_nce,
@@ -67,6 +67,8 @@ class TrainConfig:
         max_steps: stop after this many optimizer steps in total (overrides epochs when smaller).
         save_every_steps: also checkpoint inside an epoch, so a kill loses at most this many steps.
         device: ``auto`` picks CUDA when present; AMP is used on CUDA only.
+        init_from: a model directory whose weights the run starts from (fine-tuning, e.g. the default
+            model or a converted official checkpoint); its tokenizer is used unless ``tokenizer_dir`` is set.
     """
 
     data_dir: Path
@@ -93,6 +95,7 @@ class TrainConfig:
     amp: bool = True
     threads: int = 2
     tokenizer_dir: Path | None = None
+    init_from: Path | None = None
 
     def to_json(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self), default=str))
@@ -270,12 +273,22 @@ class Trainer:
             )
         return train, val
 
+    def _initial_weights(self, path: Path) -> CCRkModel:
+        try:
+            start = CCRkModel.from_pretrained(path, map_location=self.device)
+        except CheckpointError as exc:
+            raise TrainingError(f"cannot start from {path}: {exc}") from exc
+        if start.config.to_dict() != self.model_config.to_dict():
+            raise TrainingError(f"{path} holds a {start.config.name!r} model, not the configured one")
+        return start
+
     def _tokenizer(self, train: CaptionedImages) -> PreTrainedTokenizerBase:
         saved = self.cfg.output_dir / "tokenizer"
         if saved.is_dir():
             return load_tokenizer(saved)  # a resumed run must keep the vocabulary it started with
-        if self.cfg.tokenizer_dir is not None:
-            tokenizer = load_tokenizer(self.cfg.tokenizer_dir)
+        source = self.cfg.tokenizer_dir or self.cfg.init_from
+        if source is not None:
+            tokenizer = load_tokenizer(source)
         else:
             tokenizer = train_tokenizer(
                 iter_caption_corpus(train),
@@ -317,6 +330,8 @@ class Trainer:
             parallel = ParallelCorpus.load(cfg.parallel_data) if cfg.parallel_data else None
         except ParallelCorpusError as exc:
             raise TrainingError(str(exc)) from exc
+        # Checked first: a wrong --init must fail before any work, and before its tokenizer is read.
+        initial = self._initial_weights(cfg.init_from) if cfg.init_from is not None else None
         cfg.output_dir.mkdir(parents=True, exist_ok=True)
         train, val = self._load_data()
         tokenizer = self._tokenizer(train)
@@ -335,6 +350,10 @@ class Trainer:
 
         step, history = 0, []
         latest = _latest_checkpoint(cfg.output_dir)
+        if latest is None and initial is not None:
+            model.load_state_dict(initial.state_dict())
+            self.log(f"starting from the weights of {cfg.init_from}")
+        del initial
         if latest is not None:
             state = torch.load(latest / STATE_FILE, map_location="cpu", weights_only=True)
             if state.get("model_config") != self.model_config.to_dict():

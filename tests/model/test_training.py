@@ -166,3 +166,33 @@ def test_kcl_vs_one2one_experiment(small_catalogue: Path, tmp_path: Path) -> Non
     assert ir["sd"] == pytest.approx(abs(values[0] - values[1]) / 2**0.5)
     table = format_comparison(result)
     assert "| one2one | de |" in table and "mrv_std" in table
+
+
+def test_init_starts_from_a_model_directory(small_catalogue: Path, tmp_path: Path) -> None:
+    def cfg(out: str, init: Path | None) -> TrainConfig:
+        return TrainConfig(
+            data_dir=small_catalogue,
+            output_dir=tmp_path / out,
+            batch_size=8,
+            max_steps=1,
+            train_limit=16,
+            val_limit=0,
+            languages=("en",),
+            init_from=init,
+        )
+
+    first = Trainer(tiny_trainable(), cfg("a", None), log=quiet, show_progress=False).run()
+    start = CCRkModel.from_pretrained(first.model_dir).state_dict()
+    # lr 0: the run's weights stay exactly those it started from, and its tokenizer is the init's.
+    run = cfg("b", first.model_dir)
+    run.learning_rate = 0.0
+    result = Trainer(tiny_trainable(), run, log=quiet, show_progress=False).run()
+    end = CCRkModel.from_pretrained(result.model_dir).state_dict()
+    assert all(torch.equal(start[k], end[k]) for k in start)
+    assert load_tokenizer(result.model_dir).get_vocab() == load_tokenizer(first.model_dir).get_vocab()
+    other = tiny_trainable()
+    other.embed_dim = 8
+    with pytest.raises(TrainingError, match="not the configured one"):
+        Trainer(other, cfg("c", first.model_dir), log=quiet, show_progress=False).run()
+    with pytest.raises(TrainingError, match="cannot start from"):
+        Trainer(tiny_trainable(), cfg("d", tmp_path / "missing"), log=quiet, show_progress=False).run()
