@@ -8,6 +8,7 @@ from ccrk_settings.cli import config_app
 from indexer.cli import index_app
 from model.cli import data_app, eval_command, experiment_app, export_app, model_app, train_command
 from service.cli import serve_command
+from service.monitoring.cli import probe_app
 
 app = typer.Typer(
     name="ccrk",
@@ -20,6 +21,7 @@ app.add_typer(model_app, name="model")
 app.add_typer(export_app, name="export")
 app.add_typer(experiment_app, name="experiment")
 app.add_typer(index_app, name="index")
+app.add_typer(probe_app, name="probe")
 app.add_typer(config_app, name="config")
 app.command("train")(train_command)
 app.command("eval")(eval_command)

@@ -63,6 +63,7 @@ class BuildReport:
     build_seconds: float = 0.0
     pruned: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    gate: dict[str, Any] | None = None  # quality gate verdict (service.monitoring.gate), when on
 
     @property
     def items_per_second(self) -> float:
@@ -289,11 +290,14 @@ def language_recall(
     return out
 
 
-def _finish(root: Path, name: str, stage: Path, manifest: IndexManifest, keep: int) -> tuple[str, list[str]]:
+def _finish(
+    root: Path, name: str, stage: Path, manifest: IndexManifest, keep: int, publish: bool = True
+) -> tuple[str, list[str]]:
     manifest.checksums = fmt.file_checksums(stage)
     manifest.save(stage / fmt.MANIFEST_FILE)
     fmt.install_version(root, name, stage, manifest.version)
-    fmt.publish_version(root, name, manifest.version)
+    if publish:  # a version refused by the quality gate is kept, not published
+        fmt.publish_version(root, name, manifest.version)
     return manifest.version, fmt.prune_versions(root, name, keep)
 
 
@@ -327,6 +331,32 @@ def _finalise_index(
             )
         if captioned:
             manifest.language_recall_at_10 = language_recall(staged, encoder, captioned)
+
+
+def _quality_gate(
+    stage: Path,
+    manifest: IndexManifest,
+    encoder: Encoder,
+    captioned: Sequence[tuple[int, SourceItem]],
+    settings: Settings,
+    report: BuildReport,
+) -> bool:
+    """Whether the staged version may be published (service.monitoring.gate; on when a gate threshold
+    is set). The verdict goes into the manifest and the report."""
+    from service.monitoring.gate import quality_gate
+
+    verdict = quality_gate(stage, manifest, encoder, settings, [(it.id, it.captions) for _, it in captioned])
+    if verdict is None:
+        return True
+    report.gate = verdict.to_dict()
+    manifest.build_params = {**manifest.build_params, "quality_gate": report.gate}
+    if not verdict.passed:
+        report.notes.append(
+            f"quality gate refused version {manifest.version}: it is kept, CURRENT is unchanged. "
+            + "; ".join(verdict.reasons)
+        )
+    report.notes.extend(verdict.notes)
+    return verdict.passed
 
 
 def _stage_dir(root: Path, name: str, version: str) -> Path:
@@ -436,9 +466,12 @@ def build(
         )
         captioned = [(row, it) for row, it in enumerate(encoded.ok_items) if it.captions]
         _finalise_index(stage, manifest, plan, encoder, captioned, settings, report)
+        publish = _quality_gate(stage, manifest, encoder, captioned, settings, report)
         manifest.build_seconds = round(time.perf_counter() - started, 3)
-        report.version, report.pruned = _finish(root, name, stage, manifest, settings.keep_versions)
-        report.published = True
+        report.version, report.pruned = _finish(
+            root, name, stage, manifest, settings.keep_versions, publish
+        )
+        report.published = publish
         report.items_indexed = n
         _fill_report(report, manifest)
         report.build_seconds = manifest.build_seconds
@@ -551,9 +584,12 @@ def add(
                 )
         finally:
             parent.close()
+        publish = _quality_gate(stage, manifest, encoder, captioned, settings, report)
         manifest.build_seconds = round(time.perf_counter() - started, 3)
-        report.version, report.pruned = _finish(root, name, stage, manifest, settings.keep_versions)
-        report.published = True
+        report.version, report.pruned = _finish(
+            root, name, stage, manifest, settings.keep_versions, publish
+        )
+        report.published = publish
         report.items_indexed = len(encoded.ok_items)
         _fill_report(report, manifest)
         report.build_seconds = manifest.build_seconds

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.staticfiles import StaticFiles
 
 from ccrk_settings import Settings, get_settings
-from service.api.routes import admin, consistency, health, images, index, languages, search
+from service.api.routes import admin, consistency, dashboard, health, images, index, languages, pages, search
 from service.api.routes import metrics as metrics_route
 from service.errors import install_error_handlers
 from service.metrics import Metrics
@@ -39,6 +40,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_headers=["Content-Type", "X-API-Key"],
         )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
-    for module in (search, consistency, images, index, languages, health, metrics_route, admin):
+    for module in (
+        search,
+        consistency,
+        images,
+        index,
+        languages,
+        health,
+        metrics_route,
+        admin,
+        dashboard,
+        pages,
+    ):
         app.include_router(module.router)
+    app.mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="static")  # the pages' own assets
     return app

@@ -22,6 +22,7 @@ from service.errors import IndexUnavailableError, ReloadFailedError
 from service.index_holder import IndexHolder, Served
 from service.language import LanguageDetector
 from service.metrics import Metrics
+from service.monitoring.monitor import Monitor
 from service.searching import Searcher
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ class Runtime:
         self.languages: tuple[str, ...] = ()
         # Bounds the worker threads doing CPU work at once: more than a few only adds contention.
         self.limiter = anyio.CapacityLimiter(settings.search_workers)
+        self.monitor = Monitor(settings)  # probes, traffic, ANN recall (started in the lifespan)
 
     @property
     def searcher(self) -> Searcher:
@@ -59,6 +61,7 @@ class Runtime:
         self.metrics.index_info.info({"name": served.index.manifest.name, "version": served.version})
         self.metrics.index_loaded_timestamp.set(time())
         self.metrics.index_reloads.labels("ok").inc()
+        self.monitor.index_swapped()
 
     def _on_failure(self, message: str) -> None:
         self.metrics.index_reloads.labels("failed").inc()
@@ -105,6 +108,7 @@ class Runtime:
             default_rerank_k=s.rerank_k,
             max_upload_bytes=s.max_upload_mb * 1024 * 1024,
         )
+        self.monitor.attach(self._holder, self._searcher)
         try:
             self._holder.reload()
         except ReloadFailedError as exc:
@@ -124,9 +128,11 @@ class Runtime:
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(self._start)
         poller = asyncio.create_task(self._poll())
+        await self.monitor.start()
         try:
             yield
         finally:
+            await self.monitor.stop()
             poller.cancel()
             with suppress(asyncio.CancelledError):
                 await poller

@@ -30,6 +30,7 @@ async def search(
     """Text search in any language: dual-encoder ANN, optional fusion re-ranking, metadata filters."""
     result = await anyio.to_thread.run_sync(searcher.search, served, body, limiter=runtime.limiter)
     request.state.lang = runtime.lang_label(result.language.code)
+    runtime.monitor.observe_search(request.state.lang, body, result)  # live traffic per language
     # Serialised here: the model was built by our own code, re-validating it would only cost time.
     return Response(result.model_dump_json(), media_type="application/json")
 

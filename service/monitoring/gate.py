@@ -1,0 +1,152 @@
+"""The quality gate on publishing: probe thresholds a new index version must meet before CURRENT moves.
+
+Thresholds come from the settings (all off by default): every language's recall@10 at least
+``gate_min_recall_at_10``, MRV at most ``gate_max_mrv``, no language's recall@10 more than
+``gate_max_recall_drop`` below the CURRENT version's on the same probes. The builder calls
+``quality_gate`` on the staged version; a refused version is installed (kept) but not published, and the
+verdict goes to the build report, the manifest and the probe history (where the dashboard shows it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ccrk_settings import Settings
+from indexer import index_format as fmt
+from indexer.index_format import IndexManifest, IndexVersion
+from model.runtime import Encoder
+from service.monitoring.history import HistoryError, open_history
+from service.monitoring.probe import ProbeError, index_searcher, run_probes, run_record
+from service.monitoring.probe_set import Probe, ProbeSetError, load_probe_set, probes_from_captions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GateThresholds:
+    min_recall_at_10: float | None = None
+    max_mrv: float | None = None
+    max_recall_drop: float | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> GateThresholds:
+        return cls(settings.gate_min_recall_at_10, settings.gate_max_mrv, settings.gate_max_recall_drop)
+
+    @property
+    def enabled(self) -> bool:
+        return any(v is not None for v in (self.min_recall_at_10, self.max_mrv, self.max_recall_drop))
+
+
+@dataclass
+class GateVerdict:
+    passed: bool
+    reasons: list[str]
+    thresholds: dict[str, float | None]
+    baseline_version: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def evaluate_gate(
+    candidate: Mapping[str, Any],
+    baseline: Mapping[str, Any] | None,
+    thresholds: GateThresholds,
+    *,
+    baseline_version: str | None = None,
+) -> GateVerdict:
+    """Check one run's metrics (``run_probes`` output) against the thresholds; every failure is a reason."""
+    reasons: list[str] = []
+    per_language = candidate["per_language"]
+    if thresholds.min_recall_at_10 is not None:
+        for lang, m in per_language.items():
+            if m["recall_at_10"] < thresholds.min_recall_at_10:
+                reasons.append(
+                    f"{lang}: recall@10 {m['recall_at_10']:.3f} is below the minimum "
+                    f"{thresholds.min_recall_at_10:.3f}"
+                )
+    if thresholds.max_mrv is not None and candidate["mrv"] > thresholds.max_mrv:
+        reasons.append(f"MRV {candidate['mrv']:.2f} is above the ceiling {thresholds.max_mrv:.2f}")
+    if thresholds.max_recall_drop is not None and baseline is not None:
+        for lang, m in per_language.items():
+            before = baseline["per_language"].get(lang)
+            if before is None:
+                continue
+            drop = before["recall_at_10"] - m["recall_at_10"]
+            if drop > thresholds.max_recall_drop + 1e-9:
+                reasons.append(
+                    f"{lang}: recall@10 fell {drop * 100:.1f} points against {baseline_version or 'CURRENT'} "
+                    f"({before['recall_at_10']:.3f} -> {m['recall_at_10']:.3f}), more than "
+                    f"{thresholds.max_recall_drop * 100:.1f}"
+                )
+    return GateVerdict(not reasons, reasons, asdict(thresholds), baseline_version)
+
+
+def gate_probes(
+    settings: Settings, captioned: Sequence[tuple[str, Mapping[str, Sequence[str]]]]
+) -> list[Probe]:
+    """The configured probe set, else probes drawn from the build's captioned items."""
+    if settings.probe_set is not None:
+        return load_probe_set(settings.probe_set)
+    return probes_from_captions(captioned, n=settings.gate_probe_size, seed=0)
+
+
+def quality_gate(
+    stage: Path,
+    manifest: IndexManifest,
+    encoder: Encoder,
+    settings: Settings,
+    captioned: Sequence[tuple[str, Mapping[str, Sequence[str]]]],
+) -> GateVerdict | None:
+    """The builder's hook: None when no threshold is set (no gate), else the verdict on the staged
+    version. Fails closed: a gate that cannot measure refuses, saying why."""
+    thresholds = GateThresholds.from_settings(settings)
+    if not thresholds.enabled:
+        return None
+    refuse = GateVerdict(False, [], asdict(thresholds))
+    try:
+        probes = gate_probes(settings, captioned)
+    except ProbeSetError as exc:
+        refuse.reasons.append(f"the probe set cannot be read: {exc}")
+        return refuse
+    if not probes:
+        refuse.reasons.append(
+            "no probes: set CCRK_PROBE_SET, or build from a source with captions in two or more languages"
+        )
+        return refuse
+    search_kw: dict[str, Any] = {"depth": settings.probe_depth}
+    try:
+        with IndexVersion(stage, manifest) as staged:
+            candidate = run_probes(probes, index_searcher(staged, encoder, manifest.model_name), **search_kw)
+    except ProbeError as exc:
+        refuse.reasons.append(f"the probe run failed: {exc}")
+        return refuse
+    baseline: dict[str, Any] | None = None
+    current = fmt.current_version(settings.index_root, manifest.name)
+    notes: list[str] = []
+    if current is not None and thresholds.max_recall_drop is not None:
+        try:
+            with IndexVersion.open(settings.index_root, manifest.name, current) as published:
+                baseline = run_probes(probes, index_searcher(published, encoder), **search_kw)
+        except (fmt.IndexFormatError, OSError, ProbeError) as exc:
+            notes.append(f"CURRENT {current} could not be probed ({exc}); no drop check")
+    verdict = evaluate_gate(candidate, baseline, thresholds, baseline_version=current)
+    verdict.notes.extend(notes)
+    record = run_record(
+        {**candidate, "index_version": manifest.version, "model": manifest.model_name},
+        source="gate",
+        gate={"passed": verdict.passed, "reasons": verdict.reasons, "baseline_version": current},
+    )
+    store = open_history(settings)
+    try:
+        store.add_run(record)
+    except HistoryError as exc:
+        log.warning("gate run not stored in the history: %s", exc)
+    finally:
+        store.close()
+    return verdict

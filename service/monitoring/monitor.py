@@ -1,0 +1,231 @@
+"""The service's monitor: background probe runs (after every index swap and every
+``probe_interval_min``), live traffic aggregation with periodic flushes, live ANN recall sampling.
+
+Probe queries and ANN samples run one at a time on a single worker thread of their own, at the lowest CPU
+priority (Linux nice 19 for that thread) and with a pause between probe queries, so they take the cores
+only when live searches leave them idle; the live path only updates in-process counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import numpy as np
+
+from ccrk_settings import Settings
+from service.errors import IndexUnavailableError
+from service.monitoring.history import HistoryError, HistoryStore, open_history
+from service.monitoring.probe import ProbeError, index_searcher, run_probes, run_record
+from service.monitoring.probe_set import Probe, ProbeSetError, load_probe_set
+from service.monitoring.traffic import TrafficAggregator
+from service.searching import normalise_query
+
+if TYPE_CHECKING:
+    from service.index_holder import IndexHolder
+    from service.schemas import SearchRequest, SearchResponse
+    from service.searching import Searcher
+
+log = logging.getLogger(__name__)
+
+MAX_PENDING_SAMPLES = 8  # ANN samples waiting for the worker; more are dropped, never queued up
+PRUNE_EVERY_S = 3600.0
+
+
+def _lower_priority() -> None:
+    """Worker thread initialiser: nice 19 for this thread only (Linux applies it per thread id)."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+
+
+class Monitor:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.traffic = TrafficAggregator()
+        self.store: HistoryStore | None = None
+        self.probes: list[Probe] | None = None
+        self.probe_error: str | None = None
+        self.last_run: dict[str, Any] | None = None
+        self._holder: IndexHolder | None = None
+        self._searcher: Searcher | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._swapped: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stop = threading.Event()
+        self._pending = 0
+        self._pending_lock = threading.Lock()
+
+    def attach(self, holder: IndexHolder, searcher: Searcher) -> None:
+        """Called once the model and the index holder exist (``Runtime._start``)."""
+        self._holder, self._searcher = holder, searcher
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._swapped = asyncio.Event()
+        self.store = open_history(self.settings)
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="ccrk-monitor", initializer=_lower_priority)
+        if self.settings.probe_set is not None:
+            try:
+                self.probes = await anyio.to_thread.run_sync(load_probe_set, self.settings.probe_set)
+            except ProbeSetError as exc:
+                self.probe_error = str(exc)
+                log.error("background probes are off: %s", exc)
+        else:
+            self.probe_error = "no probe set configured (CCRK_PROBE_SET)"
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        with contextlib.suppress(Exception):
+            await self.flush()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        if self.store is not None:
+            self.store.close()
+
+    def index_swapped(self) -> None:
+        """From any thread: a new version is served, probe it."""
+        loop, event = self._loop, self._swapped
+        if loop is not None and event is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(event.set)
+
+    # -- the background loop -------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        s = self.settings
+        interval_s = s.probe_interval_min * 60.0
+        next_probe = time.monotonic() + interval_s if interval_s else float("inf")
+        next_prune = 0.0
+        reason: str | None = "startup"
+        assert self._swapped is not None
+        while True:
+            try:
+                if reason is None:
+                    timeout = min(s.traffic_flush_s, max(0.0, next_probe - time.monotonic()))
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._swapped.wait(), timeout)
+                    if self._swapped.is_set():
+                        self._swapped.clear()
+                        reason = "swap"
+                await self.flush()
+                if reason is None and time.monotonic() >= next_probe:
+                    reason = "schedule"
+                if reason is not None:
+                    await self.probe(reason)
+                    reason = None
+                    if interval_s:
+                        next_probe = time.monotonic() + interval_s
+                if time.monotonic() >= next_prune and self.store is not None:
+                    await anyio.to_thread.run_sync(self.store.prune, time.time())
+                    next_prune = time.monotonic() + PRUNE_EVERY_S
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the monitor must outlive any one failure (store down, bad version)
+                log.exception("monitor step failed")
+                reason = None
+                await asyncio.sleep(1.0)
+
+    async def flush(self) -> None:
+        """Store the traffic buckets gathered since the last flush (kept for the next try on an error)."""
+        buckets = self.traffic.drain()
+        if not buckets or self.store is None:
+            return
+        try:
+            await anyio.to_thread.run_sync(self.store.add_traffic, buckets)
+        except HistoryError as exc:
+            cutoff = time.time() - self.settings.history_retention_days * 86400.0
+            self.traffic.restore([b for b in buckets if b.minute >= cutoff])
+            log.warning("traffic not stored yet: %s", exc)
+
+    async def probe(self, source: str) -> dict[str, Any] | None:
+        """One probe run of the served version on the low-priority worker; the stored record."""
+        if not self.probes or self._executor is None:
+            return None
+        loop = asyncio.get_running_loop()
+        record = await loop.run_in_executor(self._executor, self._probe_blocking, source)
+        if record is not None and self.store is not None:
+            await anyio.to_thread.run_sync(self.store.add_run, record)
+            self.last_run = record
+        return record
+
+    def _probe_blocking(self, source: str) -> dict[str, Any] | None:
+        holder, searcher = self._holder, self._searcher
+        if holder is None or searcher is None or self.probes is None:
+            return None
+        try:
+            with holder.lease() as served:
+                metrics = run_probes(
+                    self.probes,
+                    index_searcher(served.index, searcher.encoder, searcher.model_name),
+                    depth=self.settings.probe_depth,
+                    pause_s=self.settings.probe_pause_s,
+                    should_stop=self._stop.is_set,
+                )
+        except IndexUnavailableError:
+            return None  # nothing served yet: the first swap will probe
+        except ProbeError as exc:
+            log.warning("probe run (%s) not made: %s", source, exc)
+            return None
+        return run_record(metrics, source=source)
+
+    # -- live traffic ----------------------------------------------------------------------------------------
+
+    def observe_search(self, lang: str, request: SearchRequest, response: SearchResponse) -> None:
+        """The search route's hook: counters only; now and then an ANN recall sample for the worker."""
+        hits = response.results
+        top = hits[0].score if hits and request.offset == 0 else None
+        self.traffic.record(lang, len(hits), top, response.timings_ms.total)
+        rate = self.settings.ann_sample_rate
+        if rate and not request.filters and random.random() < rate:
+            self.sample_ann(lang, normalise_query(request.query))
+
+    def sample_ann(self, lang: str, text: str) -> bool:
+        """Queue one live query for the ANN-vs-exact comparison; False when the worker is saturated."""
+        executor = self._executor
+        if executor is None or self._stop.is_set():
+            return False
+        with self._pending_lock:
+            if self._pending >= MAX_PENDING_SAMPLES:
+                return False
+            self._pending += 1
+        try:
+            executor.submit(self._ann_blocking, lang, text)
+        except RuntimeError:  # shut down meanwhile
+            with self._pending_lock:
+                self._pending -= 1
+            return False
+        return True
+
+    def _ann_blocking(self, lang: str, text: str) -> None:
+        try:
+            holder, searcher = self._holder, self._searcher
+            if holder is None or searcher is None:
+                return
+            with holder.lease() as served:
+                embeds = searcher.encode_query(text).embeds  # usually an embedding-cache hit
+                _, ann = served.index.search(embeds, 10)
+                _, exact = served.index.search_exact(embeds, 10)
+            truth = exact[0][exact[0] >= 0]
+            if truth.size:
+                recall = float(np.isin(truth, ann[0]).sum()) / truth.size
+                self.traffic.record_ann(lang, recall)
+        except Exception:  # a sample must never take the worker down
+            log.exception("ANN recall sample failed")
+        finally:
+            with self._pending_lock:
+                self._pending -= 1

@@ -1,0 +1,98 @@
+// The search page: /v1/search for one query, or two side by side (compare mode) with shared items marked.
+(function () {
+  "use strict";
+  const $ = (id) => document.getElementById(id);
+  const form = $("search-form");
+  const results = $("results");
+  const errorBox = $("error");
+
+  $("compare").addEventListener("change", function () {
+    $("compare-row").hidden = !this.checked;
+    $("query-b").required = this.checked;
+  });
+
+  function el(tag, attrs, text) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  async function search(query, lang) {
+    const body = { query: query, top_k: Number($("top-k").value) || 24, rerank: $("rerank").checked };
+    if (lang) body.lang = lang;
+    const response = await fetch("/v1/search", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    const data = await response.json();
+    if (!response.ok) {
+      const detail = (data.detail || []).map((d) => (d.loc || []).join(".") + ": " + d.msg).join("; ");
+      throw new Error(detail || response.statusText);
+    }
+    return data;
+  }
+
+  function panel(side, query, data) {
+    const section = el("section", { class: "panel", "data-side": side });
+    const lang = data.language;
+    const meta = el("div", { class: "meta" });
+    meta.append(el("q", { class: "query" }, query), " · language ");
+    meta.append(el("span", { class: "lang", "data-code": lang.code },
+      lang.code + " (" + lang.source + ", " + lang.confidence.toFixed(2) + (lang.supported ? "" : ", unsupported") + ")"));
+    const t = data.timings_ms;
+    meta.append(" · ", el("span", { class: "timings" },
+      "encode " + t.encode + " ms · search " + t.search + " ms · re-rank " + t.rerank + " ms · total " + t.total + " ms" +
+      (data.cached ? " (cached)" : "")));
+    meta.append(" · ", el("span", { class: "reranked" }, data.reranked ? "re-ranked" : "dual encoder"));
+    section.append(meta);
+    const grid = el("div", { class: "grid" });
+    for (const hit of data.results) {
+      const card = el("figure", { class: "card", "data-id": hit.id });
+      card.append(el("img", { src: hit.image_url + "?size=160", alt: hit.id, loading: "lazy" }));
+      const score = hit.rerank_score !== null && hit.rerank_score !== undefined
+        ? "re-rank " + hit.rerank_score.toFixed(2) + " · cos " + hit.score.toFixed(3)
+        : "cos " + hit.score.toFixed(3);
+      const cap = el("figcaption");
+      cap.append(el("span", { class: "rank" }, "#" + (hit.rank + 1)), " ", el("span", { class: "id" }, hit.id));
+      cap.append(el("br"), el("span", { class: "score" }, score));
+      card.append(cap);
+      grid.append(card);
+    }
+    if (!data.results.length) grid.append(el("p", { class: "empty" }, "No result."));
+    section.append(grid);
+    return section;
+  }
+
+  form.addEventListener("submit", async function (event) {
+    event.preventDefault();
+    errorBox.hidden = true;
+    results.replaceChildren(el("p", { class: "busy" }, "Searching…"));
+    const compare = $("compare").checked;
+    const queries = [[$("query").value, $("lang").value]];
+    if (compare) queries.push([$("query-b").value, $("lang-b").value]);
+    try {
+      const answers = await Promise.all(queries.map(([q, l]) => search(q, l)));
+      const panels = answers.map((data, i) => panel(i ? "b" : "a", queries[i][0], data));
+      results.replaceChildren(...panels);
+      results.classList.toggle("compare", compare);
+      if (compare) {
+        const idsB = new Set(answers[1].results.map((h) => h.id));
+        const shared = answers[0].results.filter((h) => idsB.has(h.id)).map((h) => h.id);
+        const sharedSet = new Set(shared);
+        for (const card of results.querySelectorAll(".card")) {
+          if (sharedSet.has(card.dataset.id)) card.classList.add("shared");
+        }
+        const summary = el("p", { id: "shared-summary", class: "shared-summary" },
+          shared.length + " of " + answers[0].results.length + " items shared by both languages (highlighted)");
+        results.prepend(summary);
+      }
+      results.dataset.done = String(Date.now());
+    } catch (err) {
+      results.replaceChildren();
+      errorBox.textContent = "Search failed: " + err.message;
+      errorBox.hidden = false;
+    }
+  });
+})();
