@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from service.monitoring.report import GATE, served_runs
@@ -23,6 +24,17 @@ LAYOUT = {
     "template": "plotly_white",
     "height": 380,
 }
+
+
+# One colour per language across every chart (the model's ten languages first, in their usual order).
+LANGUAGE_ORDER = ("en", "de", "fr", "cs", "ja", "zh", "es", "ru", "tr", "id")
+PALETTE = qualitative.Plotly + qualitative.D3
+
+
+def colour(lang: str) -> str:
+    if lang in LANGUAGE_ORDER:
+        return PALETTE[LANGUAGE_ORDER.index(lang)]
+    return PALETTE[len(LANGUAGE_ORDER) + sum(map(ord, lang)) % (len(PALETTE) - len(LANGUAGE_ORDER))]
 
 
 def stamp(t: float) -> str:
@@ -118,6 +130,7 @@ def recall_figure(payload: dict[str, Any]) -> go.Figure:
                     name=lang,
                     mode="lines+markers",
                     visible=k == 10,
+                    line={"color": colour(lang)},
                     meta={"metric": "recall", "k": k, "lang": lang},
                 )
             )
@@ -163,6 +176,7 @@ def traffic_figure(payload: dict[str, Any]) -> go.Figure:
                     legendgroup=lang,
                     showlegend=row == 1,
                     mode="lines+markers",
+                    line={"color": colour(lang)},
                     meta={"metric": metric, "lang": lang},
                 ),
                 row=row,
@@ -184,6 +198,7 @@ def ann_figure(payload: dict[str, Any]) -> go.Figure:
                 name=lang,
                 mode="lines+markers",
                 text=[f"{t['ann_samples']} samples" for t in points],
+                line={"color": colour(lang)},
                 meta={"metric": "ann_recall_at_10", "lang": lang},
             )
         )

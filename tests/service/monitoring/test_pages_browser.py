@@ -1,0 +1,276 @@
+"""Both pages in headless Chromium (Debian's chromium and chromedriver, driven by selenium) against a real
+service: the dashboard draws the seeded history, the search page shows images for a German and a Japanese
+query, compare mode marks the shared items. Screenshots go to artifacts/screenshots/."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from service.monitoring.history import SqliteHistory
+from service.monitoring.traffic import TrafficAggregator
+from tests.service.conftest import Catalogue, LiveServer, make_settings
+
+SCREENSHOTS = Path(__file__).resolve().parents[3] / "artifacts" / "screenshots"
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-dev-shm-usage",
+    "--window-size=1400,1700",
+)
+HOUR = 3600.0
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if chromium is None or driver is None:
+        pytest.skip(
+            "Debian chromium and chromium-driver are not installed "
+            "(apt-get install -y chromium chromium-driver; .ci/run installs them)"
+        )
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    drv = webdriver.Chrome(service=Service(executable_path=driver), options=options)
+    drv.set_page_load_timeout(60)
+    try:
+        yield drv
+    finally:
+        drv.quit()
+
+
+def run_record(
+    t: float, version: str, mrv: float, mrv_std: float, recall: dict[str, float], **extra: Any
+) -> dict:
+    return {
+        "time": t,
+        "source": extra.pop("source", "schedule"),
+        "index_version": version,
+        "model": "ccrk-demo",
+        "n_probes": 50,
+        "depth": 100,
+        "mrv": mrv,
+        "mrv_std": mrv_std,
+        "mean_overlap": 0.6,
+        "recall_at_10_mean": sum(recall.values()) / len(recall),
+        "latency_ms_p50": 1.5,
+        "latency_ms_p95": 3.0,
+        "per_language": {
+            lang: {
+                "recall_at_1": r / 3,
+                "recall_at_5": r / 1.5,
+                "recall_at_10": r,
+                "mean_rank": 4.0,
+                "overlap_at_10": 0.6,
+                "latency_ms_p50": 1.5,
+                "latency_ms_p95": 3.0,
+            }
+            for lang, r in recall.items()
+        },
+        **extra,
+    }
+
+
+# The seeded history: four served runs over two versions (ja drops 20 points on v2, MRV ends above the
+# 25 alert ceiling), one version refused by the gate, traffic in three minutes.
+NOW = time.time()
+V1, V2, V3 = "20261101T000000Z-aaaaaa", "20261102T000000Z-bbbbbb", "20261103T000000Z-cccccc"
+SEEDED_RUNS = [
+    run_record(NOW - 6 * HOUR, V1, 8.0, 1.1, {"en": 0.90, "de": 0.88, "ja": 0.80}),
+    run_record(NOW - 5 * HOUR, V1, 9.5, 1.2, {"en": 0.91, "de": 0.87, "ja": 0.82}),
+    run_record(
+        NOW - 4 * HOUR,
+        V3,
+        60.0,
+        4.0,
+        {"en": 0.3, "de": 0.3, "ja": 0.2},
+        source="gate",
+        gate={"passed": False, "reasons": ["en: recall@10 0.300 is below the minimum 0.500"]},
+    ),
+    run_record(NOW - 3 * HOUR, V2, 20.0, 2.0, {"en": 0.90, "de": 0.86, "ja": 0.62}),
+    run_record(NOW - 2 * HOUR, V2, 31.0, 2.6, {"en": 0.89, "de": 0.85, "ja": 0.60}),
+]
+SERVED = [r for r in SEEDED_RUNS if r["source"] != "gate"]
+TRAFFIC_MINUTES = [int((NOW - m * 60) // 60) * 60 for m in (30, 20, 10)]
+DE_COUNTS = [4, 7, 2]
+
+
+@pytest.fixture(scope="module")
+def site(index_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    db = tmp_path_factory.mktemp("history") / "history.sqlite"
+    store = SqliteHistory(db, retention_s=30 * 86400)
+    for record in SEEDED_RUNS:
+        store.add_run(record)
+    agg = TrafficAggregator()
+    for minute, n in zip(TRAFFIC_MINUTES, DE_COUNTS, strict=True):
+        for i in range(n):
+            agg.record("de", 10, 0.5, 2.0 + i, now=minute + 1)
+        agg.record("ja", 10 if n > 2 else 0, 0.4, 5.0, now=minute + 1)
+        agg.record_ann("de", 0.9, now=minute + 1)
+    store.add_traffic(agg.drain())
+    # No probe set: the charts hold the seeded runs only; live traffic is flushed only at shutdown.
+    settings = make_settings(index_root, history_db=db, traffic_flush_s=3600, ann_sample_rate=0.0)
+    with LiveServer(settings) as live:
+        yield live
+
+
+def wait_js(drv: Any, script: str, *args: Any, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = drv.execute_script(script, *args)
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for: {script}")
+        time.sleep(0.1)
+
+
+def shot(drv: Any, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / name
+    height = drv.execute_script("return document.documentElement.scrollHeight")
+    drv.set_window_size(1400, min(max(int(height) + 40, 900), 4000))
+    drv.save_screenshot(str(path))
+    assert path.stat().st_size > 10_000
+    return path
+
+
+TRACES = """return Array.from(document.getElementById(arguments[0]).data).map(
+    t => ({meta: t.meta || null, name: t.name, x: Array.from(t.x || []), y: Array.from(t.y || []),
+           visible: t.visible}));"""
+
+
+def test_dashboard_draws_the_seeded_history(browser: Any, site: LiveServer) -> None:
+    browser.get(site.url + "/dashboard")
+    wait_js(browser, "return document.body.dataset.chartsReady === '1'")
+    assert browser.execute_script("return typeof Plotly") == "object"
+    # Every script and stylesheet comes from the service itself.
+    sources = browser.execute_script(
+        "return Array.from(document.querySelectorAll('script[src], link[href]')).map(e => e.src || e.href)"
+    )
+    assert sources and all(s.startswith(site.url) for s in sources), sources
+
+    mrv = browser.execute_script(TRACES, "chart-mrv")
+    by_metric = {t["meta"]["metric"]: t for t in mrv}
+    assert by_metric["mrv"]["y"] == [r["mrv"] for r in SERVED]
+    assert by_metric["mrv_std"]["y"] == [r["mrv_std"] for r in SERVED]
+    assert len(by_metric["mrv"]["x"]) == 4
+    assert by_metric["gate_refused"]["y"] == [60.0]
+    # Drawn, not only handed over: one SVG point per seeded run on the MRV line.
+    points = browser.execute_script(
+        "return document.querySelectorAll('#chart-mrv .scatterlayer .trace')[0]"
+        ".querySelectorAll('.point').length"
+    )
+    assert points == 4
+    # Version markers: a dotted line per index version and one for the refused version.
+    shapes = browser.execute_script("return document.getElementById('chart-mrv').layout.shapes.length")
+    assert shapes == 1 + 3  # the alert ceiling + v1, refused v3, v2
+
+    recall = browser.execute_script(TRACES, "chart-recall")
+    at10 = {t["meta"]["lang"]: t for t in recall if t["meta"]["k"] == 10}
+    assert sorted(at10) == ["de", "en", "ja"]
+    for lang in ("en", "de", "ja"):
+        assert at10[lang]["y"] == pytest.approx([r["per_language"][lang]["recall_at_10"] for r in SERVED])
+        assert at10[lang]["visible"] is True
+    assert all(t["visible"] is False for t in recall if t["meta"]["k"] != 10)
+    drawn = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#chart-recall .scatterlayer .trace'))"
+        ".filter(t => t.querySelectorAll('.point').length === 4).length"
+    )
+    assert drawn == 3  # three visible languages, four points each
+
+    traffic = browser.execute_script(TRACES, "chart-traffic")
+    de_count = next(t for t in traffic if t["meta"] == {"metric": "count", "lang": "de"})
+    assert de_count["y"] == DE_COUNTS
+    ja_zero = next(t for t in traffic if t["meta"] == {"metric": "zero_result_rate", "lang": "ja"})
+    assert ja_zero["y"] == [0.0, 0.0, 1.0]
+    ann = browser.execute_script(TRACES, "chart-ann")
+    assert [t["meta"]["lang"] for t in ann] == ["de"] and ann[0]["y"] == [0.9, 0.9, 0.9]
+
+    kinds = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#alerts li'))"
+        ".map(li => [li.dataset.kind, li.dataset.lang])"
+    )
+    assert kinds == [["mrv", ""], ["recall_drop", "ja"], ["gate", ""]]
+    alert_text = browser.find_element("id", "alerts").text
+    assert "ja: recall@10 dropped 22.0 points" in alert_text and f"quality gate refused {V3}" in alert_text
+    shot(browser, "dashboard.png")
+
+
+def search_in_page(drv: Any, query: str, query_b: str | None = None) -> None:
+    drv.execute_script("document.getElementById('results').removeAttribute('data-done')")
+    box = drv.find_element("id", "query")
+    box.clear()
+    box.send_keys(query)
+    compare = drv.find_element("id", "compare")
+    if (query_b is not None) != compare.is_selected():
+        compare.click()
+    if query_b is not None:
+        other = drv.find_element("id", "query-b")
+        other.clear()
+        other.send_keys(query_b)
+    drv.find_element("css selector", "#search-form button[type=submit]").click()
+    wait_js(drv, "return document.getElementById('results').dataset.done")
+
+
+IMAGES_LOADED = """const imgs = Array.from(document.querySelectorAll(arguments[0] + ' .card img'));
+return imgs.length > 0 && imgs.every(i => i.complete && i.naturalWidth > 0) ? imgs.length : 0;"""
+
+
+def test_search_page_german_japanese_and_compare(
+    browser: Any, site: LiveServer, catalogue: Catalogue
+) -> None:
+    browser.get(site.url + "/")
+    record = catalogue.records[3]
+    german, japanese = record.captions["de"][0], record.captions["ja"][0]
+
+    search_in_page(browser, german)
+    n = wait_js(browser, IMAGES_LOADED, ".panel")
+    assert n == 24
+    assert browser.find_element("css selector", ".panel .lang").get_attribute("data-code") == "de"
+    assert "total" in browser.find_element("css selector", ".panel .timings").text
+    shot(browser, "search-de.png")
+
+    search_in_page(browser, japanese)
+    n = wait_js(browser, IMAGES_LOADED, ".panel")
+    assert n == 24
+    assert browser.find_element("css selector", ".panel .lang").get_attribute("data-code") == "ja"
+    shot(browser, "search-ja.png")
+
+    # Compare mode: the shared items are exactly the intersection of the two API answers.
+    search_in_page(browser, german, japanese)
+    panels = browser.find_elements("css selector", ".panel")
+    assert [p.get_attribute("data-side") for p in panels] == ["a", "b"]
+    with httpx.Client(base_url=site.url, timeout=30) as client:
+        answers = [
+            client.post("/v1/search", json={"query": q, "top_k": 24, "rerank": False}).json()
+            for q in (german, japanese)
+        ]
+    ids = [[h["id"] for h in a["results"]] for a in answers]
+    shared = set(ids[0]) & set(ids[1])
+    assert shared, "the same intent in two languages should share items"
+    for side, side_ids in zip(("a", "b"), ids, strict=True):
+        cards = browser.execute_script(
+            "return Array.from(document.querySelectorAll(`.panel[data-side='${arguments[0]}'] .card`))"
+            ".map(c => [c.dataset.id, c.classList.contains('shared')])",
+            side,
+        )
+        assert [c[0] for c in cards] == side_ids
+        assert {c[0] for c in cards if c[1]} == shared
+    summary = browser.find_element("id", "shared-summary").text
+    assert summary.startswith(f"{len(shared)} of 24 items shared")
+    shot(browser, "search-compare.png")
