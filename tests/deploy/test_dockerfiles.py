@@ -1,0 +1,190 @@
+"""Dockerfile and Dockerfile.gpu, parsed (no Docker engine here): stages, user, volumes, health check,
+command, the files they COPY and the requirement lists they install, checked against the repository, the
+typer app, the FastAPI app and the settings."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import PurePosixPath
+
+import pytest
+from packaging.requirements import Requirement
+
+from tests.deploy.deployment import (
+    DOCKERFILES,
+    REPO,
+    TRAINING_ONLY,
+    Stage,
+    app_client,
+    build_context,
+    ccrk_calls,
+    check_ccrk,
+    check_settings_env,
+    copies,
+    dockerfile_stages,
+    exec_form,
+    is_route,
+    repo_path_in_stage,
+)
+
+
+def runtime(name: str) -> Stage:
+    return dockerfile_stages(REPO / name)[-1]
+
+
+def requirement_names(path: str) -> dict[str, Requirement]:
+    """Requirements of a pip requirements file, following -r includes."""
+    out: dict[str, Requirement] = {}
+    file = REPO / path
+    for line in file.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if line.startswith("-r "):
+            out.update(requirement_names(str((file.parent / line[3:].strip()).relative_to(REPO))))
+            continue
+        req = Requirement(line)
+        out[req.name.lower()] = req
+    return out
+
+
+def pyproject() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def installed_requirements(stage: Stage) -> list[str]:
+    """The requirement files a stage's `pip install -r` names."""
+    return [m for run in stage.values("RUN") for m in re.findall(r"-r\s+(\S+)", run)]
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_multi_stage_and_runtime_stage_runs_as_a_non_root_user(name: str) -> None:
+    stages = dockerfile_stages(REPO / name)
+    assert len(stages) >= 2 and stages[0].name == "build", "a build stage, then the runtime stage"
+    final = stages[-1]
+    users = final.values("USER")
+    assert users, f"{name}: the runtime stage sets no USER (it would run as root)"
+    uid, _, gid = users[-1].partition(":")
+    assert uid.isdigit() and int(uid) > 0, f"{name}: USER {users[-1]} must be a numeric non-root uid"
+    assert not gid or (gid.isdigit() and int(gid) > 0)
+    # The user is created with that uid, so that files it owns and Kubernetes' runAsNonRoot agree.
+    assert any(f"--uid {uid}" in run for run in final.values("RUN")), f"{name}: no useradd --uid {uid}"
+
+
+def test_gpu_image_is_on_a_cuda_runtime_base() -> None:
+    for stage in dockerfile_stages(REPO / "Dockerfile.gpu"):
+        assert stage.base.startswith("nvidia/cuda:") and "-runtime-" in stage.base, stage.base
+    assert dockerfile_stages(REPO / "Dockerfile")[-1].base.startswith("python:3.11")
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_environment_variables_are_settings_and_point_at_volumes(name: str) -> None:
+    final = runtime(name)
+    env = final.env()
+    settings = check_settings_env(env, name)
+    volumes = [PurePosixPath(v) for value in final.values("VOLUME") for v in exec_form(value)]
+
+    def on_volume(path: PurePosixPath) -> bool:
+        return any(path == v or v in path.parents for v in volumes)
+
+    assert on_volume(PurePosixPath(settings.index_root.as_posix())), "the index root is a volume"
+    assert on_volume(PurePosixPath(settings.model_dir.as_posix())), "the model directory is on a volume"
+    assert on_volume(PurePosixPath(settings.history_db.as_posix())), "the probe history is on a volume"
+    assert settings.host == "0.0.0.0", "the service must listen beyond the container's loopback"
+    assert final.values("EXPOSE") == [str(settings.port)], "EXPOSE is the port `ccrk serve` binds"
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_default_command_is_ccrk_serve(name: str) -> None:
+    final = runtime(name)
+    (entrypoint,) = final.values("ENTRYPOINT")
+    (cmd,) = final.values("CMD")
+    argv = exec_form(entrypoint) + exec_form(cmd)
+    calls = ccrk_calls(argv, final.env())
+    assert calls == [["serve"]], argv
+    check_ccrk(calls[0])
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_healthcheck_asks_readyz_on_the_served_port(name: str) -> None:
+    final = runtime(name)
+    (check,) = final.values("HEALTHCHECK")
+    argv = exec_form(check.split(" CMD ", 1)[1])
+    assert argv[:2] == ["python", "-c"], "exec form, with the image's own python (no curl in slim images)"
+    (url,) = re.findall(r"'(http://[^']+)'", argv[2])
+    assert url == "http://127.0.0.1:%s/readyz", url
+    assert "os.environ.get('CCRK_PORT', '8000')" in argv[2]
+    assert final.env()["CCRK_PORT"] == "8000"
+    client = app_client()
+    assert is_route(client, "/readyz")
+    # Not ready without a loaded index: the container stays "starting"/unhealthy until one is published.
+    assert client.get("/readyz").status_code == 503
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_every_copied_path_is_in_the_repository_and_the_build_context(name: str) -> None:
+    stages = dockerfile_stages(REPO / name)
+    context = build_context()
+    by_name = {s.name: s for s in stages if s.name}
+    for stage in stages:
+        for copy in copies(stage):
+            if "from" in copy.flags:
+                # From an earlier stage: a path that stage copied from the repository, or that its RUNs made.
+                source_stage = by_name[copy.flags["from"]]
+                for src in copy.sources:
+                    in_repo = repo_path_in_stage(source_stage, src)
+                    made = any(src in run for run in source_stage.values("RUN"))
+                    assert (in_repo is not None and in_repo.exists()) or made, (
+                        f"{name}: COPY --from={copy.flags['from']} {src}: neither copied from the repository "
+                        "nor made by a RUN in that stage"
+                    )
+                continue
+            for src in copy.sources:
+                path = src.rstrip("/")
+                assert (REPO / path).exists(), f"{name}: COPY {src}: no such file in the repository"
+                assert path in context, f"{name}: COPY {src}: excluded from the build context (.dockerignore)"
+
+
+def test_build_context_leaves_out_local_state() -> None:
+    context = build_context()
+    for heavy in (".git", ".venv", "artifacts", "runs", "data", "tests", ".env"):
+        assert not any(p == heavy or p.startswith(heavy + "/") for p in context), heavy
+
+
+def test_default_model_is_copied_where_ccrk_model_dir_points() -> None:
+    for name in DOCKERFILES:
+        final = runtime(name)
+        model_dir = PurePosixPath(final.env()["CCRK_MODEL_DIR"])
+        (copy,) = [c for c in copies(final) if c.dest == model_dir]
+        assert copy.flags.get("chown", "").split(":")[0] == final.values("USER")[-1].split(":")[0]
+        (src,) = copy.sources
+        repo_dir = repo_path_in_stage(dockerfile_stages(REPO / name)[0], src)
+        assert repo_dir is not None
+        assert (repo_dir / "config.json").is_file() and (repo_dir / "onnx" / "export.json").is_file()
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_images_install_the_runtime_requirements_without_the_training_stack(name: str) -> None:
+    build = dockerfile_stages(REPO / name)[0]
+    (reqs,) = installed_requirements(build)
+    assert any("--no-deps ." in run for run in build.values("RUN")), "the project itself without its deps"
+    installed = requirement_names(reqs)
+    assert not set(installed) & set(TRAINING_ONLY), sorted(set(installed) & set(TRAINING_ONLY))
+    assert any("find_spec('torch')" in run for run in build.values("RUN")), "the build asserts no torch"
+
+
+def test_requirement_lists_match_pyproject() -> None:
+    """deploy/requirements/*.txt are pyproject's dependencies less the training stack; the GPU list swaps
+    in the gpu extra's CUDA builds. Same specifiers, so an image never runs other versions than the tests."""
+    project = pyproject()["project"]
+    deps = {Requirement(d).name.lower(): Requirement(d) for d in project["dependencies"]}
+    expected = {k: v for k, v in deps.items() if k not in TRAINING_ONLY}
+    cpu = requirement_names("deploy/requirements/cpu.txt")
+    assert sorted(cpu) == sorted(expected)
+    for key, req in cpu.items():
+        assert req.specifier == expected[key].specifier and req.marker == expected[key].marker, key
+    gpu = requirement_names("deploy/requirements/gpu.txt")
+    gpu_extra = {Requirement(d).name.lower() for d in project["optional-dependencies"]["gpu"]}
+    assert set(gpu) == (set(cpu) - {"faiss-cpu", "onnxruntime"}) | gpu_extra
+    assert all(str(gpu[name].specifier).startswith("==") for name in gpu_extra), "CUDA builds are pinned"
