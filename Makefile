@@ -5,9 +5,16 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 PYTHON ?= python3
 DEMO_DIR ?= artifacts/demo
+DEMO_ITEMS ?= 1000
+INDEX_ROOT ?= artifacts/indexes
+DEMO_HOST ?= 127.0.0.1
+DEMO_PORT ?= 8000
 DEFAULT_MODEL := model/pretrained/ccrk-demo
+# The demo service: the demo index, its probe set (the dashboard's consistency history starts at startup).
+SERVE := CCRK_PROBE_SET=$(DEMO_DIR)/probes.jsonl $(VENV)/bin/ccrk serve --host $(DEMO_HOST) --port $(DEMO_PORT) \
+	--index-root $(INDEX_ROOT) --index-name demo
 
-.PHONY: install demo train-demo test lint clean
+.PHONY: install demo demo-index demo-eval serve train-demo test lint clean
 
 install: $(VENV)/.installed
 
@@ -18,9 +25,26 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PIP) install --quiet -c constraints.txt -e '.[dev]'
 	touch $@
 
-# The embedded default model on 1,000 freshly generated test products in ten languages (about a minute).
-demo: install
-	$(VENV)/bin/ccrk data synth --out $(DEMO_DIR)/data --n-train 0 --n-val 0 --n-test 1000
+# The demo: the embedded default model searching 1,000 freshly drawn products (captions in ten languages),
+# served on http://127.0.0.1:8000 (search page /, dashboard /dashboard, API /docs) until Ctrl-C.
+demo: demo-index
+	$(SERVE)
+
+# The demo catalogue, its probe set and index, built once: an existing index is kept (`make clean`, or
+# `rm -r artifacts/indexes/demo`, to draw and build again).
+demo-index: $(INDEX_ROOT)/demo/CURRENT
+
+$(INDEX_ROOT)/demo/CURRENT: | install
+	$(VENV)/bin/ccrk data synth --out $(DEMO_DIR)/data --n-train 0 --n-val 0 --n-test $(DEMO_ITEMS)
+	$(VENV)/bin/ccrk probe make-set --catalogue $(DEMO_DIR)/data/test.jsonl --out $(DEMO_DIR)/probes.jsonl --n 200
+	$(VENV)/bin/ccrk index build --name demo --index-root $(INDEX_ROOT) $(DEMO_DIR)/data/test.jsonl
+
+# The demo service again, on the index built by `make demo-index`.
+serve: demo-index
+	$(SERVE)
+
+# The embedded default model's per-language Recall@1/5/10 and MRV on the demo catalogue (no service).
+demo-eval: demo-index
 	$(VENV)/bin/ccrk eval --model $(DEFAULT_MODEL) --data $(DEMO_DIR)/data --backend onnx --json-out $(DEMO_DIR)/eval.json
 
 # Reproduces the shipped default model from scratch (seeded; about 45 minutes on 2 cores).
