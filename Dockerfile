@@ -33,10 +33,8 @@ RUN pip install --no-deps . \
 
 # -- runtime: the environment, the default model, a non-root user ---------------------------------------
 FROM ${PYTHON_IMAGE} AS runtime
-# libgomp: OpenMP for faiss and ONNX Runtime on slim images.
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends libgomp1 \
-    && rm -rf /var/lib/apt/lists/*
+# No system packages needed: the faiss-cpu, numpy and Pillow wheels bundle their native libraries (OpenMP,
+# OpenBLAS), and apt's own libstdc++ serves ONNX Runtime.
 RUN groupadd --system --gid 10001 ccrk \
     && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/ccrk --shell /usr/sbin/nologin ccrk \
     && mkdir -p /var/lib/ccrk/models /var/lib/ccrk/indexes /var/lib/ccrk/data /var/lib/ccrk/state \

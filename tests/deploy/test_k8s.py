@@ -235,3 +235,38 @@ def test_probe_schedule_reaches_the_api_service_and_redis() -> None:
         redis_service["spec"]["selector"].items()
         <= redis_set["spec"]["template"]["metadata"]["labels"].items()
     )
+
+
+def one_off_jobs() -> list[dict[str, Any]]:
+    """deploy/k8s/jobs/: Jobs created by hand (`kubectl create -f`), outside the kustomization."""
+    return [yaml.safe_load(p.read_text(encoding="utf-8")) for p in sorted((K8S_DIR / "jobs").glob("*.yaml"))]
+
+
+def test_one_off_jobs_are_valid_and_act_on_the_served_index() -> None:
+    jobs = one_off_jobs()
+    assert [job["metadata"]["generateName"] for job in jobs] == ["ccrk-index-rollback-"]
+    _, api_container = api()
+    api_settings = check_settings_env(full_env(api_container), "ccrk-api")
+    claims = {doc["metadata"]["name"] for _, doc in k8s_documents() if doc["kind"] == "PersistentVolumeClaim"}
+    for job in jobs:
+        for version in K8S_VERSIONS:
+            kubernetes_validate.validate(job, version, strict=True)
+        (container,) = pod_spec(job)["containers"]
+        # Not rewritten by kustomize: the same image repository, with its tag spelled out.
+        assert container["image"].split(":")[0] == IMAGE
+        env = full_env(container)
+        settings = check_settings_env(env, job["metadata"]["generateName"])
+        assert (settings.index_root, settings.index_name) == (
+            api_settings.index_root,
+            api_settings.index_name,
+        )
+        calls = ccrk_calls(container_argv(container), env)
+        for call in calls:
+            check_ccrk(call)
+        assert calls[0][:2] == ["index", "rollback"]
+        assert mount_of(job, container, settings.index_root.as_posix()) == ("ccrk-indexes", False)
+        assert all(
+            v["persistentVolumeClaim"]["claimName"] in claims
+            for v in pod_spec(job)["volumes"]
+            if "persistentVolumeClaim" in v
+        )
