@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image, ImageFilter
 
 from ccrk_settings import DEFAULT_MODEL_DIR
 from indexer.decode import DecodePool, Decoder
@@ -41,3 +42,17 @@ def test_good_formats_match_the_model_preprocessor(photo_folder: Path, vision: o
     for path, (pixels, kind, _) in zip(paths, results, strict=True):
         assert kind is None and pixels.shape == (3, 64, 64) and pixels.dtype == np.uint8
         np.testing.assert_array_equal(pixels, pre.load_uint8(path))  # GIF: first frame
+
+
+def test_large_jpeg_decodes_at_reduced_scale_close_to_full(tmp_path: Path, vision: object) -> None:
+    # A smooth photo-like image (noise would make any two resamplings differ wildly).
+    big = Image.fromarray(np.random.default_rng(0).integers(0, 255, (60, 80, 3), dtype=np.uint8))
+    path = tmp_path / "big.jpg"
+    big.resize((1600, 1200), Image.Resampling.BICUBIC).filter(ImageFilter.GaussianBlur(4)).save(
+        path, quality=92
+    )
+    pixels, kind, _ = Decoder(vision, max_pixels=10_000_000)(str(path))
+    full = ImagePreprocessor(vision).load_uint8(path)
+    assert kind is None and pixels.shape == full.shape
+    assert not np.array_equal(pixels, full)  # really decoded at a reduced scale
+    assert np.abs(pixels.astype(int) - full.astype(int)).mean() < 2.0

@@ -15,9 +15,9 @@ import numpy as np
 
 from ccrk_settings import DEFAULT_MODEL_DIR
 from indexer import index_format as fmt
+from indexer.decode import Decoder
 from indexer.index_format import IndexVersion
 from model.configs import CCRkConfig
-from model.preprocessing import ImagePreprocessor
 from model.runtime import Encoder
 from tests.conftest import REPO_ROOT
 from tests.indexer.files import write_photo
@@ -73,8 +73,8 @@ def test_build_resumes_after_sigkill(tmp_path: Path, encoder: Encoder) -> None:
     assert not work.exists()  # the work folder goes once the version is published
 
     with IndexVersion.open(root, "r") as idx:
-        pre = ImagePreprocessor(CCRkConfig.load(DEFAULT_MODEL_DIR / "config.json").vision)
-        want = encoder.encode_images(np.stack([pre.load_uint8(p) for p in paths])).embeds
+        decoder = Decoder(CCRkConfig.load(DEFAULT_MODEL_DIR / "config.json").vision, 10**8)
+        want = encoder.encode_images(np.stack([decoder(str(p))[0] for p in paths])).embeds
         ids = [it["id"] for it in idx.items(range(N_IMAGES))]
         assert ids == [p.name for p in paths]
         np.testing.assert_allclose(np.load(idx.path / "embeddings.npy"), want, atol=1e-5)
