@@ -468,9 +468,7 @@ def build(
         _finalise_index(stage, manifest, plan, encoder, captioned, settings, report)
         publish = _quality_gate(stage, manifest, encoder, captioned, settings, report)
         manifest.build_seconds = round(time.perf_counter() - started, 3)
-        report.version, report.pruned = _finish(
-            root, name, stage, manifest, settings.keep_versions, publish
-        )
+        report.version, report.pruned = _finish(root, name, stage, manifest, settings.keep_versions, publish)
         report.published = publish
         report.items_indexed = n
         _fill_report(report, manifest)
@@ -586,9 +584,7 @@ def add(
             parent.close()
         publish = _quality_gate(stage, manifest, encoder, captioned, settings, report)
         manifest.build_seconds = round(time.perf_counter() - started, 3)
-        report.version, report.pruned = _finish(
-            root, name, stage, manifest, settings.keep_versions, publish
-        )
+        report.version, report.pruned = _finish(root, name, stage, manifest, settings.keep_versions, publish)
         report.published = publish
         report.items_indexed = len(encoded.ok_items)
         _fill_report(report, manifest)
