@@ -24,6 +24,7 @@ COPY pyproject.toml README.md ./
 COPY ccrk_cli/ ccrk_cli/
 COPY ccrk_settings/ ccrk_settings/
 COPY indexer/ indexer/
+COPY monitoring/ monitoring/
 COPY model/ model/
 COPY service/ service/
 # --no-deps: pyproject.toml also lists the training stack (torch), which this image leaves out.

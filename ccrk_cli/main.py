@@ -7,8 +7,8 @@ import typer
 from ccrk_settings.cli import config_app
 from indexer.cli import index_app
 from model.cli import data_app, eval_command, experiment_app, export_app, model_app, train_command
+from monitoring.cli import probe_app
 from service.cli import serve_command
-from service.monitoring.cli import probe_app
 
 app = typer.Typer(
     name="ccrk",

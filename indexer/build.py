@@ -63,7 +63,7 @@ class BuildReport:
     build_seconds: float = 0.0
     pruned: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    gate: dict[str, Any] | None = None  # quality gate verdict (service.monitoring.gate), when on
+    gate: dict[str, Any] | None = None  # quality gate verdict (monitoring.gate), when on
 
     @property
     def items_per_second(self) -> float:
@@ -341,9 +341,9 @@ def _quality_gate(
     settings: Settings,
     report: BuildReport,
 ) -> bool:
-    """Whether the staged version may be published (service.monitoring.gate; on when a gate threshold
+    """Whether the staged version may be published (monitoring.gate; on when a gate threshold
     is set). The verdict goes into the manifest and the report."""
-    from service.monitoring.gate import quality_gate
+    from monitoring.gate import quality_gate
 
     verdict = quality_gate(stage, manifest, encoder, settings, [(it.id, it.captions) for _, it in captioned])
     if verdict is None:

@@ -22,7 +22,7 @@ from service.errors import IndexUnavailableError, ReloadFailedError
 from service.index_holder import IndexHolder, Served
 from service.language import LanguageDetector
 from service.metrics import Metrics
-from service.monitoring.monitor import Monitor
+from service.monitor import Monitor
 from service.searching import Searcher
 
 log = logging.getLogger(__name__)

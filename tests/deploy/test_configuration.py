@@ -17,7 +17,17 @@ from tests.deploy.deployment import REPO
 DOC = REPO / "deploy" / "CONFIGURATION.md"
 # A variable name, not a prefix mentioned as a family (CCRK_GATE_*).
 NAME = re.compile(r"\bCCRK_[A-Z0-9_]*[A-Z0-9](?![A-Z0-9_*])")
-SCANNED_DIRS = ("ccrk_cli", "ccrk_settings", "indexer", "service", "model", "deploy", "bench", ".ci")
+SCANNED_DIRS = (
+    "ccrk_cli",
+    "ccrk_settings",
+    "indexer",
+    "monitoring",
+    "service",
+    "model",
+    "deploy",
+    "bench",
+    ".ci",
+)
 SCANNED_FILES = (
     "Dockerfile",
     "Dockerfile.gpu",

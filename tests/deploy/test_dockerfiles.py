@@ -146,6 +146,21 @@ def test_every_copied_path_is_in_the_repository_and_the_build_context(name: str)
                 assert path in context, f"{name}: COPY {src}: excluded from the build context (.dockerignore)"
 
 
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_build_stage_copies_every_package_pyproject_ships(name: str) -> None:
+    """`pip install --no-deps .` finds packages by pyproject's include patterns: each package they match in
+    the repository must be copied into the build stage's source folder, or the image lacks it."""
+    build = dockerfile_stages(REPO / name)[0]
+    src = build.workdir_at(len(build.instructions))
+    include = pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]
+    tops = sorted({pattern.rstrip("*").rstrip(".") for pattern in include})
+    assert "monitoring" in tops
+    for package in tops:
+        assert (REPO / package / "__init__.py").is_file(), f"pyproject includes {package}*, not a package"
+        copied = repo_path_in_stage(build, str(src / package / "__init__.py"))
+        assert copied == REPO / package / "__init__.py", f"{name}: {package}/ is not copied to {src}"
+
+
 def test_build_context_leaves_out_local_state() -> None:
     context = build_context()
     for heavy in (".git", ".venv", "artifacts", "runs", "data", "tests", ".env"):

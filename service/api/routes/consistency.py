@@ -5,8 +5,8 @@ from __future__ import annotations
 import anyio
 from fastapi import APIRouter
 
+from monitoring.consistency import consistency_report
 from service.api.deps import RuntimeDep, SearcherDep, ServedDep
-from service.consistency import consistency_report
 from service.index_holder import Served
 from service.schemas import ConsistencyRequest, ConsistencyResponse, LanguageResults
 from service.searching import Searcher, normalise_query

@@ -10,13 +10,13 @@ import anyio
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
+from monitoring.figures import dashboard_figures, stamp
+from monitoring.history import HistoryError
+from monitoring.report import AlertRules, history
 from service.api.deps import RuntimeDep
 from service.api.routes.pages import templates
 from service.errors import InvalidInputError, ServiceError
-from service.monitoring.figures import dashboard_figures, stamp
-from service.monitoring.history import HistoryError
-from service.monitoring.report import AlertRules, history
-from service.monitoring.schemas import HistoryResponse
+from service.history_schemas import HistoryResponse
 from service.runtime import Runtime
 from service.schemas import LangCode
 

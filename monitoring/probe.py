@@ -20,8 +20,8 @@ import numpy as np
 from indexer.index_format import IndexVersion
 from model.metrics import mrv, mrv_std, recall_at_k
 from model.runtime import Encoder
-from service.consistency import consistency_report
-from service.monitoring.probe_set import Probe
+from monitoring.consistency import consistency_report
+from monitoring.probe_set import Probe
 
 RECALL_KS = (1, 5, 10)
 OVERLAP_K = 10

@@ -13,8 +13,8 @@ from ccrk_cli.main import app as ccrk_app
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings, get_settings
 from indexer import index_format as fmt
 from indexer.build import build
-from service.monitoring.gate import GateThresholds, evaluate_gate
-from service.monitoring.history import SqliteHistory
+from monitoring.gate import GateThresholds, evaluate_gate
+from monitoring.history import SqliteHistory
 from tests.service.conftest import Catalogue
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import redis
 
 from ccrk_settings import Settings
-from service.monitoring.traffic import LATENCY_BOUNDS_MS, Bucket
+from monitoring.traffic import LATENCY_BOUNDS_MS, Bucket
 
 _SCALARS = ("count", "zero", "top_sum", "top_n", "ann_n", "ann_sum")
 _FLOATS = {"top_sum", "ann_sum"}

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from service.monitoring.report import GATE, served_runs
+from monitoring.report import GATE, served_runs
 
 RECALL_KS = (1, 5, 10)
 MARKER_COLOURS = {"index": "#6b7280", "model": "#7c3aed", "gate_refused": "#dc2626", "gate_passed": "#16a34a"}

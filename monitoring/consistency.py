@@ -1,4 +1,5 @@
-"""The cross-language consistency report of ``POST /v1/consistency``: one intent, several languages.
+"""The cross-language consistency report: one intent, several languages (``POST /v1/consistency`` and the
+probe runs).
 
 MRV and mrv_std come from ``model.metrics`` (numpy only; importing it loads no torch), applied to the
 (items in the union, languages) table of 0-based ranks, an item missing from a list counting as ``top_k``.

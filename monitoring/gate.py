@@ -19,9 +19,9 @@ from ccrk_settings import Settings
 from indexer import index_format as fmt
 from indexer.index_format import IndexManifest, IndexVersion
 from model.runtime import Encoder
-from service.monitoring.history import HistoryError, open_history
-from service.monitoring.probe import ProbeError, index_searcher, run_probes, run_record
-from service.monitoring.probe_set import Probe, ProbeSetError, load_probe_set, probes_from_captions
+from monitoring.history import HistoryError, open_history
+from monitoring.probe import ProbeError, index_searcher, run_probes, run_record
+from monitoring.probe_set import Probe, ProbeSetError, load_probe_set, probes_from_captions
 
 log = logging.getLogger(__name__)
 

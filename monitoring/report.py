@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from service.monitoring.history import HistoryStore
+from monitoring.history import HistoryStore
 
 GATE = "gate"
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from service.monitoring.probe_set import probes_from_captions, save_probe_set
+from monitoring.probe_set import probes_from_captions, save_probe_set
 from tests.service.conftest import REDIS_URL, Catalogue, LiveServer, make_settings, write_version
 
 

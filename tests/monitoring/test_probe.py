@@ -14,8 +14,8 @@ from ccrk_cli.main import app as ccrk_app
 from indexer.index_format import IndexVersion
 from model.metrics import mrv, mrv_std
 from model.runtime import Encoder
-from service.monitoring.probe import HttpSearcher, ProbeError, index_searcher, run_probes, score_run
-from service.monitoring.probe_set import (
+from monitoring.probe import HttpSearcher, ProbeError, index_searcher, run_probes, score_run
+from monitoring.probe_set import (
     Probe,
     ProbeSetError,
     load_probe_set,

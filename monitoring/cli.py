@@ -35,7 +35,7 @@ def make_set_command(
 ) -> None:
     """Draw a probe set from a captioned catalogue: one probe per item, its first caption per language."""
     from model.data.catalogue import CatalogueFormatError, load_split
-    from service.monitoring.probe_set import probes_from_captions, save_probe_set
+    from monitoring.probe_set import probes_from_captions, save_probe_set
 
     try:
         records = load_split(catalogue)
@@ -92,9 +92,9 @@ def run_command(
     """Run the probe set once and print per-language Recall@1/5/10, MRV, mrv_std, overlap@10, latency."""
     from ccrk_settings import get_settings
     from indexer import index_format as fmt
-    from service.monitoring.history import HistoryError, open_history
-    from service.monitoring.probe import HttpSearcher, ProbeError, index_searcher, run_probes, run_record
-    from service.monitoring.probe_set import ProbeSetError, load_probe_set
+    from monitoring.history import HistoryError, open_history
+    from monitoring.probe import HttpSearcher, ProbeError, index_searcher, run_probes, run_record
+    from monitoring.probe_set import ProbeSetError, load_probe_set
 
     overrides = {"index_root": index_root, "index_name": name, "model_dir": model, "probe_set": probe_set}
     settings = get_settings().model_copy(update={k: v for k, v in overrides.items() if v is not None})

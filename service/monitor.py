@@ -1,5 +1,7 @@
 """The service's monitor: background probe runs (after every index swap and every
-``probe_interval_min``), live traffic aggregation with periodic flushes, live ANN recall sampling.
+``probe_interval_min``), live traffic aggregation with periodic flushes, live ANN recall sampling. It is
+the service-side glue of the ``monitoring`` package: it knows the index holder and the searcher, which
+monitoring (no service imports there) must not.
 
 Probe queries and ANN samples run one at a time on a single worker thread of their own, at the lowest CPU
 priority (Linux nice 19 for that thread) and with a pause between probe queries, so they take the cores
@@ -22,11 +24,11 @@ import anyio
 import numpy as np
 
 from ccrk_settings import Settings
+from monitoring.history import HistoryError, HistoryStore, open_history
+from monitoring.probe import ProbeError, index_searcher, run_probes, run_record
+from monitoring.probe_set import Probe, ProbeSetError, load_probe_set
+from monitoring.traffic import TrafficAggregator
 from service.errors import IndexUnavailableError
-from service.monitoring.history import HistoryError, HistoryStore, open_history
-from service.monitoring.probe import ProbeError, index_searcher, run_probes, run_record
-from service.monitoring.probe_set import Probe, ProbeSetError, load_probe_set
-from service.monitoring.traffic import TrafficAggregator
 from service.searching import normalise_query
 
 if TYPE_CHECKING:

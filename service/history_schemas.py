@@ -1,4 +1,5 @@
-"""Response models of ``GET /v1/consistency/history`` (they are its OpenAPI schema)."""
+"""Response models of ``GET /v1/consistency/history`` (they are its OpenAPI schema): the shape of
+``monitoring.report.history``, kept with the service because it is the HTTP contract."""
 
 from __future__ import annotations
 

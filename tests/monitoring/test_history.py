@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from service.monitoring.history import HistoryStore, RedisHistory, SqliteHistory
-from service.monitoring.report import AlertRules, alerts, markers
-from service.monitoring.traffic import LATENCY_BOUNDS_MS, Bucket, TrafficAggregator, latency_quantile
+from monitoring.history import HistoryStore, RedisHistory, SqliteHistory
+from monitoring.report import AlertRules, alerts, markers
+from monitoring.traffic import LATENCY_BOUNDS_MS, Bucket, TrafficAggregator, latency_quantile
 from tests.service.conftest import REDIS_URL
 
 DAY = 86400.0

@@ -13,11 +13,11 @@ from typing import Any
 import httpx
 import pytest
 
-from service.monitoring.history import SqliteHistory
-from service.monitoring.traffic import TrafficAggregator
+from monitoring.history import SqliteHistory
+from monitoring.traffic import TrafficAggregator
 from tests.service.conftest import Catalogue, LiveServer, make_settings
 
-SCREENSHOTS = Path(__file__).resolve().parents[3] / "artifacts" / "screenshots"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
 CHROMIUM_FLAGS = (
     "--headless",
     "--no-sandbox",
