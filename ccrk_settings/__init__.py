@@ -43,7 +43,9 @@ class Settings(BaseSettings):
     # -- indexes ----------------------------------------------------------------------------------------
     index_root: Path = Field(Path("artifacts/indexes"), description="Root folder of all indexes.")
     index_name: str = Field("demo", description="Index the service serves (INDEX_ROOT/NAME/CURRENT).")
-    keep_versions: int = Field(3, ge=1, description="Published versions kept per index.")
+    keep_versions: int = Field(
+        3, ge=1, description="Approved versions kept per index (and at most as many gate-refused ones)."
+    )
     max_bad_fraction: float = Field(
         0.05, ge=0.0, le=1.0, description="Build fails above this share of bad items."
     )

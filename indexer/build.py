@@ -644,23 +644,40 @@ def delete(name: str, ids: Sequence[str], *, settings: Settings) -> BuildReport:
     return report
 
 
-def rollback(name: str, *, settings: Settings, to: str | None = None) -> BuildReport:
-    """Publish ``to``, or the version before CURRENT."""
+def rollback(name: str, *, settings: Settings, to: str | None = None, force: bool = False) -> BuildReport:
+    """Publish ``to``, or the newest version before CURRENT that the quality gate did not refuse. A refused
+    ``to`` is published only with ``force`` (it was never approved)."""
     root = settings.index_root
     with _index_lock(root, name):
         versions = fmt.list_versions(root, name)
         current = fmt.current_version(root, name)
         if to is None:
-            if current not in versions or versions.index(current) == 0:
+            older = versions[: versions.index(current)] if current in versions else []
+            # Unreadable manifests are skipped too: rollback must land on a version known to be good.
+            candidates = [v for v in older if fmt.version_approved(root, name, v)]
+            if not candidates:
+                refused = [v for v in older if v not in candidates]
                 raise BuildError(
-                    f"index {name!r} has no version before {current} to roll back to (kept: {versions})"
+                    f"index {name!r} has no version before {current} to roll back to (kept: {versions}"
+                    + (f"; refused by the quality gate: {refused}" if refused else "")
+                    + ")"
                 )
-            to = versions[versions.index(current) - 1]
+            to = candidates[-1]
         elif to not in versions:
             raise BuildError(f"index {name!r} has no version {to!r} (kept: {', '.join(versions) or 'none'})")
-        fmt.publish_version(root, name, to)
         manifest = IndexManifest.load(fmt.index_dir(root, name) / to / fmt.MANIFEST_FILE)
+        forced = fmt.refused_by_gate(manifest)
+        if forced and not force:
+            reasons = "; ".join(manifest.build_params["quality_gate"].get("reasons") or [])
+            raise BuildError(
+                f"version {to} of {name!r} was refused by the quality gate and never published"
+                + (f" ({reasons})" if reasons else "")
+                + "; CURRENT is unchanged. Use --force to publish it anyway"
+            )
+        fmt.publish_version(root, name, to)
     report = BuildReport("rollback", name, to, True)
     report.notes.append(f"CURRENT was {current}")
+    if forced:
+        report.notes.append(f"{to} was refused by the quality gate: published with --force")
     _fill_report(report, manifest)
     return report

@@ -236,21 +236,27 @@ def delete_command(
 def rollback_command(
     name: Name,
     to: Annotated[
-        str | None, typer.Option(help="Version to publish (default: the one before CURRENT).")
+        str | None,
+        typer.Option(help="Version to publish (default: the newest before CURRENT not refused by the gate)."),
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Publish --to even if the quality gate refused it.")
+    ] = False,
     index_root: IndexRoot = None,
 ) -> None:
-    """Publish an earlier kept version."""
+    """Publish an earlier kept version (never one the quality gate refused, unless --to it with --force)."""
     from indexer.build import rollback
 
     with _errors():
-        report = rollback(name, settings=_settings(index_root=index_root), to=to)
+        report = rollback(name, settings=_settings(index_root=index_root), to=to, force=force)
     console.print(f"{name}: CURRENT is now {report.version} ({report.notes[0]})", highlight=False)
+    for note in report.notes[1:]:
+        err_console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
 
 
 @index_app.command("list")
 def list_command(name: Name, index_root: IndexRoot = None) -> None:
-    """The kept versions, oldest first; * marks CURRENT."""
+    """The kept versions, oldest first; * marks CURRENT, the status column CURRENT and gate-refused ones."""
     root = _settings(index_root=index_root).index_root
     with _errors():
         versions = fmt.list_versions(root, name)
@@ -258,13 +264,22 @@ def list_command(name: Name, index_root: IndexRoot = None) -> None:
             raise fmt.IndexNotFoundError(f"index {name!r} has no versions under {root}")
         current = fmt.current_version(root, name)
         table = Table(title=f"{root / name}")
-        for col in ("", "version", "created", "items", "index", "params", "recall@10", "model", "parent"):
-            table.add_column(col, no_wrap=col in ("version", "items"))
+        columns = ("version", "status", "created", "items", "index", "params", "recall@10", "model", "parent")
+        for col in ("", *columns):
+            table.add_column(col, no_wrap=col in ("version", "items", "status"))
         for v in versions:
-            m = fmt.IndexManifest.load(root / name / v / fmt.MANIFEST_FILE)
+            status = ["CURRENT"] if v == current else []
+            try:
+                m = fmt.IndexManifest.load(root / name / v / fmt.MANIFEST_FILE)
+            except fmt.IndexFormatError as exc:  # one broken version must not hide the others
+                table.add_row("*" if status else "", v, ", ".join([*status, "unreadable"]), str(exc))
+                continue
+            if fmt.refused_by_gate(m):
+                status.append("refused by gate")
             table.add_row(
                 "*" if v == current else "",
                 v,
+                ", ".join(status) or "-",
                 m.created_at,
                 f"{m.count:,}",
                 m.index_factory,

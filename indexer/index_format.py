@@ -248,11 +248,34 @@ def current_version(root: Path, name: str) -> str | None:
 
 
 def list_versions(root: Path, name: str) -> list[str]:
-    """Published (and kept) versions, oldest first."""
+    """Installed versions, oldest first: published ones and those the quality gate refused (kept, never
+    published; ``refused_by_gate``)."""
     base = index_dir(root, name)
     if not base.is_dir():
         return []
     return sorted(p.name for p in base.iterdir() if is_version_name(p.name) and (p / MANIFEST_FILE).is_file())
+
+
+def refused_by_gate(manifest: IndexManifest) -> bool:
+    """Whether the builder's quality gate refused this version: it was installed (kept for inspection) but
+    never published, so nothing may publish it by default or count it as a good version."""
+    gate = manifest.build_params.get("quality_gate")
+    return isinstance(gate, dict) and gate.get("passed") is False
+
+
+def version_refused(root: Path, name: str, version: str) -> bool:
+    """``refused_by_gate`` of a kept version; IndexFormatError when its manifest cannot be read."""
+    return refused_by_gate(IndexManifest.load(index_dir(root, name) / version / MANIFEST_FILE))
+
+
+def version_approved(root: Path, name: str, version: str) -> bool:
+    """Not refused by the quality gate (a version built with the gate off counts as approved). An unreadable
+    manifest counts as not approved: it must never be picked over, or keep its place instead of, a good
+    version."""
+    try:
+        return not version_refused(root, name, version)
+    except IndexFormatError:
+        return False
 
 
 def publish_version(root: Path, name: str, version: str) -> None:
@@ -280,14 +303,20 @@ def install_version(root: Path, name: str, staged_dir: Path, version: str) -> Pa
 
 
 def prune_versions(root: Path, name: str, keep: int) -> list[str]:
-    """Delete all but the newest ``keep`` versions, never the CURRENT one; returns the deleted names.
+    """Keep the newest ``keep`` approved versions, the newest ``keep`` versions the quality gate refused
+    (or whose manifest is unreadable), and CURRENT whatever it is; delete the rest. Returns the deleted
+    names, oldest first. Counted separately so that refused builds never push good versions out.
 
     A reader may still have a deleted version open: its memory maps and open files stay valid (POSIX)."""
     import shutil
 
     current = current_version(root, name)
     versions = list_versions(root, name)
-    doomed = [v for v in versions[: max(0, len(versions) - keep)] if v != current]
+    ok = {v: version_approved(root, name, v) for v in versions}
+    approved = [v for v in versions if ok[v]]
+    refused = [v for v in versions if not ok[v]]
+    kept = {current, *approved[max(0, len(approved) - keep) :], *refused[max(0, len(refused) - keep) :]}
+    doomed = [v for v in versions if v not in kept]
     base = index_dir(root, name)
     for v in doomed:
         # Renamed first so list_versions never reports a half-deleted folder.

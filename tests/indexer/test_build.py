@@ -22,6 +22,7 @@ from model.configs import CCRkConfig
 from model.preprocessing import ImagePreprocessor
 from model.runtime import Encoder
 from tests.indexer.files import copy_model, make_bad_files
+from tests.indexer.test_index_format import write_version
 
 
 def _records(catalogue: Path) -> list[dict]:
@@ -200,6 +201,46 @@ def test_add_delete_rollback(settings: Settings, catalogue: Path, tmp_path: Path
     with IndexVersion.open(root, "shop") as idx:
         assert idx.row_of("test-000004") == 40 and idx.total_rows == 42
     assert len(fmt.list_versions(root, "shop")) == settings.keep_versions
+
+
+def test_rollback_skips_versions_the_gate_refused(settings: Settings) -> None:
+    """History of a gated index: g1, g2 published, r1 refused (CURRENT stayed g2), g3 published, r2 refused.
+    Versions written through the format module, verdicts as the builder records them."""
+    root = settings.index_root
+
+    def version(gate: bool) -> str:
+        return write_version(root, "shop", n=20, gate=gate, publish=gate)
+
+    g1, g2, r1, g3, r2 = (version(gate) for gate in (True, True, False, True, False))
+    assert fmt.current_version(root, "shop") == g3
+    # The default target is the newest approved version before CURRENT: g2, not the refused r1.
+    assert rollback("shop", settings=settings).version == g2
+    assert fmt.current_version(root, "shop") == g2
+    assert rollback("shop", settings=settings).version == g1
+    with pytest.raises(BuildError, match="no version before"):
+        rollback("shop", settings=settings)
+    assert fmt.current_version(root, "shop") == g1
+
+    # --to a refused version: refused with its reasons unless forced; CURRENT unchanged.
+    with pytest.raises(BuildError, match=f"{r1} .* refused by the quality gate.*test verdict.*--force"):
+        rollback("shop", settings=settings, to=r1)
+    assert fmt.current_version(root, "shop") == g1
+    forced = rollback("shop", settings=settings, to=r1, force=True)
+    assert fmt.current_version(root, "shop") == r1 and any("--force" in n for n in forced.notes)
+    # From a forced refused CURRENT, the default goes back to the newest approved one before it.
+    assert rollback("shop", settings=settings).version == g2
+    # Later approved versions are reachable with --to, refused ones never by default.
+    assert rollback("shop", settings=settings, to=g3).version == g3
+    assert fmt.list_versions(root, "shop") == [g1, g2, r1, g3, r2]
+
+
+def test_rollback_with_only_refused_versions_before_current(settings: Settings) -> None:
+    root = settings.index_root
+    refused = write_version(root, "shop", n=20, gate=False, publish=False)
+    good = write_version(root, "shop", n=20, gate=True)
+    with pytest.raises(BuildError, match=f"no version before {good}.*refused by the quality gate.*{refused}"):
+        rollback("shop", settings=settings)
+    assert fmt.current_version(root, "shop") == good
 
 
 @pytest.mark.parametrize(("factory", "kind"), [(None, "hnsw"), ("IVF4,SQ8", "ivf")])

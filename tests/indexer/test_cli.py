@@ -8,7 +8,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from ccrk_cli.main import app
+from ccrk_settings import Settings
 from indexer import index_format as fmt
+from indexer.build import build
 
 runner = CliRunner()
 
@@ -16,6 +18,28 @@ runner = CliRunner()
 def _run(*args: str) -> tuple[int, str]:
     result = runner.invoke(app, ["index", *args])
     return result.exit_code, result.output
+
+
+def _shifted_catalogue(catalogue: Path, out: Path, shift: int) -> Path:
+    """The catalogue with absolute image paths; ``shift`` > 0 gives every record another record's image
+    (a degraded build the quality gate must refuse)."""
+    records = [json.loads(line) for line in (catalogue / "test.jsonl").read_text().splitlines() if line]
+    with open(out, "w", encoding="utf-8") as fh:
+        for i, rec in enumerate(records):
+            rec["image"] = str(catalogue / records[(i + shift) % len(records)]["image"])
+            fh.write(json.dumps(rec) + "\n")
+    return out
+
+
+def _table_rows(out: str) -> dict[str, str]:
+    """Version -> its row of the `ccrk index list` table (the first version name in a row is its own; the
+    parent column names another)."""
+    rows = {}
+    for line in out.splitlines():
+        names = [word for word in line.split() if fmt.is_version_name(word)]
+        if names:
+            rows[names[0]] = line
+    return rows
 
 
 def test_build_list_delete_rollback_verify(tmp_path: Path, photo_folder: Path) -> None:
@@ -62,3 +86,51 @@ def test_bad_sources_name_the_file(tmp_path: Path) -> None:
     assert code == 2 and "source not found" in out
     code, out = _run("list", "--name", "x", "--index-root", str(tmp_path))
     assert code == 2 and "no versions" in out
+
+
+def test_refused_build_is_marked_and_not_rolled_back_to(
+    settings: Settings, catalogue: Path, tmp_path: Path
+) -> None:
+    """Real builds with the quality gate on: a good one, a degraded one (refused, kept), a good one again.
+    `ccrk index list` marks CURRENT and the refused version; rollback skips it unless --to it with --force."""
+    gated = settings.model_copy(
+        update={
+            "redis_url": None,
+            "history_db": tmp_path / "history.sqlite",
+            "gate_min_recall_at_10": 0.5,
+            "gate_probe_size": 30,
+            "probe_depth": 20,
+            "index_batch_size": 40,
+            "shard_size": 64,
+            "index_workers": 0,
+        }
+    )
+    good_src = _shifted_catalogue(catalogue, tmp_path / "good.jsonl", 0)
+    good = build("shop", [good_src], settings=gated)
+    bad = build("shop", [_shifted_catalogue(catalogue, tmp_path / "bad.jsonl", 7)], settings=gated)
+    again = build("shop", [good_src], settings=gated)
+    assert good.published and not bad.published and again.published, (good.notes, bad.notes)
+    root = gated.index_root
+    assert fmt.list_versions(root, "shop") == [good.version, bad.version, again.version]
+    assert fmt.version_refused(root, "shop", bad.version)
+    assert not fmt.version_refused(root, "shop", good.version)
+
+    common = ["--name", "shop", "--index-root", str(root)]
+    result = runner.invoke(app, ["index", "list", *common], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    rows = _table_rows(result.output)
+    assert set(rows) >= {good.version, bad.version, again.version}
+    assert "refused by gate" in rows[bad.version] and "CURRENT" not in rows[bad.version]
+    assert "CURRENT" in rows[again.version] and "*" in rows[again.version]
+    assert "refused" not in rows[good.version] and "CURRENT" not in rows[good.version]
+
+    code, out = _run("rollback", *common)
+    assert code == 0, out
+    assert fmt.current_version(root, "shop") == good.version  # not the refused version in between
+    code, out = _run("rollback", *common, "--to", bad.version)
+    assert code == 2 and "refused by the quality gate" in out and "--force" in out
+    assert fmt.current_version(root, "shop") == good.version
+    code, out = _run("rollback", *common, "--to", bad.version, "--force")
+    assert code == 0 and fmt.current_version(root, "shop") == bad.version
+    assert "published with --force" in " ".join(out.split())
+

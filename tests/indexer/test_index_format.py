@@ -49,7 +49,10 @@ def write_version(
     seed: int = 0,
     fingerprint: str = "f" * 64,
     publish: bool = True,
+    gate: bool | None = None,
 ) -> str:
+    """One version written with faiss and numpy; ``gate`` records a quality-gate verdict in the manifest as
+    the builder does (False: refused, and then normally not published)."""
     embeds = _vectors(n, seed)
     version = fmt.new_version_name(root, name)
     stage = root / name / fmt.BUILDS_DIR / version
@@ -94,6 +97,7 @@ def write_version(
         rerank={"dtype": "int8" if int8 else "fp16", "tokens": T, "width": W, "bytes_per_image": 0},
         parent_version=None,
         total_rows=n,
+        build_params={} if gate is None else {"quality_gate": {"passed": gate, "reasons": ["test verdict"]}},
     )
     manifest.save(stage / fmt.MANIFEST_FILE)
     fmt.install_version(root, name, stage, version)
@@ -140,6 +144,52 @@ def test_prune_keeps_newest_and_current(tmp_path: Path) -> None:
     deleted = fmt.prune_versions(tmp_path, "shop", keep=2)
     assert deleted == [versions[1]]
     assert fmt.list_versions(tmp_path, "shop") == [versions[0], versions[2], versions[3]]
+
+
+def test_refused_by_gate_reads_the_builders_verdict(tmp_path: Path) -> None:
+    plain = write_version(tmp_path, "shop", n=20)  # gate off
+    passed = write_version(tmp_path, "shop", n=20, gate=True)
+    refused = write_version(tmp_path, "shop", n=20, gate=False, publish=False)
+    versions = (plain, passed, refused)
+    assert [fmt.version_refused(tmp_path, "shop", v) for v in versions] == [False, False, True]
+    assert [fmt.version_approved(tmp_path, "shop", v) for v in versions] == [True, True, False]
+    manifest = IndexManifest.load(tmp_path / "shop" / refused / fmt.MANIFEST_FILE)
+    assert fmt.refused_by_gate(manifest) and fmt.list_versions(tmp_path, "shop") == [plain, passed, refused]
+    # An unreadable manifest: a typed error when asked directly, never counted as approved.
+    (tmp_path / "shop" / passed / fmt.MANIFEST_FILE).write_text("{broken", encoding="utf-8")
+    with pytest.raises(IndexFormatError, match="not valid JSON"):
+        fmt.version_refused(tmp_path, "shop", passed)
+    assert not fmt.version_approved(tmp_path, "shop", passed)
+
+
+def test_prune_counts_refused_versions_apart(tmp_path: Path) -> None:
+    """keep=2: the newest two approved versions and the newest two refused ones stay, counted apart (the
+    old rule, newest two of all, would have kept r3 and g4 only and deleted g3, the last good fallback)."""
+    g1, g2 = (write_version(tmp_path, "shop", n=20, seed=s) for s in (0, 1))
+    r1 = write_version(tmp_path, "shop", n=20, gate=False, publish=False)
+    g3 = write_version(tmp_path, "shop", n=20, gate=True)
+    r2, r3 = (write_version(tmp_path, "shop", n=20, gate=False, publish=False) for _ in range(2))
+    g4 = write_version(tmp_path, "shop", n=20, gate=True)
+    assert fmt.current_version(tmp_path, "shop") == g4
+    assert fmt.prune_versions(tmp_path, "shop", keep=2) == [g1, g2, r1]
+    assert fmt.list_versions(tmp_path, "shop") == [g3, r2, r3, g4]
+
+    # CURRENT is never deleted, even a refused version published by force, and counts in neither quota.
+    fmt.publish_version(tmp_path, "shop", r2)
+    r4 = write_version(tmp_path, "shop", n=20, gate=False, publish=False)
+    assert fmt.prune_versions(tmp_path, "shop", keep=2) == []
+    assert fmt.list_versions(tmp_path, "shop") == [g3, r2, r3, g4, r4]
+    fmt.publish_version(tmp_path, "shop", g4)
+    assert fmt.prune_versions(tmp_path, "shop", keep=2) == [r2]
+
+    # A version whose manifest cannot be read is pruned with the refused ones, never kept over a good one:
+    # rolled back to a1, keep=1 keeps a2 (the newest good) besides CURRENT, not the newer unreadable x.
+    a1, a2, x, y = (write_version(tmp_path, "b", n=20, gate=True) for _ in range(4))
+    for broken in (x, y):
+        (tmp_path / "b" / broken / fmt.MANIFEST_FILE).write_text("{broken", encoding="utf-8")
+    fmt.publish_version(tmp_path, "b", a1)
+    assert fmt.prune_versions(tmp_path, "b", keep=1) == [x]
+    assert fmt.list_versions(tmp_path, "b") == [a1, a2, y]
 
 
 @pytest.mark.parametrize(
