@@ -110,6 +110,9 @@ CASES = [
     ("post", "/v1/consistency", {"json": {"queries": {"en": "red mug", "de": ""}}}, 422, "de"),
     ("post", "/v1/consistency", {"json": {"queries": {"en": "a", "?!": "b"}}}, 422, "queries"),
     ("post", "/v1/consistency", {"json": {"queries": {"en": "a", "de": "b"}, "top_k": 0}}, 422, "top_k"),
+    ("get", "/", {"params": {"lang": "xx"}}, 422, "lang"),  # the search page's shared-link parameters
+    ("get", "/", {"params": {"lang": "not a code"}}, 422, "lang"),
+    ("get", "/", {"params": {"q": "x" * 513}}, 422, "q"),
     ("get", "/v1/images/unknown-id", {}, 404, "item_id"),
     ("get", "/v1/images/x", {"params": {"size": 5000}}, 422, "size"),
     ("get", "/v1/nothing-here", {}, 404, None),

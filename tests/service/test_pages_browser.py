@@ -1,6 +1,7 @@
 """Both pages in headless Chromium (Debian's chromium and chromedriver, driven by selenium) against a real
 service: the dashboard draws the seeded history, the search page shows images for a German and a Japanese
-query, compare mode marks the shared items. Screenshots go to artifacts/screenshots/."""
+query, compare mode marks the shared items, a shared link (/?q=...&lang=...) runs its search on load and a
+search puts its link in the address bar. Screenshots go to artifacts/screenshots/."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
@@ -274,3 +276,40 @@ def test_search_page_german_japanese_and_compare(
     summary = browser.find_element("id", "shared-summary").text
     assert summary.startswith(f"{len(shared)} of 24 items shared")
     shot(browser, "search-compare.png")
+
+
+def test_search_page_runs_a_shared_link(browser: Any, site: LiveServer, catalogue: Catalogue) -> None:
+    record = catalogue.records[5]
+    query = record.captions["de"][0]
+    browser.get(site.url + "/?" + urlencode({"q": query, "lang": "de"}))
+    # No typing and no click: the page fills the form in and searches on load.
+    wait_js(browser, "return document.getElementById('results').dataset.done")
+    wait_js(browser, IMAGES_LOADED, ".panel")
+    assert browser.find_element("id", "query").get_attribute("value") == query
+    assert not browser.find_element("id", "compare-row").is_displayed()  # compare mode off
+    assert browser.execute_script("return document.getElementById('lang').value") == "de"
+    lang = browser.find_element("css selector", ".panel .lang")
+    assert lang.get_attribute("data-code") == "de" and "hint" in lang.text  # the hint was sent
+    with httpx.Client(base_url=site.url, timeout=30) as client:
+        answer = client.post("/v1/search", json={"query": query, "lang": "de", "top_k": 24, "rerank": False})
+    expected = [h["id"] for h in answer.json()["results"]]
+    cards = browser.execute_script(
+        "return Array.from(document.querySelectorAll('.panel .card')).map(c => c.dataset.id)"
+    )
+    assert cards == expected and record.id in cards
+    shot(browser, "search-shared-link.png")
+
+    # A search typed in the page puts its own link in the address bar (hint cleared: auto).
+    browser.execute_script("document.getElementById('lang').value = ''")
+    japanese = record.captions["ja"][0]
+    search_in_page(browser, japanese)
+    params = parse_qs(urlsplit(browser.current_url).query)
+    assert params == {"q": [japanese]}
+
+    # Without q the page waits for the shopper: nothing is searched on load (an on-load search would have
+    # written "Searching…" synchronously, before the load event that get() waits for).
+    browser.get(site.url + "/?lang=ja")
+    assert browser.execute_script("return document.getElementById('results').childElementCount") == 0
+    assert browser.execute_script("return location.search") == "?lang=ja"
+    assert browser.execute_script("return document.getElementById('lang').value") == "ja"
+

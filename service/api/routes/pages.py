@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from service.api.deps import RuntimeDep
+from service.errors import InvalidInputError
+from service.schemas import MAX_QUERY_CHARS, LangCode
 
 router = APIRouter(include_in_schema=False)
 WEB_DIR = Path(__file__).resolve().parents[2] / "web"
@@ -30,12 +33,26 @@ def plotly_js() -> Path:
 
 
 @router.get("/", response_class=HTMLResponse)
-async def search_page(request: Request, runtime: RuntimeDep) -> Response:
-    return templates().TemplateResponse(
-        request,
-        "search.html",
-        {"languages": runtime.languages, "rerank_default": runtime.settings.rerank},
-    )
+async def search_page(
+    request: Request,
+    runtime: RuntimeDep,
+    q: Annotated[str | None, Query(max_length=MAX_QUERY_CHARS, description="Query to run on load.")] = None,
+    lang: Annotated[LangCode | None, Query(description="Language hint of q.")] = None,
+) -> Response:
+    """The search page; ``/?q=...&lang=...`` (what the page puts in the address bar after a search) fills
+    the form in and runs that search on load, so a search can be shared as a link."""
+    if lang is not None and runtime.languages and lang not in runtime.languages:
+        raise InvalidInputError(
+            f"language {lang!r} is not one of the model's: {', '.join(runtime.languages)}",
+            loc=("query", "lang"),
+        )
+    context = {
+        "languages": runtime.languages,
+        "rerank_default": runtime.settings.rerank,
+        "q": (q or "").strip(),
+        "lang": lang or "",
+    }
+    return templates().TemplateResponse(request, "search.html", context)
 
 
 @router.get("/vendor/plotly.min.js")

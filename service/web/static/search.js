@@ -65,9 +65,19 @@
     return section;
   }
 
+  // The address bar holds the (first) query and its language hint: a search can be shared as a link,
+  // which the server fills in and this script runs on load (below).
+  function rememberQuery(query, lang) {
+    const params = new URLSearchParams();
+    params.set("q", query);
+    if (lang) params.set("lang", lang);
+    history.replaceState(null, "", location.pathname + "?" + params.toString());
+  }
+
   form.addEventListener("submit", async function (event) {
     event.preventDefault();
     errorBox.hidden = true;
+    rememberQuery($("query").value, $("lang").value);
     results.replaceChildren(el("p", { class: "busy" }, "Searching…"));
     const compare = $("compare").checked;
     const queries = [[$("query").value, $("lang").value]];
@@ -95,4 +105,6 @@
       errorBox.hidden = false;
     }
   });
+
+  if (form.dataset.autorun && $("query").value.trim()) form.requestSubmit();
 })();
