@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from indexer.index_format import IndexFormatError, IndexVersion, current_version
+from indexer.index_format import IndexFormatError, IndexVersion, current_version, version_refused
 from service.errors import IndexUnavailableError, ReloadFailedError
 
 log = logging.getLogger(__name__)
@@ -100,8 +100,9 @@ class IndexHolder:
         except ReloadFailedError:
             return False
 
-    def reload(self, version: str | None = None) -> Served | None:
-        """Open ``version`` (default: CURRENT) and swap it in; None when it is already served. Blocking."""
+    def reload(self, version: str | None = None, force: bool = False) -> Served | None:
+        """Open ``version`` (default: CURRENT) and swap it in; None when it is already served. A version the
+        quality gate refused is served only with ``force`` (as ``ccrk index rollback --to``). Blocking."""
         with self._load_lock:
             target = version or self.published_version()
             if target is None:
@@ -110,6 +111,11 @@ class IndexHolder:
             if served is not None and served.version == target:
                 return None
             try:
+                if version is not None and not force and version_refused(self.root, self.name, version):
+                    raise ReloadFailedError(
+                        f"version {version!r} of index {self.name!r} was refused by the quality gate; "
+                        "add force=true to serve it anyway"
+                    )
                 index = IndexVersion.open(
                     self.root, self.name, target, expect_fingerprint=self.expect_fingerprint
                 )

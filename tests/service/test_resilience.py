@@ -140,3 +140,22 @@ def test_reload_under_concurrent_load_fails_no_request(tmp_path: Path, catalogue
     seen = list(dict.fromkeys(load.versions))
     assert seen[:3] == [first, second, third], seen
     assert load.versions[-1] == first
+
+
+def test_admin_reload_serves_a_gate_refused_version_only_when_forced(
+    tmp_path: Path, catalogue: Catalogue
+) -> None:
+    good = write_version(tmp_path, catalogue, rows=list(range(30)))
+    refused = write_version(tmp_path, catalogue, rows=list(range(10)), publish=False)
+    manifest_path = tmp_path / "shop" / refused / fmt.MANIFEST_FILE
+    manifest = fmt.IndexManifest.load(manifest_path)
+    manifest.build_params = {**manifest.build_params, "quality_gate": {"passed": False, "reasons": ["test"]}}
+    manifest.save(manifest_path)
+    key = {"x-api-key": "test-admin-key"}
+    with LiveServer(make_settings(tmp_path)) as live, live.client() as admin:
+        response = admin.post("/v1/admin/reload", headers=key, params={"version": refused})
+        assert response.status_code == 409 and "refused by the quality gate" in response.text
+        assert live.app.state.runtime.holder.served.version == good
+        response = admin.post("/v1/admin/reload", headers=key, params={"version": refused, "force": True})
+        assert response.status_code == 200 and response.json()["version"] == refused
+        assert fmt.current_version(tmp_path, "shop") == good  # a replica's override never moves CURRENT

@@ -19,7 +19,10 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"])
     responses={
         401: {"description": "Missing or wrong API key."},
         404: {"description": "Admin disabled."},
-        409: {"description": "The version could not be loaded; the old one keeps serving."},
+        409: {
+            "description": "The version could not be loaded, or the quality gate refused it (use force); "
+            "the old one keeps serving."
+        },
     },
 )
 async def reload(
@@ -28,12 +31,13 @@ async def reload(
     version: Annotated[
         str | None, Query(pattern=r"^\d{8}T\d{6}Z-[0-9a-f]{6}$", description="A kept version (rollback).")
     ] = None,
+    force: Annotated[bool, Query(description="Serve a version the quality gate refused.")] = False,
 ) -> ReloadResponse:
     """Load CURRENT (or ``version``) in the background and swap it in; requests in flight finish on the old
     version."""
     holder = runtime.holder
     previous = holder.served.version if holder.served is not None else None
-    fresh = await anyio.to_thread.run_sync(holder.reload, version)
+    fresh = await anyio.to_thread.run_sync(holder.reload, version, force)
     current = fresh.version if fresh is not None else previous
     assert current is not None
     return ReloadResponse(previous_version=previous, version=current, changed=fresh is not None)
