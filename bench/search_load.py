@@ -272,6 +272,7 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=REPO / "artifacts" / "bench-indexes")
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--rerank", default="off,on", help="re-rank settings to run: off, on or off,on")
     parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads in the service")
     parser.add_argument("--workers", type=int, default=2, help="CCRK_SEARCH_WORKERS of the service")
     parser.add_argument("--port", type=int, default=8765)
@@ -284,7 +285,7 @@ def main() -> None:
         floor = floors(args.root, name, texts, args.threads)
         proc = serve(args.root, name, args.port, args.threads, args.workers)
         try:
-            for rerank in (False, True):
+            for rerank in (r.strip() == "on" for r in args.rerank.split(",")):
                 bodies = [
                     json.dumps({"query": t, "top_k": 10, "rerank": rerank, "rerank_k": 128}).encode()
                     for t in texts
