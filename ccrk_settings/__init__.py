@@ -108,6 +108,12 @@ class Settings(BaseSettings):
     ann_sample_rate: float = Field(
         0.02, ge=0.0, le=1.0, description="Share of live queries also searched exactly (live ANN recall)."
     )
+    ann_sample_cpu_share: float = Field(
+        0.02,
+        gt=0.0,
+        le=1.0,
+        description="Most CPU (share of one core) live ANN samples may use; above it samples are skipped.",
+    )
     gate_min_recall_at_10: float | None = Field(
         None, ge=0.0, le=1.0, description="Quality gate: every language's probe recall@10 at least this."
     )

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_PENDING_SAMPLES = 8  # ANN samples waiting for the worker; more are dropped, never queued up
+# CPU-seconds of ANN samples that may be spent at once, in seconds of the allowed rate (a short burst).
+SAMPLE_BURST_S = 10.0
 PRUNE_EVERY_S = 3600.0
 
 
@@ -65,6 +67,10 @@ class Monitor:
         self._stop = threading.Event()
         self._pending = 0
         self._pending_lock = threading.Lock()
+        # Token bucket of CPU-seconds for ANN samples: an exact search costs O(items) (~20 ms at 100k, 10x
+        # that at 1M), so a fixed share of traffic would take the cores from live searches as load grows.
+        self._sample_credit_s = settings.ann_sample_cpu_share * SAMPLE_BURST_S
+        self._credit_at = time.monotonic()
 
     def attach(self, holder: IndexHolder, searcher: Searcher) -> None:
         """Called once the model and the index holder exist (``Runtime._start``)."""
@@ -193,8 +199,19 @@ class Monitor:
         top = hits[0].score if hits and request.offset == 0 else None
         self.traffic.record(lang, len(hits), top, response.timings_ms.total)
         rate = self.settings.ann_sample_rate
-        if rate and not request.filters and random.random() < rate:
+        if rate and not request.filters and random.random() < rate and self._has_sample_credit():
             self.sample_ann(lang, normalise_query(request.query))
+
+    def _has_sample_credit(self) -> bool:
+        """Refill the CPU budget of ANN samples; True when some is left (the sample pays afterwards)."""
+        share = self.settings.ann_sample_cpu_share
+        with self._pending_lock:
+            now = time.monotonic()
+            self._sample_credit_s = min(
+                share * SAMPLE_BURST_S, self._sample_credit_s + (now - self._credit_at) * share
+            )
+            self._credit_at = now
+            return self._sample_credit_s > 0.0
 
     def sample_ann(self, lang: str, text: str) -> bool:
         """Queue one live query for the ANN-vs-exact comparison; False when the worker is saturated."""
@@ -214,6 +231,7 @@ class Monitor:
         return True
 
     def _ann_blocking(self, lang: str, text: str) -> None:
+        cpu_start = time.thread_time()
         try:
             holder, searcher = self._holder, self._searcher
             if holder is None or searcher is None:
@@ -231,3 +249,4 @@ class Monitor:
         finally:
             with self._pending_lock:
                 self._pending -= 1
+                self._sample_credit_s -= time.thread_time() - cpu_start
