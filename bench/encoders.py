@@ -55,7 +55,9 @@ def run_backend(model_dir: Path, backend: str, threads: int, calls: int) -> dict
     """Measure one runtime in this process."""
     from model.runtime import load_encoder
 
-    encoder = load_encoder(model_dir, backend, device="cpu", threads=threads)
+    # "onnx-int8": the dynamically quantized query and fusion graphs (the image graph stays fp32).
+    runtime, int8 = ("onnx", True) if backend == "onnx-int8" else (backend, False)
+    encoder = load_encoder(model_dir, runtime, device="cpu", threads=threads, int8=int8)
     cfg = encoder.config
     result: dict = {"backend": backend}
     words = [
@@ -203,7 +205,7 @@ def main() -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help="model directory")
     source.add_argument("--preset", help="model preset with random weights (e.g. ccrk-paper)")
-    parser.add_argument("--backends", default="torch,onnx")
+    parser.add_argument("--backends", default="torch,onnx", help="comma-separated: torch, onnx, onnx-int8")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--gflops", type=float, default=200.0, help="sustained GFLOP/s for the floor")
@@ -215,6 +217,13 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = prepare_model(args, Path(tmp))
+        if "onnx-int8" in args.backends.split(","):
+            from model.export import quantize_int8
+            from model.onnx_format import EXPORT_MANIFEST, ONNX_DIR
+
+            manifest = json.loads((model_dir / ONNX_DIR / EXPORT_MANIFEST).read_text(encoding="utf-8"))
+            if "int8_graphs" not in manifest:
+                quantize_int8(model_dir)
         runs = []
         for backend in args.backends.split(","):
             done = subprocess.run(
