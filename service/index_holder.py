@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from indexer.index_format import IndexFormatError, IndexVersion, current_version, version_refused
 from service.errors import IndexUnavailableError, ReloadFailedError
@@ -30,10 +31,29 @@ class Served:
     loaded_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     leases: int = 0
     retired: bool = False
+    # Metadata rows already read (a published version is immutable): a hit costs a dict copy, not SQLite.
+    item_cache_rows: int = 100_000
+    _items: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
+    _items_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def version(self) -> str:
         return self.index.manifest.version
+
+    def items(self, rows: list[int]) -> list[dict[str, Any]]:
+        """``index.items(rows)`` through the row cache. Each row comes as a copy of its top level (callers
+        pop keys; nested values are shared and must not be changed)."""
+        cache = self._items
+        got = {r: cache.get(r) for r in rows}
+        missing = [r for r, item in got.items() if item is None]
+        if missing:
+            fetched = self.index.items(missing)  # raises IndexFormatError on an unknown row, as before
+            got.update(zip(missing, fetched, strict=True))
+            with self._items_lock:
+                while cache and len(cache) + len(missing) > self.item_cache_rows:
+                    del cache[next(iter(cache))]  # oldest first (dicts keep insertion order)
+                cache.update(zip(missing, fetched, strict=True))
+        return [dict(got[r]) for r in rows]  # type: ignore[arg-type]
 
 
 class IndexHolder:

@@ -167,7 +167,7 @@ class Searcher:
         )
 
     def hits(self, served: Served, ranked: Ranked) -> list[SearchHit]:
-        items = served.index.items(ranked.rows.tolist())
+        items = served.items(ranked.rows.tolist())
         hits = []
         for n, item in enumerate(items):
             item_id = item.pop("id")
@@ -285,7 +285,7 @@ class Searcher:
             allowed=allowed,
             timings={},
         )
-        return [item["id"] for item in served.index.items(ranked.rows.tolist())]
+        return [item["id"] for item in served.items(ranked.rows.tolist())]
 
     def decode_upload(self, data: bytes, content_type: str | None) -> Image.Image:
         if len(data) > self.max_upload_bytes:
