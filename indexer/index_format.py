@@ -394,8 +394,26 @@ def _topk_merge(
     """Merge candidate (Q, m) scores/rows into the running (Q, k) best; ties broken by lower row."""
     all_s = np.concatenate([best_s, scores], axis=1)
     all_r = np.concatenate([best_r, rows], axis=1)
-    order = np.lexsort((np.where(all_r < 0, np.iinfo(np.int64).max, all_r), -all_s), axis=-1)[:, :k]
-    return np.take_along_axis(all_s, order, 1), np.take_along_axis(all_r, order, 1)
+    width = all_s.shape[1]
+    if width <= 4 * k:
+        order = np.lexsort((_tie_key(all_r), -all_s), axis=-1)[:, :k]
+        return np.take_along_axis(all_s, order, 1), np.take_along_axis(all_r, order, 1)
+    # Sorting every candidate dominated exact search: keep those at or above each row's k-th best score
+    # (ties at the boundary included, so the tie-break stays exact), then sort only them.
+    kth = np.partition(all_s, width - k, axis=1)[:, width - k]
+    out_s = np.empty((all_s.shape[0], k), dtype=all_s.dtype)
+    out_r = np.empty((all_s.shape[0], k), dtype=all_r.dtype)
+    for q in range(all_s.shape[0]):
+        keep = np.flatnonzero(all_s[q] >= kth[q])
+        s, r = all_s[q, keep], all_r[q, keep]
+        order = np.lexsort((_tie_key(r), -s))[:k]
+        out_s[q], out_r[q] = s[order], r[order]
+    return out_s, out_r
+
+
+def _tie_key(rows: np.ndarray) -> np.ndarray:
+    """Padding rows (-1) sort after every real row among equal scores."""
+    return np.where(rows < 0, np.iinfo(np.int64).max, rows)
 
 
 class IndexVersion:
