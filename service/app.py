@@ -28,9 +28,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Multilingual image search (CCRk): text and image queries, re-ranking, consistency.",
         version="0.1.0",
         lifespan=runtime.lifespan,
-        max_body_size=settings.max_upload_mb * 1024 * 1024 + UPLOAD_OVERHEAD,
+        # The service's telemetry is its Prometheus metrics (MetricsMiddleware); FastAPI's native
+        # OpenTelemetry would time every request a second time.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.runtime = runtime
+    max_body_size = settings.max_upload_mb * 1024 * 1024 + UPLOAD_OVERHEAD
     install_error_handlers(app)
     if settings.cors_origins:
         app.add_middleware(
@@ -52,6 +55,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         dashboard,
         pages,
     ):
-        app.include_router(module.router)
+        # The body limit is set per route, not on the app too: an app-wide limit wraps every request in a
+        # second limiter (app middleware and route) for the same check.
+        app.include_router(module.router, max_body_size=max_body_size)
     app.mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="static")  # the pages' own assets
     return app
