@@ -38,6 +38,9 @@ async def reload(
     holder = runtime.holder
     previous = holder.served.version if holder.served is not None else None
     fresh = await anyio.to_thread.run_sync(holder.reload, version, force)
-    current = fresh.version if fresh is not None else previous
+    # Not ``previous`` when nothing was loaded: the background poller may have swapped the same version in
+    # while this call waited for the load lock.
+    served = holder.served
+    current = fresh.version if fresh is not None else (served.version if served is not None else previous)
     assert current is not None
-    return ReloadResponse(previous_version=previous, version=current, changed=fresh is not None)
+    return ReloadResponse(previous_version=previous, version=current, changed=current != previous)
