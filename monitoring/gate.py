@@ -22,6 +22,7 @@ from model.runtime import Encoder
 from monitoring.history import HistoryError, open_history
 from monitoring.probe import ProbeError, index_searcher, run_probes, run_record
 from monitoring.probe_set import Probe, ProbeSetError, load_probe_set, probes_from_captions
+from monitoring.report import recall_drops
 
 log = logging.getLogger(__name__)
 
@@ -73,17 +74,11 @@ def evaluate_gate(
     if thresholds.max_mrv is not None and candidate["mrv"] > thresholds.max_mrv:
         reasons.append(f"MRV {candidate['mrv']:.2f} is above the ceiling {thresholds.max_mrv:.2f}")
     if thresholds.max_recall_drop is not None and baseline is not None:
-        for lang, m in per_language.items():
-            before = baseline["per_language"].get(lang)
-            if before is None:
-                continue
-            drop = before["recall_at_10"] - m["recall_at_10"]
-            if drop > thresholds.max_recall_drop + 1e-9:
-                reasons.append(
-                    f"{lang}: recall@10 fell {drop * 100:.1f} points against {baseline_version or 'CURRENT'} "
-                    f"({before['recall_at_10']:.3f} -> {m['recall_at_10']:.3f}), more than "
-                    f"{thresholds.max_recall_drop * 100:.1f}"
-                )
+        for lang, before, after, drop in recall_drops(baseline, candidate, thresholds.max_recall_drop):
+            reasons.append(
+                f"{lang}: recall@10 fell {drop * 100:.1f} points against {baseline_version or 'CURRENT'} "
+                f"({before:.3f} -> {after:.3f}), more than {thresholds.max_recall_drop * 100:.1f}"
+            )
     return GateVerdict(not reasons, reasons, asdict(thresholds), baseline_version)
 
 

@@ -12,6 +12,23 @@ from monitoring.history import HistoryStore
 GATE = "gate"
 
 
+def recall_drops(
+    before_run: dict[str, Any], after_run: dict[str, Any], max_drop: float
+) -> list[tuple[str, float, float, float]]:
+    """Languages whose recall@10 fell by more than ``max_drop`` from one probe run to another, as
+    (lang, before, after, drop); languages absent from ``before_run`` are skipped. Shared by the dashboard's
+    alerts and the quality gate, so both judge a drop the same way."""
+    drops = []
+    for lang, m in after_run["per_language"].items():
+        before = before_run["per_language"].get(lang)
+        if before is None:
+            continue
+        drop = before["recall_at_10"] - m["recall_at_10"]
+        if drop > max_drop + 1e-9:  # a drop exactly at the limit passes despite float rounding
+            drops.append((lang, before["recall_at_10"], m["recall_at_10"], drop))
+    return drops
+
+
 @dataclass(frozen=True)
 class AlertRules:
     mrv_max: float
@@ -70,21 +87,16 @@ def alerts(runs: Sequence[dict[str, Any]], rules: AlertRules) -> list[dict[str, 
             (r for r in reversed(served) if r.get("index_version") != latest.get("index_version")), None
         )
         if previous is not None:
-            for lang, m in latest["per_language"].items():
-                before = previous["per_language"].get(lang)
-                if before is None:
-                    continue
-                drop = before["recall_at_10"] - m["recall_at_10"]
-                if drop > rules.recall_drop + 1e-9:
-                    out.append(
-                        {
-                            "kind": "recall_drop",
-                            "lang": lang,
-                            "message": f"{lang}: recall@10 dropped {drop * 100:.1f} points "
-                            f"({before['recall_at_10']:.3f} -> {m['recall_at_10']:.3f}) from "
-                            f"{previous.get('index_version')} to {latest.get('index_version')}",
-                        }
-                    )
+            for lang, before, after, drop in recall_drops(previous, latest, rules.recall_drop):
+                out.append(
+                    {
+                        "kind": "recall_drop",
+                        "lang": lang,
+                        "message": f"{lang}: recall@10 dropped {drop * 100:.1f} points "
+                        f"({before:.3f} -> {after:.3f}) from "
+                        f"{previous.get('index_version')} to {latest.get('index_version')}",
+                    }
+                )
     for run in runs:
         gate = run.get("gate") or {}
         if run.get("source") == GATE and not gate.get("passed", True):
