@@ -79,6 +79,11 @@ class Cache:
             )
 
     @property
+    def enabled(self) -> bool:
+        """False when both caches are off (no Redis, LRU size 0): callers skip building keys and values."""
+        return self._enabled
+
+    @property
     def backend(self) -> str:
         return "redis" if self._redis is not None else "memory"
 

@@ -92,6 +92,8 @@ class Searcher:
 
     def encode_query(self, text: str) -> EncodedTexts:
         """The query's embedding (and text states for re-ranking), from the cache when there."""
+        if not self.cache.enabled:
+            return self.encoder.encode_text([text]).row(0)
         key = f"{self.model_fingerprint[:16]}:{_digest(text)}"
         cached = self.cache.get(EMBEDDING, key)
         if cached is not None:
@@ -204,18 +206,22 @@ class Searcher:
             if request.filters
             else None
         )
-        result_key = _digest(
-            [
-                served.version,
-                text,
-                request.top_k,
-                request.offset,
-                rerank,
-                request.rerank_k if rerank else 0,
-                filters,
-            ]
+        result_key = (
+            _digest(
+                [
+                    served.version,
+                    text,
+                    request.top_k,
+                    request.offset,
+                    rerank,
+                    request.rerank_k if rerank else 0,
+                    filters,
+                ]
+            )
+            if self.cache.enabled
+            else None
         )
-        cached = self.cache.get(RESULT, result_key)
+        cached = self.cache.get(RESULT, result_key) if result_key is not None else None
         if cached is not None:
             try:
                 payload = json.loads(cached)
@@ -249,11 +255,12 @@ class Searcher:
             timings=timings,
         )
         hits = self.hits(served, ranked)
-        self.cache.set(
-            RESULT,
-            result_key,
-            json.dumps({"results": [h.model_dump() for h in hits], "reranked": ranked.reranked}).encode(),
-        )
+        if result_key is not None:
+            self.cache.set(
+                RESULT,
+                result_key,
+                json.dumps({"results": [h.model_dump() for h in hits], "reranked": ranked.reranked}).encode(),
+            )
         return SearchResponse(
             results=hits,
             language=language,
