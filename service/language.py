@@ -13,6 +13,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
+import numpy as np
 from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
 from service.schemas import LanguageInfo
@@ -35,6 +36,8 @@ def normalise_code(code: str) -> str:
 
 def _scripts(text: str) -> set[str]:
     """Coarse writing systems of the letters (Han and Kana count as one: Japanese uses both)."""
+    if text.isascii():  # the common case, without a Unicode name lookup per character
+        return {"LATIN"} if any(char.isalpha() for char in text) else set()
     found: set[str] = set()
     for char in text:
         if not char.isalpha():
@@ -58,6 +61,21 @@ class LanguageDetector:
         restricted = [c for c in self.supported if c in known]
         if restricted:
             self._restricted.set_languages(restricted)
+        # One column per label (py3langid folds a label's alias columns into its first one), in the
+        # identifier's order: the order ``rank`` breaks ties in, which argmax over these columns keeps.
+        first: dict[str, int] = {}
+        for column, code in enumerate(self._full.nb_classes):
+            first.setdefault(code, column)
+        self._codes = list(first)
+        self._columns = np.fromiter(first.values(), dtype=np.intp, count=len(first))
+        self._counts_as_supported = np.array([RELATIVES.get(c, c) in self.supported for c in self._codes])
+        self._is_supported = np.array([c in self.supported for c in self._codes])
+
+    def _probabilities(self, text: str) -> np.ndarray:
+        """Probability of each label (``self._codes``) as ``rank`` gives them, without building and sorting
+        ~140 (code, p) tuples per query: ``_decide`` is what ``rank`` and ``classify`` call (py3langid is
+        pinned in constraints.txt; tests/service/test_language.py checks the result against ``rank``)."""
+        return self._full._decide(text)[self._columns].astype(np.float64)
 
     def hinted(self, hint: str) -> LanguageInfo:
         code = normalise_code(hint)
@@ -66,26 +84,26 @@ class LanguageDetector:
     def detect(self, text: str) -> LanguageInfo:
         if not any(char.isalpha() for char in text):  # digits, symbols: no language to tell
             return LanguageInfo(code="und", confidence=0.0, source="detected", supported=False)
-        ranked = self._full.rank(text)
-        supported_mass = sum(p for c, p in ranked if RELATIVES.get(c, c) in self.supported)
-        top_code, top_p = next(
-            ((c, p) for c, p in ranked if RELATIVES.get(c, c) not in self.supported), ranked[0]
-        )
+        probs = self._probabilities(text)
+        supported_mass = float(probs[self._counts_as_supported].sum())
+        outside = np.where(self._counts_as_supported, -1.0, probs)
+        top = int(outside.argmax()) if not self._counts_as_supported.all() else int(probs.argmax())
+        top_code, top_p = self._codes[top], float(probs[top])
         mixed = self._mixed(text)
         if top_code not in self.supported and top_p >= UNSUPPORTED_MIN_P and top_p > supported_mass:
             return LanguageInfo(
                 code=top_code, confidence=round(top_p, 4), source="detected", supported=False, mixed=mixed
             )
         # Restricting the identifier to the supported languages = renormalising its probabilities over them
-        # (same raw scores, same temperature), so the full ranking already holds the answer.
-        strict = [(c, p) for c, p in ranked if c in self.supported]
-        code, p = strict[0]
-        p = p / max(sum(q for _, q in strict), 1e-12)
+        # (same raw scores, same temperature), so the full distribution already holds the answer.
+        strict = np.where(self._is_supported, probs, -1.0)
+        best = int(strict.argmax())
+        p = probs[best] / max(float(probs[self._is_supported].sum()), 1e-12)
         return LanguageInfo(
-            code=code,
+            code=self._codes[best],
             confidence=round(float(p), 4),
             source="detected",
-            supported=code in self.supported,
+            supported=self._codes[best] in self.supported,
             mixed=mixed,
         )
 
