@@ -86,6 +86,23 @@ class Settings(BaseSettings):
     search_workers: int = Field(
         4, ge=1, le=256, description="Worker threads encoding and searching at once (CPU-bound work)."
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description=(
+            "Server processes of `ccrk serve` sharing the port (Python runs one thread at a time per process:"
+            " one process tops out at ~1 core of request handling). Each loads the model and the index;"
+            " metrics are summed over them; one of them runs the probes."
+        ),
+    )
+    worker_dir: Path | None = Field(
+        None,
+        description=(
+            "Set by `ccrk serve --workers N` for its processes (shared metrics files, the probe leader lock);"
+            " not to be set by hand."
+        ),
+    )
 
     # -- monitoring: probes, history, live traffic, quality gate, alerts --------------------------------
     probe_set: Path | None = Field(

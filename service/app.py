@@ -21,7 +21,7 @@ UPLOAD_OVERHEAD = 64 * 1024
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    metrics = Metrics()
+    metrics = Metrics(settings.worker_dir)
     runtime = Runtime(settings, metrics)
     app = FastAPI(
         title="ccrk-search",

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+# prometheus_client's own switch to multiprocess mode, read when a worker process imports it.
+PROMETHEUS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def serve_command(
@@ -16,6 +21,9 @@ def serve_command(
     model: Annotated[Path | None, typer.Option(help="Model directory [CCRK_MODEL_DIR].")] = None,
     backend: Annotated[str | None, typer.Option(help="onnx or torch [CCRK_BACKEND].")] = None,
     redis_url: Annotated[str | None, typer.Option(help="Redis for caches [CCRK_REDIS_URL].")] = None,
+    workers: Annotated[
+        int | None, typer.Option(min=1, max=64, help="Server processes sharing the port [CCRK_WORKERS].")
+    ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
     access_log: Annotated[bool, typer.Option(help="Log every request (costs throughput).")] = False,
 ) -> None:
@@ -37,6 +45,7 @@ def serve_command(
             "model_dir": model,
             "backend": backend,
             "redis_url": redis_url,
+            "workers": workers,
         }.items()
         if value is not None
     }
@@ -47,11 +56,37 @@ def serve_command(
         raise typer.BadParameter(str(exc)) from None
     if not settings.model_dir.is_dir():
         raise typer.BadParameter(f"model directory {settings.model_dir} does not exist")
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=log_level,
-        access_log=access_log,
-        timeout_graceful_shutdown=10,
-    )
+    if settings.workers == 1:
+        uvicorn.run(
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            log_level=log_level,
+            access_log=access_log,
+            timeout_graceful_shutdown=10,
+        )
+        return
+    _serve_workers(settings, overrides, log_level=log_level, access_log=access_log)
+
+
+def _serve_workers(settings: Any, overrides: dict[str, Any], *, log_level: str, access_log: bool) -> None:
+    """uvicorn's process manager: N processes accept on one socket, each builds the app from the
+    environment (``create_app`` reads the settings), so the command-line overrides travel as ``CCRK_*``
+    variables. A fresh folder per run holds the processes' metrics files and the probe leader lock."""
+    import uvicorn
+
+    with tempfile.TemporaryDirectory(prefix="ccrk-workers-") as group:
+        os.environ.update({f"CCRK_{key.upper()}": str(value) for key, value in overrides.items()})
+        os.environ["CCRK_WORKERS"] = str(settings.workers)
+        os.environ["CCRK_WORKER_DIR"] = group
+        os.environ[PROMETHEUS_DIR_ENV] = group
+        uvicorn.run(
+            "service.app:create_app",
+            factory=True,
+            workers=settings.workers,
+            host=settings.host,
+            port=settings.port,
+            log_level=log_level,
+            access_log=access_log,
+            timeout_graceful_shutdown=10,
+        )

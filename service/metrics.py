@@ -1,8 +1,16 @@
-"""Prometheus metrics, one registry per app (tests run several apps in one process)."""
+"""Prometheus metrics, one registry per app (tests run several apps in one process).
+
+Under ``ccrk serve --workers N`` every process writes its samples to files in the shared worker folder
+(prometheus_client's multiprocess mode, switched on for the workers by ``PROMETHEUS_MULTIPROC_DIR``) and
+``/metrics`` answers the sum over all processes, whichever process serves the scrape.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+import os
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
 # Fine buckets at the low end: a plain search answers in a few milliseconds.
 LATENCY_BUCKETS = (
@@ -26,7 +34,9 @@ LATENCY_BUCKETS = (
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, multiprocess_dir: Path | None = None) -> None:
+        self.multiprocess_dir = multiprocess_dir
+        self._index_labels: tuple[str, str] | None = None
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.request_seconds = Histogram(
@@ -67,12 +77,23 @@ class Metrics:
             buckets=(8, 16, 32, 64, 128, 256, 512),
             registry=r,
         )
-        self.index_items = Gauge("ccrk_index_items", "Live items in the loaded index.", registry=r)
-        self.index_info = Info("ccrk_index", "The loaded index version.", registry=r)
+        # Gauges of several processes: the largest value among the live ones (they serve the same index).
+        self.index_items = Gauge(
+            "ccrk_index_items", "Live items in the loaded index.", registry=r, multiprocess_mode="livemax"
+        )
+        # A gauge, not an Info (unsupported with several processes): 1 for the served name and version.
+        self.index_info = Gauge(
+            "ccrk_index_info",
+            "The loaded index version (1; 0 for versions served before).",
+            ["name", "version"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
         self.index_loaded_timestamp = Gauge(
             "ccrk_index_loaded_timestamp_seconds",
             "When the loaded index version was swapped in.",
             registry=r,
+            multiprocess_mode="livemax",
         )
         self.index_reloads = Counter(
             "ccrk_index_reloads_total",
@@ -87,3 +108,26 @@ class Metrics:
             self.redis_errors.labels(detail).inc()
         else:
             self.cache_events.labels(detail, outcome).inc()
+
+    def index_served(self, name: str, version: str) -> None:
+        """The info gauge after a swap: the old version's series drops to 0 (with several processes, a
+        series cannot be removed from the others' files), the new one is 1."""
+        if self._index_labels is not None and self._index_labels != (name, version):
+            self.index_info.labels(*self._index_labels).set(0)
+            if self.multiprocess_dir is None:
+                self.index_info.remove(*self._index_labels)
+        self.index_info.labels(name, version).set(1)
+        self._index_labels = (name, version)
+
+    def exposition(self) -> bytes:
+        """The text format of every metric: this process's, or the sum over all worker processes."""
+        if self.multiprocess_dir is None:
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=str(self.multiprocess_dir))
+        return generate_latest(registry)
+
+    def process_exited(self) -> None:
+        """Drop this process's live gauges from the shared files (the lifespan's end)."""
+        if self.multiprocess_dir is not None:
+            multiprocess.mark_process_dead(os.getpid(), str(self.multiprocess_dir))

@@ -6,12 +6,17 @@ monitoring (no service imports there) must not.
 Probe queries and ANN samples run one at a time on a single worker thread of their own, at the lowest CPU
 priority (Linux nice 19 for that thread) and with a pause between probe queries, so they take the cores
 only when live searches leave them idle; the live path only updates in-process counters.
+
+Under ``ccrk serve --workers N`` each process counts and stores its own traffic (the store adds buckets up)
+and samples its own share of the ANN CPU budget; probes and pruning are done by one process only, the one
+holding the leader lock in the shared worker folder (when it exits, another takes over at its next step).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import random
@@ -69,8 +74,10 @@ class Monitor:
         self._pending_lock = threading.Lock()
         # Token bucket of CPU-seconds for ANN samples: an exact search costs O(items) (~20 ms at 100k, 10x
         # that at 1M), so a fixed share of traffic would take the cores from live searches as load grows.
-        self._sample_credit_s = settings.ann_sample_cpu_share * SAMPLE_BURST_S
+        self._sample_cpu_share = settings.ann_sample_cpu_share / settings.workers  # the budget is for all
+        self._sample_credit_s = self._sample_cpu_share * SAMPLE_BURST_S
         self._credit_at = time.monotonic()
+        self._leader_fd: int | None = None
 
     def attach(self, holder: IndexHolder, searcher: Searcher) -> None:
         """Called once the model and the index holder exist (``Runtime._start``)."""
@@ -105,6 +112,24 @@ class Monitor:
             self._executor.shutdown(wait=False, cancel_futures=True)
         if self.store is not None:
             self.store.close()
+        if self._leader_fd is not None:
+            os.close(self._leader_fd)  # releases the lock for another process
+            self._leader_fd = None
+
+    def is_leader(self) -> bool:
+        """Whether this process runs the probes: always when alone; with several server processes, the one
+        holding an exclusive lock on a file of the shared worker folder (taken at the first chance)."""
+        folder = self.settings.worker_dir
+        if folder is None or self._leader_fd is not None:
+            return True
+        fd = os.open(folder / "monitor.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self._leader_fd = fd
+        return True
 
     def index_swapped(self) -> None:
         """From any thread: a new version is served, probe it."""
@@ -131,14 +156,16 @@ class Monitor:
                         self._swapped.clear()
                         reason = "swap"
                 await self.flush()
+                leader = self.is_leader()
                 if reason is None and time.monotonic() >= next_probe:
                     reason = "schedule"
                 if reason is not None:
-                    await self.probe(reason)
+                    if leader:
+                        await self.probe(reason)
                     reason = None
                     if interval_s:
                         next_probe = time.monotonic() + interval_s
-                if time.monotonic() >= next_prune and self.store is not None:
+                if leader and time.monotonic() >= next_prune and self.store is not None:
                     await anyio.to_thread.run_sync(self.store.prune, time.time())
                     next_prune = time.monotonic() + PRUNE_EVERY_S
             except asyncio.CancelledError:
@@ -204,7 +231,7 @@ class Monitor:
 
     def _has_sample_credit(self) -> bool:
         """Refill the CPU budget of ANN samples; True when some is left (the sample pays afterwards)."""
-        share = self.settings.ann_sample_cpu_share
+        share = self._sample_cpu_share
         with self._pending_lock:
             now = time.monotonic()
             self._sample_credit_s = min(

@@ -58,7 +58,7 @@ class Runtime:
 
     def _on_swap(self, served: Served) -> None:
         self.metrics.index_items.set(len(served.index))
-        self.metrics.index_info.info({"name": served.index.manifest.name, "version": served.version})
+        self.metrics.index_served(served.index.manifest.name, served.version)
         self.metrics.index_loaded_timestamp.set(time())
         self.metrics.index_reloads.labels("ok").inc()
         self.monitor.index_swapped()
@@ -140,3 +140,4 @@ class Runtime:
                 self._holder.close()
             if self.cache is not None:
                 self.cache.close()
+            self.metrics.process_exited()

@@ -170,6 +170,7 @@ class Status(BaseModel):
     status: str
     index_version: str | None = None
     detail: str | None = None
+    pid: int | None = Field(None, description="The server process that answered (`ccrk serve --workers N`).")
 
 
 class ReloadResponse(BaseModel):

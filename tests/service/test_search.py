@@ -4,6 +4,7 @@ images, cache hits."""
 from __future__ import annotations
 
 import io
+import os
 
 import httpx
 import numpy as np
@@ -234,7 +235,12 @@ def test_index_languages_health_metrics(client: httpx.Client, catalogue: Catalog
     codes = [entry["code"] for entry in langs["languages"]]
     assert codes == ["en", "de", "fr", "cs", "ja", "zh", "es", "ru", "tr", "id"]
     assert langs["languages"][0]["recall_at_10"] == 0.99 and langs["languages"][2]["recall_at_10"] is None
-    assert client.get("/healthz").json() == {"status": "ok", "index_version": None, "detail": None}
+    assert client.get("/healthz").json() == {
+        "status": "ok",
+        "index_version": None,
+        "detail": None,
+        "pid": os.getpid(),  # this test's server runs in this process
+    }
     ready = client.get("/readyz")
     assert ready.status_code == 200 and ready.json()["index_version"] == info["version"]
     client.post("/v1/search", json={"query": "drei gelbe Regenschirme", "rerank": True})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
@@ -14,7 +16,7 @@ router = APIRouter(tags=["health"])
 @router.get("/healthz", response_model=Status)
 async def healthz() -> Status:
     """The process answers."""
-    return Status(status="ok")
+    return Status(status="ok", pid=os.getpid())
 
 
 @router.get("/readyz", response_model=Status, responses={503: {"model": Status}})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from service.api.deps import RuntimeDep
 
@@ -12,4 +12,4 @@ router = APIRouter(tags=["metrics"])
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
 async def metrics(runtime: RuntimeDep) -> Response:
-    return Response(generate_latest(runtime.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(runtime.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

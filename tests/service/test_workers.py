@@ -1,0 +1,160 @@
+"""`ccrk serve --workers 2`: two real uvicorn processes on one port. Both answer and search the same index;
+/metrics sums both, whichever answers the scrape; only one runs the probes; both store their traffic; a new
+CURRENT is picked up by both; SIGTERM stops everything and removes the shared worker folder."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from monitoring.history import SqliteHistory
+from monitoring.probe_set import probes_from_captions, save_probe_set
+from tests.service.conftest import Catalogue, free_port, write_version
+
+SEARCHES = 24
+
+
+def wait_for(fetch: Callable[[], Any], ok: Callable[[Any], bool], what: str, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = fetch()
+        except httpx.HTTPError as exc:
+            value = exc
+        if not isinstance(value, Exception) and ok(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}: last {value!r}")
+        time.sleep(0.1)
+
+
+def children(pid: int) -> set[int]:
+    return {int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+
+
+def fresh_get(url: str) -> httpx.Response:
+    """A request on a new connection (the kernel hands each new connection to either process)."""
+    return httpx.get(url, timeout=10)
+
+
+def search_count(metrics_text: str) -> float:
+    pattern = r'^ccrk_request_seconds_count\{[^}]*route="/v1/search"[^}]*status="2xx"[^}]*\} (\S+)$'
+    return sum(float(m) for m in re.findall(pattern, metrics_text, flags=re.MULTILINE))
+
+
+@pytest.fixture()
+def group(catalogue: Catalogue, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path, Path]]:
+    root = tmp_path / "indexes"
+    write_version(root, catalogue, rows=list(range(40)))
+    probes = tmp_path / "probes.jsonl"
+    save_probe_set(
+        probes_from_captions([(r.id, r.captions) for r in catalogue.records[:40]], n=6, seed=1), probes
+    )
+    db = tmp_path / "history.sqlite"
+    tmp = tmp_path / "tmp"  # where `ccrk serve` makes the worker folder
+    tmp.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CCRK_")}
+    env.update(
+        {
+            "TMPDIR": str(tmp),
+            "CCRK_THREADS": "1",
+            "CCRK_SEARCH_WORKERS": "1",
+            "CCRK_RERANK": "false",
+            "CCRK_INDEX_POLL_S": "0.2",
+            "CCRK_PROBE_SET": str(probes),
+            "CCRK_PROBE_INTERVAL_MIN": "0",
+            "CCRK_PROBE_PAUSE_S": "0",
+            "CCRK_PROBE_DEPTH": "20",
+            "CCRK_HISTORY_DB": str(db),
+            "CCRK_TRAFFIC_FLUSH_S": "0.2",
+            "CCRK_ANN_SAMPLE_RATE": "0",
+        }
+    )
+    port = free_port()
+    ccrk = Path(sys.executable).parent / "ccrk"
+    command = [str(ccrk), "serve", "--workers", "2", "--port", str(port), "--index-root", str(root)]
+    proc = subprocess.Popen([*command, "--index-name", "shop", "--log-level", "warning"], env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        yield proc, url, root, db
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def test_two_processes_share_port_metrics_probes_and_swaps(
+    catalogue: Catalogue, group: tuple[subprocess.Popen[bytes], str, Path, Path]
+) -> None:
+    proc, url, root, db = group
+    wait_for(lambda: fresh_get(f"{url}/readyz"), lambda r: r.status_code == 200, "readiness", timeout=180)
+
+    # Both processes answer (new connections land on either), and they are the server's children.
+    pids: set[int] = set()
+    for _ in range(400):
+        pids.add(fresh_get(f"{url}/healthz").json()["pid"])
+        if len(pids) == 2:
+            break
+    assert len(pids) == 2 and pids <= children(proc.pid)  # (the other child: multiprocessing's tracker)
+    wait_for(
+        lambda: {fresh_get(f"{url}/readyz").json()["index_version"] for _ in range(20)},
+        lambda versions: len(versions) == 1,
+        "both processes serving the version",
+    )
+
+    for n in range(SEARCHES):
+        record = catalogue.records[n]
+        lang = ("de", "ja", "fr")[n % 3]
+        response = httpx.post(
+            f"{url}/v1/search", json={"query": record.captions[lang][0], "lang": lang, "top_k": 5}, timeout=10
+        )
+        assert response.status_code == 200, response.text
+        assert record.id in [hit["id"] for hit in response.json()["results"]]
+
+    # Every scrape, whichever process answers, counts the searches of both.
+    for _ in range(8):
+        text = fresh_get(f"{url}/metrics").text
+        assert search_count(text) == SEARCHES
+        assert "ccrk_index_items 40.0" in text
+
+    store = SqliteHistory(db, 86400.0)
+    try:
+        runs = wait_for(lambda: store.runs(0), lambda r: len(r) >= 1, "the startup probe")
+        wait_for(
+            lambda: sum(b.count for b in store.traffic(0)),
+            lambda n: n == SEARCHES,
+            "the traffic of both processes stored",
+        )
+        time.sleep(1.0)  # time enough for a second process to probe, were it to
+        runs = store.runs(0)
+        assert [r["source"] for r in runs] == ["startup"]
+
+        # A new CURRENT: both processes swap; one probe of the new version.
+        second = write_version(root, catalogue)
+        wait_for(
+            lambda: {fresh_get(f"{url}/readyz").json()["index_version"] for _ in range(20)},
+            lambda versions: versions == {second},
+            "both processes on the new version",
+        )
+        wait_for(lambda: store.runs(0), lambda r: len(r) >= 2, "the swap probe")
+        time.sleep(1.0)
+        runs = store.runs(0)
+        assert [(r["source"], r["index_version"]) for r in runs][1:] == [("swap", second)]
+        text = fresh_get(f"{url}/metrics").text
+        assert f'ccrk_index_info{{name="shop",version="{second}"}} 1.0' in text
+        assert "ccrk_index_items 60.0" in text
+    finally:
+        store.close()
+
+    proc.terminate()
+    assert proc.wait(timeout=60) == 0
+    assert not list((db.parent / "tmp").glob("ccrk-workers-*")), "the worker folder was left behind"
