@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -70,23 +71,25 @@ def serve_command(
 
 
 def _serve_workers(settings: Any, overrides: dict[str, Any], *, log_level: str, access_log: bool) -> None:
-    """uvicorn's process manager: N processes accept on one socket, each builds the app from the
-    environment (``create_app`` reads the settings), so the command-line overrides travel as ``CCRK_*``
-    variables. A fresh folder per run holds the processes' metrics files and the probe leader lock."""
-    import uvicorn
+    """N processes on one port (``service.workers``). Each builds the app from the environment, so the
+    command-line overrides travel as ``CCRK_*`` variables; a fresh folder per run holds the processes'
+    metrics files and the probe leader lock."""
+    from service.workers import PortInUseError, WorkerGroup
 
+    level = getattr(logging, log_level.upper(), logging.INFO)
+    logging.basicConfig(level=level, format="%(levelname)s:     [ccrk serve] %(message)s")
     with tempfile.TemporaryDirectory(prefix="ccrk-workers-") as group:
         os.environ.update({f"CCRK_{key.upper()}": str(value) for key, value in overrides.items()})
         os.environ["CCRK_WORKERS"] = str(settings.workers)
         os.environ["CCRK_WORKER_DIR"] = group
         os.environ[PROMETHEUS_DIR_ENV] = group
-        uvicorn.run(
-            "service.app:create_app",
-            factory=True,
-            workers=settings.workers,
-            host=settings.host,
-            port=settings.port,
-            log_level=log_level,
-            access_log=access_log,
-            timeout_graceful_shutdown=10,
+        workers = WorkerGroup(
+            settings.workers, settings.host, settings.port, log_level=log_level, access_log=access_log
         )
+        try:
+            code = workers.run()
+        except PortInUseError as exc:
+            typer.echo(f"Error: {exc.strerror}", err=True)
+            code = 1
+    if code:
+        raise typer.Exit(code)

@@ -133,4 +133,3 @@ def test_refused_build_is_marked_and_not_rolled_back_to(
     code, out = _run("rollback", *common, "--to", bad.version, "--force")
     assert code == 0 and fmt.current_version(root, "shop") == bad.version
     assert "published with --force" in " ".join(out.split())
-

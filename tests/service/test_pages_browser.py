@@ -312,4 +312,3 @@ def test_search_page_runs_a_shared_link(browser: Any, site: LiveServer, catalogu
     assert browser.execute_script("return document.getElementById('results').childElementCount") == 0
     assert browser.execute_script("return location.search") == "?lang=ja"
     assert browser.execute_script("return document.getElementById('lang').value") == "ja"
-

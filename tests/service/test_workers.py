@@ -1,15 +1,18 @@
 """`ccrk serve --workers 2`: two real uvicorn processes on one port. Both answer and search the same index;
-/metrics sums both, whichever answers the scrape; only one runs the probes; both store their traffic; a new
-CURRENT is picked up by both; SIGTERM stops everything and removes the shared worker folder."""
+a second group on the same port is refused; /metrics sums both, whichever answers the scrape; only one
+runs the probes; both store their traffic; a new CURRENT is picked up by both; a killed process is
+replaced; SIGTERM stops everything and removes the shared worker folder."""
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +54,18 @@ def search_count(metrics_text: str) -> float:
     return sum(float(m) for m in re.findall(pattern, metrics_text, flags=re.MULTILINE))
 
 
+@dataclass
+class Group:
+    proc: subprocess.Popen[bytes]
+    url: str
+    root: Path
+    db: Path
+    command: list[str]
+    env: dict[str, str]
+
+
 @pytest.fixture()
-def group(catalogue: Catalogue, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, Path, Path]]:
+def group(catalogue: Catalogue, tmp_path: Path) -> Iterator[Group]:
     root = tmp_path / "indexes"
     write_version(root, catalogue, rows=list(range(40)))
     probes = tmp_path / "probes.jsonl"
@@ -82,20 +95,18 @@ def group(catalogue: Catalogue, tmp_path: Path) -> Iterator[tuple[subprocess.Pop
     port = free_port()
     ccrk = Path(sys.executable).parent / "ccrk"
     command = [str(ccrk), "serve", "--workers", "2", "--port", str(port), "--index-root", str(root)]
-    proc = subprocess.Popen([*command, "--index-name", "shop", "--log-level", "warning"], env=env)
-    url = f"http://127.0.0.1:{port}"
+    command += ["--index-name", "shop", "--log-level", "warning"]
+    proc = subprocess.Popen(command, env=env)
     try:
-        yield proc, url, root, db
+        yield Group(proc, f"http://127.0.0.1:{port}", root, db, command, env)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
 
 
-def test_two_processes_share_port_metrics_probes_and_swaps(
-    catalogue: Catalogue, group: tuple[subprocess.Popen[bytes], str, Path, Path]
-) -> None:
-    proc, url, root, db = group
+def test_two_processes_share_port_metrics_probes_and_swaps(catalogue: Catalogue, group: Group) -> None:
+    proc, url, root, db = group.proc, group.url, group.root, group.db
     wait_for(lambda: fresh_get(f"{url}/readyz"), lambda r: r.status_code == 200, "readiness", timeout=180)
 
     # Both processes answer (new connections land on either), and they are the server's children.
@@ -104,7 +115,12 @@ def test_two_processes_share_port_metrics_probes_and_swaps(
         pids.add(fresh_get(f"{url}/healthz").json()["pid"])
         if len(pids) == 2:
             break
-    assert len(pids) == 2 and pids <= children(proc.pid)  # (the other child: multiprocessing's tracker)
+    assert len(pids) == 2 and pids <= children(proc.pid)  # (another child: multiprocessing's tracker)
+
+    # A second group on the same port is refused (SO_REUSEPORT would otherwise let it share the port).
+    second_group = subprocess.run(group.command, env=group.env, capture_output=True, timeout=120)
+    assert second_group.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{url.rsplit(':', 1)[1]}" in second_group.stderr.decode()
     wait_for(
         lambda: {fresh_get(f"{url}/readyz").json()["index_version"] for _ in range(20)},
         lambda versions: len(versions) == 1,
@@ -155,6 +171,33 @@ def test_two_processes_share_port_metrics_probes_and_swaps(
     finally:
         store.close()
 
+    # A process that dies is replaced; the other keeps answering meanwhile.
+    victim = min(pids)
+    os.kill(victim, signal.SIGKILL)
+    assert fresh_get(f"{url}/readyz").status_code == 200
+    wait_for(
+        lambda: {fresh_get(f"{url}/healthz").json()["pid"] for _ in range(30)},
+        lambda answered: len(answered) == 2 and victim not in answered,
+        "a new process in place of the killed one",
+    )
+
     proc.terminate()
     assert proc.wait(timeout=60) == 0
     assert not list((db.parent / "tmp").glob("ccrk-workers-*")), "the worker folder was left behind"
+
+
+def test_a_process_failing_at_startup_stops_the_group(tmp_path: Path) -> None:
+    """A model folder without a model: every process would fail again, so the group exits, non-zero."""
+    (tmp_path / "empty-model").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CCRK_")} | {"TMPDIR": str(tmp_path)}
+    ccrk = Path(sys.executable).parent / "ccrk"
+    command = [str(ccrk), "serve", "--workers", "2", "--port", str(free_port()), "--log-level", "warning"]
+    done = subprocess.run(
+        [*command, "--index-root", str(tmp_path), "--model", str(tmp_path / "empty-model")],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert "failed to start" in done.stderr.decode()
+    assert not list(tmp_path.glob("ccrk-workers-*"))
