@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import os
 import signal
 import socket
 import threading
@@ -66,14 +67,21 @@ def _serve_one(host: str, port: int, log_level: str, access_log: bool, started: 
         timeout_graceful_shutdown=10,
     )
     server = uvicorn.Server(config)
+    supervisor = os.getppid()
 
-    def report_started() -> None:
+    def watch() -> None:
+        """Report the start; then stop gracefully if the supervisor dies (killed with SIGKILL, it cannot
+        stop its processes, which would otherwise keep serving and holding the port)."""
         while not server.started and not server.should_exit:
             time.sleep(0.05)
         if server.started:
             started.set()
+        while not server.should_exit:
+            if os.getppid() != supervisor:
+                server.should_exit = True
+            time.sleep(1.0)
 
-    threading.Thread(target=report_started, daemon=True).start()
+    threading.Thread(target=watch, daemon=True).start()
     server.run(sockets=[sock])
 
 

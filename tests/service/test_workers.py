@@ -44,6 +44,14 @@ def children(pid: int) -> set[int]:
     return {int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
 
 
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie may wait for a reaper that never comes)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def fresh_get(url: str) -> httpx.Response:
     """A request on a new connection (the kernel hands each new connection to either process)."""
     return httpx.get(url, timeout=10)
@@ -101,8 +109,10 @@ def group(catalogue: Catalogue, tmp_path: Path) -> Iterator[Group]:
         yield Group(proc, f"http://127.0.0.1:{port}", root, db, command, env)
     finally:
         if proc.poll() is None:
-            proc.kill()
+            kids = children(proc.pid)
+            proc.kill()  # the processes notice and stop by themselves
             proc.wait(timeout=30)
+            wait_for(lambda: [k for k in kids if running(k)], lambda alive: not alive, "orphans to stop")
 
 
 def test_two_processes_share_port_metrics_probes_and_swaps(catalogue: Catalogue, group: Group) -> None:
@@ -201,3 +211,17 @@ def test_a_process_failing_at_startup_stops_the_group(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "failed to start" in done.stderr.decode()
     assert not list(tmp_path.glob("ccrk-workers-*"))
+
+
+def test_processes_stop_when_the_supervisor_is_killed(group: Group) -> None:
+    """SIGKILL leaves the supervisor no chance to stop its processes: they notice and stop by themselves
+    (else they would keep serving and holding the port)."""
+    ready = f"{group.url}/readyz"
+    wait_for(lambda: fresh_get(ready), lambda r: r.status_code == 200, "readiness", timeout=180)
+    kids = children(group.proc.pid)
+    assert len([k for k in kids if running(k)]) >= 2
+    group.proc.kill()
+    group.proc.wait(timeout=30)
+    wait_for(lambda: [k for k in kids if running(k)], lambda alive: not alive, "the processes to stop")
+    with pytest.raises(httpx.ConnectError):
+        fresh_get(f"{group.url}/healthz")
