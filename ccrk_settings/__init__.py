@@ -83,6 +83,15 @@ class Settings(BaseSettings):
     redis_retry_s: float = Field(
         1.0, gt=0.0, description="After a Redis error, serve without cache this long before trying again."
     )
+    blas_threads: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description=(
+            "Threads of the BLAS pools (numpy's, faiss's) in the service. A query only does tiny matrix"
+            " products there; more threads spin-wait between them and take CPU from other queries."
+        ),
+    )
     search_workers: int = Field(
         4, ge=1, le=256, description="Worker threads encoding and searching at once (CPU-bound work)."
     )

@@ -10,6 +10,7 @@ import httpx
 import numpy as np
 import pytest
 from PIL import Image
+from threadpoolctl import threadpool_info
 
 from model.runtime import Encoder
 from tests.service.conftest import Catalogue, LiveServer
@@ -249,3 +250,11 @@ def test_index_languages_health_metrics(client: httpx.Client, catalogue: Catalog
     assert 'ccrk_rerank_total{used="yes"}' in text
     assert f"ccrk_index_items {float(len(catalogue.records))}" in text
     assert 'ccrk_cache_total{cache="result",outcome="hit"}' in text
+
+
+def test_blas_pool_limited(server: LiveServer) -> None:
+    """The lifespan limits numpy's OpenBLAS (pthreads, process-wide) to CCRK_BLAS_THREADS: its idle threads
+    spin-wait on the cores the next queries need."""
+    pools = [p for p in threadpool_info() if p["user_api"] == "blas" and p["threading_layer"] == "pthreads"]
+    assert pools and [p["num_threads"] for p in pools] == [1] * len(pools)
+    assert server.app.state.runtime.settings.blas_threads == 1
