@@ -1,17 +1,24 @@
 """Load benchmark of the search service: a real `ccrk serve` (uvicorn) on loopback, N synthetic items.
 
-Item vectors are synthetic (clustered, L2-normalised, 128-d like the demo model) so that 100k and 1M items
-need no encoding; queries are real multilingual captions of the synthetic catalogue encoded by the real
-demo model inside the service. The re-rank store is a sparse all-zero file of the real shape (65 x 128
-fp16 per item): the fusion encoder does its full work, the page cache serves the zeros (no disk reads).
+Item vectors are synthetic so that 100k and 1M items need no image encoding, but they sit where a real
+catalogue's do: around the demo model's image embeddings of 2,000 rendered catalogue products (cosine ~0.9
+to their centre), 128-d, L2-normalised. Queries are real multilingual captions of other catalogue items,
+encoded by the real demo model inside the service. The HNSW index's efSearch is tuned on half of those
+queries to the indexer's target recall (CCRK_TARGET_RECALL, against exact search) and its recall on the other
+half is reported. The re-rank store is a sparse all-zero file of the real shape (65 x 128 fp16 per item):
+the fusion encoder does its full work, the page cache serves the zeros (no disk reads).
 
-Measures p50/p95/p99 latency and throughput at concurrency 1, 8 and 32 with re-ranking off and on, the
-service's own stage timings (encode, search, rerank, total) and, in this process, the floors: query
-encoding, ANN search and exact (brute-force) search over the same index. The load generator is a minimal
-asyncio HTTP/1.1 keep-alive client, so it costs the shared CPU as little as possible. Prints JSON and a
-table; not a test.
+Two kinds of load, re-ranking off and on:
+- closed loop: C clients each send a query, wait for the answer, send the next (latency = C / throughput);
+- open loop (re-rank off): queries arrive at a fixed mean rate (Poisson) whatever the answers, over a pool
+  of keep-alive connections; latency counts from the arrival, waiting included (no coordinated omission).
+Reported: p50/p95/p99, throughput, the service's stage timings (encode, search, rerank, total), the server's
+and this client's CPU per request, how the connections spread over server processes, and the floors measured
+in this process: query encoding, ANN search and exact (brute-force) search over the same index. The load
+generator is a minimal asyncio HTTP/1.1 client, so it costs the shared CPU little. Prints JSON and a table;
+not a test.
 
-    python bench/search_load.py --items 100000 [--items 1000000] [--seconds 8]
+    python bench/search_load.py --items 100000 [--items 1000000] [--processes 2] [--seconds 8]
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -34,10 +42,13 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ccrk_settings import DEFAULT_MODEL_DIR  # noqa: E402
+from ccrk_settings import DEFAULT_MODEL_DIR, Settings  # noqa: E402
 from indexer import index_format as fmt  # noqa: E402
+from indexer.ann import EF_GRID, recall_at  # noqa: E402
 
 DIM, TOKENS, WIDTH = 128, 65, 128
+N_CENTRES = 2000  # rendered catalogue products whose image embeddings centre the synthetic items
+ITEM_SPREAD = 0.5  # noise norm relative to the unit centre: cosine ~0.9 item-centre, ~0.8 within a cluster
 TARGETS = {  # (concurrency, rerank) -> targets of issue 5 (2 cores, 1M items)
     (1, False): {"p50_ms": 5.0},
     (32, False): {"p99_ms": 25.0, "qps": 400.0},
@@ -45,29 +56,84 @@ TARGETS = {  # (concurrency, rerank) -> targets of issue 5 (2 cores, 1M items)
 }
 
 
-def build_index(root: Path, n: int, seed: int = 0) -> str:
-    name = f"bench{n}"
-    existing = fmt.current_version(root, name)
-    if existing:
+def centre_embeddings(n: int, seed: int = 0) -> np.ndarray:
+    """Image embeddings of ``n`` rendered catalogue products (the demo model): the cluster centres of the
+    synthetic items, so that real text queries land among items the way they do in a real catalogue."""
+    from model.data.render import render_image
+    from model.data.synth import SynthConfig, iter_items
+    from model.runtime import load_encoder
+
+    encoder = load_encoder(DEFAULT_MODEL_DIR, backend="onnx", threads=os.cpu_count() or 1)
+    size = encoder.config.vision.image_size
+    items = list(iter_items("test", SynthConfig(seed=seed, n_train=0, n_val=0, n_test=n)))
+    out = []
+    for start in range(0, len(items), 64):
+        images = [
+            render_image(item.attributes, size, np.random.default_rng(item.image_seed))
+            for item in items[start : start + 64]
+        ]
+        out.append(encoder.encode_images(images).embeds)
+    centres = np.concatenate(out).astype(np.float32)
+    return centres / np.linalg.norm(centres, axis=1, keepdims=True)
+
+
+def query_embeddings(texts: list[str]) -> np.ndarray:
+    from model.runtime import load_encoder
+
+    encoder = load_encoder(DEFAULT_MODEL_DIR, backend="onnx", threads=os.cpu_count() or 1)
+    return np.concatenate([encoder.encode_text(texts[i : i + 64]).embeds for i in range(0, len(texts), 64)])
+
+
+def tune_ef(
+    index: faiss.IndexHNSWFlat, embeds: np.ndarray, queries: np.ndarray, target: float
+) -> tuple[int, float]:
+    """The cheapest efSearch whose recall@10 against exact search reaches ``target`` on the first half of
+    the real query embeddings (the indexer's grid); returns it and the recall on the other half."""
+    exact = np.empty((len(queries), 10), np.int64)
+    for i, q in enumerate(queries):
+        scores = np.asarray(embeds) @ q
+        top = np.argpartition(-scores, 10)[:10]
+        exact[i] = top[np.argsort(-scores[top])]
+    half = len(queries) // 2
+    chosen = EF_GRID[-1]
+    for ef in EF_GRID:
+        index.hnsw.efSearch = ef
+        if recall_at(index.search(queries[:half], 10)[1], exact[:half], 10) >= target:
+            chosen = ef
+            break
+    index.hnsw.efSearch = chosen
+    return chosen, recall_at(index.search(queries[half:], 10)[1], exact[half:], 10)
+
+
+def build_index(root: Path, n: int, texts: list[str], target_recall: float, seed: int = 0) -> str:
+    """HNSW32 over ``n`` synthetic items around real image embeddings (cosine ~0.9 to their centre), efSearch
+    tuned to ``target_recall`` on real text queries as the indexer tunes it, published like a real build."""
+    name = f"load{n}"
+    if fmt.current_version(root, name):
         return name
     rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(1024, DIM)).astype(np.float32)
+    centres = centre_embeddings(N_CENTRES, seed)
     version = fmt.new_version_name(root, name)
     stage = root / name / fmt.BUILDS_DIR / version
     stage.mkdir(parents=True)
     embeds = np.lib.format.open_memmap(stage / fmt.EMBEDDINGS_FILE, "w+", np.float32, (n, DIM))
     for start in range(0, n, 100_000):
         m = min(100_000, n - start)
-        x = centres[rng.integers(0, 1024, m)] + 0.6 * rng.normal(size=(m, DIM)).astype(np.float32)
+        noise = rng.normal(0, ITEM_SPREAD / np.sqrt(DIM), (m, DIM)).astype(np.float32)
+        x = centres[rng.integers(0, len(centres), m)] + noise
         embeds[start : start + m] = x / np.linalg.norm(x, axis=1, keepdims=True)
     embeds.flush()
     t0 = time.perf_counter()
     index = faiss.IndexHNSWFlat(DIM, 32, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = 64
     index.add(np.asarray(embeds))
-    index.hnsw.efSearch = 64
+    build_s = time.perf_counter() - t0
+    ef, recall = tune_ef(index, embeds, query_embeddings(texts), target_recall)
     faiss.write_index(index, str(stage / fmt.INDEX_FILE))
-    print(f"HNSW32 over {n} items built in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    print(
+        f"HNSW32 over {n} items built in {build_s:.0f} s; efSearch {ef}, recall@10 {recall:.3f}",
+        file=sys.stderr,
+    )
     # Sparse zero re-rank store of the real shape (only the header is written).
     np.lib.format.open_memmap(stage / fmt.RERANK_FILE, "w+", np.float16, (n, TOKENS, WIDTH)).flush()
     categories = ("mug", "hat", "bag", "shoe", "lamp", "car", "umbrella", "t_shirt")
@@ -89,10 +155,10 @@ def build_index(root: Path, n: int, seed: int = 0) -> str:
         preprocessing={},
         count=n,
         index_factory="HNSW32",
-        search_params={"efSearch": 64},
-        measured_recall_at_10=None,
+        search_params={"efSearch": ef},
+        measured_recall_at_10=round(recall, 4),
         language_recall_at_10={},
-        build_seconds=0.0,
+        build_seconds=round(build_s, 1),
         skipped=[],
         checksums={},
         rerank={"dtype": "fp16", "tokens": TOKENS, "width": WIDTH, "bytes_per_image": TOKENS * WIDTH * 2},
@@ -124,8 +190,9 @@ async def _client(
     server_ms: list[dict[str, float]],
     errors: list[str],
     offset: int,
+    pids: list[int],
 ) -> None:
-    reader, writer = await asyncio.open_connection(host, port)
+    reader, writer = await connect(host, port, pids)
     i = offset
     try:
         while time.perf_counter() < until:
@@ -136,13 +203,7 @@ async def _client(
                 f"Content-Length: {len(body)}\r\n\r\n"
             ).encode()
             start = time.perf_counter()
-            writer.write(head + body)
-            status_line = await reader.readline()
-            length = 0
-            while (line := await reader.readline()) not in (b"\r\n", b""):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            payload = await reader.readexactly(length)
+            status_line, payload = await _request(reader, writer, head, body)
             lat.append(time.perf_counter() - start)
             if b" 200 " not in status_line:
                 errors.append(status_line.decode().strip())
@@ -154,37 +215,154 @@ async def _client(
 
 async def run_load(port: int, bodies: list[bytes], concurrency: int, seconds: float) -> dict[str, float]:
     # Warm-up (connections, caches of the OS, ONNX Runtime's first runs).
+    warm: list[float] = []
     await asyncio.gather(
         *[
-            _client("127.0.0.1", port, bodies, time.perf_counter() + 1.0, [], [], [], c * 7)
+            _client("127.0.0.1", port, bodies, time.perf_counter() + 1.0, warm, [], [], c * 7, [])
             for c in range(concurrency)
         ]
     )
     lat: list[float] = []
     server_ms: list[dict[str, float]] = []
     errors: list[str] = []
+    pids: list[int] = []
     start = time.perf_counter()
     until = start + seconds
     await asyncio.gather(
         *[
-            _client("127.0.0.1", port, bodies, until, lat, server_ms, errors, 1000 + c * 13)
+            _client("127.0.0.1", port, bodies, until, lat, server_ms, errors, 1000 + c * 13, pids)
             for c in range(concurrency)
         ]
     )
     elapsed = time.perf_counter() - start
+    return _summary(lat, server_ms, errors, len(lat) / elapsed) | {
+        "warmup_requests": len(warm),
+        "connections_per_process": _spread(pids),
+    }
+
+
+async def _request(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes, body: bytes
+) -> tuple[bytes, bytes]:
+    writer.write(head + body)
+    status_line = await reader.readline()
+    length = 0
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    return status_line, await reader.readexactly(length)
+
+
+async def connect(host: str, port: int, pids: list[int]) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A keep-alive connection, and which server process it landed on (``/healthz`` names it)."""
+    reader, writer = await asyncio.open_connection(host, port)
+    _, payload = await _request(
+        reader, writer, f"GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n".encode(), b""
+    )
+    pids.append(int(json.loads(payload).get("pid") or 0))
+    return reader, writer
+
+
+def _spread(pids: list[int]) -> list[int]:
+    """Connections per server process, largest first."""
+    return sorted(Counter(pids).values(), reverse=True)
+
+
+async def run_open_loop(
+    port: int, bodies: list[bytes], connections: int, rate: float, seconds: float, seed: int = 0
+) -> dict[str, float]:
+    """Open loop: requests arrive at ``rate`` per second (Poisson), whatever the answers, over at most
+    ``connections`` keep-alive connections (a request waits for a free one). Latency counts from the
+    arrival time, so time spent waiting for a connection or the server is included (no coordinated
+    omission): this is what front ends sending ``rate`` queries/s see."""
+    pool: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = asyncio.Queue()
+    pids: list[int] = []
+    for _ in range(connections):
+        pool.put_nowait(await connect("127.0.0.1", port, pids))
+    lat: list[float] = []
+    server_ms: list[dict[str, float]] = []
+    errors: list[str] = []
+    warm: list[float] = []
+    heads = {
+        len(b): (
+            f"POST /v1/search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(b)}\r\n\r\n"
+        ).encode()
+        for b in bodies
+    }
+
+    async def one(arrival: float, body: bytes, record: bool) -> None:
+        conn = await pool.get()
+        try:
+            status_line, payload = await _request(*conn, heads[len(body)], body)
+        finally:
+            pool.put_nowait(conn)
+        if not record:
+            warm.append(arrival)
+            return
+        lat.append(time.perf_counter() - arrival)
+        if b" 200 " not in status_line:
+            errors.append(status_line.decode().strip())
+        else:
+            server_ms.append(json.loads(payload)["timings_ms"])
+
+    rng = np.random.default_rng(seed)
+    tasks = []
+    warmup = 1.0
+    start = time.perf_counter()
+    arrival, i = start, 0
+    while arrival < start + warmup + seconds:
+        delay = arrival - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(arrival, bodies[i % len(bodies)], arrival >= start + warmup)))
+        i += 1
+        arrival += rng.exponential(1.0 / rate)
+    await asyncio.gather(*tasks)
+    elapsed = time.perf_counter() - start - warmup
+    while not pool.empty():
+        pool.get_nowait()[1].close()
+    return _summary(lat, server_ms, errors, len(lat) / seconds if lat else 0.0) | {
+        "offered_qps": rate,
+        "drain_s": round(max(0.0, elapsed - seconds), 3),
+        "warmup_requests": len(warm),
+        "connections_per_process": _spread(pids),
+    }
+
+
+def _summary(
+    lat: list[float], server_ms: list[dict[str, float]], errors: list[str], qps: float
+) -> dict[str, float]:
     ms = np.array(lat) * 1000
     return {
         "requests": len(lat),
         "errors": len(errors),
-        "qps": round(len(lat) / elapsed, 1),
+        "qps": round(qps, 1),
         "p50_ms": round(float(np.percentile(ms, 50)), 2),
         "p95_ms": round(float(np.percentile(ms, 95)), 2),
         "p99_ms": round(float(np.percentile(ms, 99)), 2),
         **{
-            f"server_{k}_ms": round(statistics.fmean(t[k] for t in server_ms), 3)
+            f"server_{k}_ms": round(statistics.fmean(t[k] for t in server_ms), 3) if server_ms else None
             for k in ("encode", "search", "rerank", "total")
         },
     }
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by a process and its live children (uvicorn workers)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    pids = [pid]
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    if children.exists():
+        pids += [int(c) for c in children.read_text().split()]
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return total
 
 
 def floors(root: Path, name: str, texts: list[str], threads: int) -> dict[str, float]:
@@ -224,7 +402,9 @@ def floors(root: Path, name: str, texts: list[str], threads: int) -> dict[str, f
     }
 
 
-def serve(root: Path, name: str, port: int, threads: int, workers: int) -> subprocess.Popen[bytes]:
+def serve(
+    root: Path, name: str, port: int, threads: int, workers: int, processes: int
+) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CCRK_")}
     env.update(
         {
@@ -246,6 +426,7 @@ def serve(root: Path, name: str, port: int, threads: int, workers: int) -> subpr
             name,
             "--log-level",
             "warning",
+            *(["--workers", str(processes)] if processes > 1 else []),
         ],
         env=env,
         cwd=REPO,
@@ -270,31 +451,63 @@ def main() -> None:
     )
     parser.add_argument("--items", type=int, action="append", help="index sizes (repeatable); default 100000")
     parser.add_argument("--root", type=Path, default=REPO / "artifacts" / "bench-indexes")
+    parser.add_argument("--build-only", action="store_true", help="build the bench indexes, then stop")
     parser.add_argument("--seconds", type=float, default=8.0)
-    parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--concurrency", default="1,8,32", help="closed-loop points (clients, each waiting)")
+    parser.add_argument(
+        "--open-rates",
+        default="200,400",
+        help="open-loop points, queries/s arriving over --open-connections (re-rank off; '' for none)",
+    )
+    parser.add_argument("--open-connections", type=int, default=32)
     parser.add_argument("--rerank", default="off,on", help="re-rank settings to run: off, on or off,on")
     parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads in the service")
     parser.add_argument("--workers", type=int, default=2, help="CCRK_SEARCH_WORKERS of the service")
+    parser.add_argument("--processes", type=int, default=1, help="`ccrk serve --workers` (server processes)")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args()
     texts = queries()
+    target_recall = Settings().target_recall
     rows = []
     for n in args.items or [100_000]:
-        name = build_index(args.root, n)
+        name = build_index(args.root, n, texts, target_recall)
+        if args.build_only:
+            continue
         floor = floors(args.root, name, texts, args.threads)
-        proc = serve(args.root, name, args.port, args.threads, args.workers)
+        proc = serve(args.root, name, args.port, args.threads, args.workers, args.processes)
         try:
             for rerank in (r.strip() == "on" for r in args.rerank.split(",")):
                 bodies = [
                     json.dumps({"query": t, "top_k": 10, "rerank": rerank, "rerank_k": 128}).encode()
                     for t in texts
                 ]
-                for c in (int(x) for x in args.concurrency.split(",")):
-                    result = asyncio.run(run_load(args.port, bodies, c, args.seconds))
+                points: list[tuple[str, int, float | None]] = [
+                    ("closed", int(c), None) for c in args.concurrency.split(",") if c.strip()
+                ]
+                if not rerank:
+                    points += [
+                        ("open", args.open_connections, float(r))
+                        for r in args.open_rates.split(",")
+                        if r.strip()
+                    ]
+                for mode, c, rate in points:
+                    server_cpu, client_cpu = tree_cpu_s(proc.pid), time.process_time()
+                    if rate is None:
+                        result = asyncio.run(run_load(args.port, bodies, c, args.seconds))
+                    else:
+                        result = asyncio.run(run_open_loop(args.port, bodies, c, rate, args.seconds))
+                    served = result["requests"] + result["warmup_requests"]  # the CPU covers both
+                    result["server_cpu_ms_per_request"] = round(
+                        (tree_cpu_s(proc.pid) - server_cpu) * 1000 / max(served, 1), 3
+                    )
+                    result["client_cpu_ms_per_request"] = round(
+                        (time.process_time() - client_cpu) * 1000 / max(served, 1), 3
+                    )
                     row = {
                         "items": n,
                         "rerank": rerank,
+                        "mode": mode,
                         "concurrency": c,
                         **result,
                         "targets": TARGETS.get((c, rerank), {}),
@@ -305,12 +518,15 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(timeout=30)
+    if args.build_only:
+        return
     report = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "cpus": os.cpu_count(),
         "machine": platform.processor() or platform.machine(),
         "threads": args.threads,
         "workers": args.workers,
+        "processes": args.processes,
         "seconds_per_point": args.seconds,
         "rows": rows,
     }
@@ -318,18 +534,27 @@ def main() -> None:
     if args.out:
         args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(
-        "\n| items | rerank | conc. | p50 ms | p95 ms | p99 ms | q/s "
-        "| server encode / search / rerank / total ms | targets | floor: encode / ANN / exact ms |"
+        "\n| items | rerank | load | p50 ms | p95 ms | p99 ms | q/s "
+        "| server encode / search / rerank / total ms | targets "
+        "| floor: encode / ANN / exact ms | ANN recall@10 "
+        "| server / client CPU ms per query | conns per process |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         targets = ", ".join(f"{k} ≤ {v}" if k != "qps" else f"q/s ≥ {v}" for k, v in r["targets"].items())
+        load = (
+            f"{r['concurrency']} clients"
+            if r["mode"] == "closed"
+            else f"{r['offered_qps']:g} q/s over {r['concurrency']} conns"
+        )
         print(
-            f"| {r['items']:,} | {'on' if r['rerank'] else 'off'} | {r['concurrency']} | {r['p50_ms']} | "
+            f"| {r['items']:,} | {'on' if r['rerank'] else 'off'} | {load} | {r['p50_ms']} | "
             f"{r['p95_ms']} | {r['p99_ms']} | {r['qps']} | "
             f"{r['server_encode_ms']} / {r['server_search_ms']} / {r['server_rerank_ms']} / "
             f"{r['server_total_ms']} | {targets or '-'} | "
-            f"{r['encode_p50_ms']} / {r['ann_p50_ms']} / {r['exact_p50_ms']} |"
+            f"{r['encode_p50_ms']} / {r['ann_p50_ms']} / {r['exact_p50_ms']} | {r['ann_recall_at_10']} | "
+            f"{r['server_cpu_ms_per_request']} / {r['client_cpu_ms_per_request']} | "
+            f"{'/'.join(map(str, r['connections_per_process']))} |"
         )
 
 
