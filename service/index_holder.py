@@ -76,6 +76,9 @@ class IndexHolder:
         self._served: Served | None = None
         self.last_error: str | None = None
         self._failed_version: str | None = None
+        # The CURRENT an explicit version was loaded over (admin rollback): the poller leaves the override in
+        # place until CURRENT names another version (a new publish), instead of undoing it at its next poll.
+        self._overridden: str | None = None
 
     @property
     def served(self) -> Served | None:
@@ -113,7 +116,7 @@ class IndexHolder:
         served = self._served
         if published is None or (served is not None and served.version == published):
             return False
-        if published == self._failed_version:
+        if published == self._failed_version or published == self._overridden:
             return False
         try:
             return self.reload(published) is not None
@@ -122,7 +125,8 @@ class IndexHolder:
 
     def reload(self, version: str | None = None, force: bool = False) -> Served | None:
         """Open ``version`` (default: CURRENT) and swap it in; None when it is already served. A version the
-        quality gate refused is served only with ``force`` (as ``ccrk index rollback --to``). Blocking."""
+        quality gate refused is served only with ``force`` (as ``ccrk index rollback --to``). A version other
+        than CURRENT stays served until CURRENT changes (the poller does not undo it). Blocking."""
         with self._load_lock:
             target = version or self.published_version()
             if target is None:
@@ -155,6 +159,8 @@ class IndexHolder:
                     close_old = old.leases == 0
             self.last_error = None
             self._failed_version = None
+            published = self.published_version() if version is not None else None
+            self._overridden = published if published != target else None
             if close_old and old is not None:
                 old.index.close()
             log.info("serving index %s version %s (%d items)", self.name, fresh.version, len(index))

@@ -1,4 +1,5 @@
-"""The served version's metadata row cache: same answers as the format module's reader, bounded, copied."""
+"""The index holder: the served version's metadata row cache (same answers as the format module's reader,
+bounded, copied) and version overrides against the poller."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from indexer import index_format as fmt
-from service.index_holder import Served
-from tests.service.conftest import INDEX_NAME
+from service.index_holder import IndexHolder, Served
+from tests.service.conftest import INDEX_NAME, Catalogue, write_version
 
 
 def test_item_cache_answers_like_sqlite_and_stays_bounded(index_root: Path) -> None:
@@ -34,3 +35,22 @@ def test_item_cache_answers_like_sqlite_and_stays_bounded(index_root: Path) -> N
             served.items([0, 10**6])
     finally:
         index.close()
+
+
+def test_a_version_override_lasts_until_current_changes(tmp_path: Path, catalogue: Catalogue) -> None:
+    """An explicit version (admin rollback) is not undone by the poller while CURRENT stays the same; a new
+    publish is followed again."""
+    first = write_version(tmp_path, catalogue, rows=list(range(20)))
+    second = write_version(tmp_path, catalogue, rows=list(range(30)))
+    holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None)
+    try:
+        assert holder.reload() is not None and holder.served.version == second
+        assert holder.reload(first) is not None and holder.served.version == first
+        assert holder.check() is False and holder.served.version == first  # CURRENT is still `second`
+        third = write_version(tmp_path, catalogue, rows=list(range(40)))
+        assert holder.check() is True and holder.served.version == third
+        assert holder.reload(first) is not None
+        assert holder.reload() is not None and holder.served.version == third  # CURRENT, asked for
+        assert holder.check() is False and holder.served.version == third
+    finally:
+        holder.close()

@@ -98,6 +98,7 @@ def group(catalogue: Catalogue, tmp_path: Path) -> Iterator[Group]:
             "CCRK_HISTORY_DB": str(db),
             "CCRK_TRAFFIC_FLUSH_S": "0.2",
             "CCRK_ANN_SAMPLE_RATE": "0",
+            "CCRK_ADMIN_API_KEY": "test-admin-key",
         }
     )
     port = free_port()
@@ -145,6 +146,13 @@ def test_two_processes_share_port_metrics_probes_and_swaps(catalogue: Catalogue,
         )
         assert response.status_code == 200, response.text
         assert record.id in [hit["id"] for hit in response.json()["results"]]
+
+    # A version override would reach one process only: refused, CURRENT reloads are fine.
+    key = {"x-api-key": "test-admin-key"}
+    served = fresh_get(f"{url}/readyz").json()["index_version"]
+    override = httpx.post(f"{url}/v1/admin/reload", headers=key, params={"version": served}, timeout=30)
+    assert override.status_code == 409 and override.json()["detail"][0]["loc"] == ["query", "version"]
+    assert httpx.post(f"{url}/v1/admin/reload", headers=key, timeout=30).status_code == 200
 
     # Every scrape, whichever process answers, counts the searches of both.
     for _ in range(8):

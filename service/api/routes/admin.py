@@ -8,6 +8,7 @@ import anyio
 from fastapi import APIRouter, Query
 
 from service.api.deps import AdminDep, RuntimeDep
+from service.errors import ReloadFailedError
 from service.schemas import ReloadResponse
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
@@ -34,7 +35,15 @@ async def reload(
     force: Annotated[bool, Query(description="Serve a version the quality gate refused.")] = False,
 ) -> ReloadResponse:
     """Load CURRENT (or ``version``) in the background and swap it in; requests in flight finish on the old
-    version."""
+    version. A ``version`` override lasts until CURRENT changes; with several server processes
+    (CCRK_WORKERS) only CURRENT can be reloaded (the others pick it up within CCRK_INDEX_POLL_S)."""
+    if version is not None and runtime.settings.workers > 1:
+        # The call reaches one of the processes: the others would go on serving CURRENT.
+        raise ReloadFailedError(
+            f"with {runtime.settings.workers} server processes a version override would reach only one of "
+            "them; publish the version instead (`ccrk index rollback --to VERSION`)",
+            loc=("query", "version"),
+        )
     holder = runtime.holder
     previous = holder.served.version if holder.served is not None else None
     fresh = await anyio.to_thread.run_sync(holder.reload, version, force)
