@@ -295,6 +295,33 @@ def test_rerank_tokens_round_trip(tmp_path: Path, int8: bool) -> None:
         assert (np.abs(got - tokens[[3, 0, 19]]) <= tol).all()
 
 
+def _vm_flags(path: Path) -> list[str]:
+    """VmFlags of this process's mappings of ``path`` (/proc/self/smaps)."""
+    flags, current = [], None
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if line and line[0] in "0123456789abcdef" and "-" in line.split()[0]:
+            current = line.split()[-1] if len(line.split()) >= 6 else None
+        elif line.startswith("VmFlags:") and current == str(path.resolve()):
+            flags.append(line)
+    return flags
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc/self/smaps")
+@pytest.mark.parametrize("int8", [False, True])
+def test_rerank_store_mapped_for_random_reads(tmp_path: Path, int8: bool) -> None:
+    """The re-rank store (and int8 scales) carry the random-read advice ("rr"): no readahead around each
+    of the scattered rows a re-rank reads. The embeddings, scanned in order by exact search, keep it."""
+    version = write_version(tmp_path, "shop", n=20, int8=int8, seed=3)
+    folder = tmp_path / "shop" / version
+    with IndexVersion.open(tmp_path, "shop"):
+        stores = [folder / fmt.RERANK_FILE] + ([folder / fmt.RERANK_SCALES_FILE] if int8 else [])
+        for store in stores:
+            flags = _vm_flags(store)
+            assert flags and all(" rr" in f for f in flags), (store.name, flags)
+        embeddings = _vm_flags(folder / fmt.EMBEDDINGS_FILE)
+        assert all(" rr" not in f for f in embeddings)
+
+
 def test_model_mismatch_names_both_models(tmp_path: Path) -> None:
     write_version(tmp_path, "shop", fingerprint="a" * 64)
     with IndexVersion.open(tmp_path, "shop", expect_fingerprint="a" * 64, expect_model_name="other-name"):
