@@ -3,8 +3,9 @@
 Item vectors are synthetic so that 100k and 1M items need no image encoding, but they sit where a real
 catalogue's do: around the demo model's image embeddings of 2,000 rendered catalogue products (cosine ~0.9
 to their centre), 128-d, L2-normalised. Queries are real multilingual captions of other catalogue items,
-encoded by the real demo model inside the service. The HNSW index's efSearch is tuned on half of those
-queries to the indexer's target recall (CCRK_TARGET_RECALL, against exact search) and its recall on the other
+encoded by the real demo model inside the service. The HNSW index is built as `ccrk index build` builds it
+(HNSW32, efConstruction 200); its efSearch is tuned on half of those queries to the indexer's target
+recall (CCRK_TARGET_RECALL, against exact search) and its recall on the other
 half is reported. The re-rank store is a sparse all-zero file of the real shape (65 x 128 fp16 per item):
 the fusion encoder does its full work, the page cache serves the zeros (no disk reads).
 
@@ -44,7 +45,7 @@ sys.path.insert(0, str(REPO))
 
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings  # noqa: E402
 from indexer import index_format as fmt  # noqa: E402
-from indexer.ann import EF_GRID, recall_at  # noqa: E402
+from indexer.ann import EF_GRID, HNSW_EF_CONSTRUCTION, HNSW_M, recall_at  # noqa: E402
 
 DIM, TOKENS, WIDTH = 128, 65, 128
 N_CENTRES = 2000  # rendered catalogue products whose image embeddings centre the synthetic items
@@ -106,9 +107,10 @@ def tune_ef(
 
 
 def build_index(root: Path, n: int, texts: list[str], target_recall: float, seed: int = 0) -> str:
-    """HNSW32 over ``n`` synthetic items around real image embeddings (cosine ~0.9 to their centre), efSearch
-    tuned to ``target_recall`` on real text queries as the indexer tunes it, published like a real build."""
-    name = f"load{n}"
+    """HNSW over ``n`` synthetic items around real image embeddings (cosine ~0.9 to their centre), built as
+    the indexer builds it, efSearch tuned to ``target_recall`` on real text queries, published like a real
+    build."""
+    name = f"load{n}-efc{HNSW_EF_CONSTRUCTION}"
     if fmt.current_version(root, name):
         return name
     rng = np.random.default_rng(seed)
@@ -124,8 +126,8 @@ def build_index(root: Path, n: int, texts: list[str], target_recall: float, seed
         embeds[start : start + m] = x / np.linalg.norm(x, axis=1, keepdims=True)
     embeds.flush()
     t0 = time.perf_counter()
-    index = faiss.IndexHNSWFlat(DIM, 32, faiss.METRIC_INNER_PRODUCT)
-    index.hnsw.efConstruction = 64
+    index = faiss.IndexHNSWFlat(DIM, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION  # as `ccrk index build` does
     index.add(np.asarray(embeds))
     build_s = time.perf_counter() - t0
     ef, recall = tune_ef(index, embeds, query_embeddings(texts), target_recall)
@@ -154,7 +156,7 @@ def build_index(root: Path, n: int, texts: list[str], target_recall: float, seed
         embed_dim=DIM,
         preprocessing={},
         count=n,
-        index_factory="HNSW32",
+        index_factory=f"HNSW{HNSW_M}",
         search_params={"efSearch": ef},
         measured_recall_at_10=round(recall, 4),
         language_recall_at_10={},
@@ -414,6 +416,7 @@ def serve(
             "CCRK_INDEX_POLL_S": "3600",
         }
     )
+    env.update(dict(item.split("=", 1) for item in os.environ.get("BENCH_SERVER_ENV", "").split()))
     proc = subprocess.Popen(
         [
             str(Path(sys.executable).parent / "ccrk"),
@@ -433,11 +436,17 @@ def serve(
     )
     import httpx
 
+    # Ready when every process answers: a process listens only once its model and index are loaded, so
+    # until then new connections all land on the processes already up (and would stay there).
     deadline = time.monotonic() + 300
+    ready: set[int] = set()
     while time.monotonic() < deadline:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
-                return proc
+                ready.add(httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).json()["pid"])
+                if len(ready) >= processes:
+                    return proc
+                continue
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
