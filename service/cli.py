@@ -74,6 +74,7 @@ def _serve_workers(settings: Any, overrides: dict[str, Any], *, log_level: str, 
     """N processes on one port (``service.workers``). Each builds the app from the environment, so the
     command-line overrides travel as ``CCRK_*`` variables; a fresh folder per run holds the processes'
     metrics files and the probe leader lock."""
+    from service.metrics import process_exited
     from service.workers import PortInUseError, WorkerGroup
 
     level = getattr(logging, log_level.upper(), logging.INFO)
@@ -84,7 +85,13 @@ def _serve_workers(settings: Any, overrides: dict[str, Any], *, log_level: str, 
         os.environ["CCRK_WORKER_DIR"] = group
         os.environ[PROMETHEUS_DIR_ENV] = group
         workers = WorkerGroup(
-            settings.workers, settings.host, settings.port, log_level=log_level, access_log=access_log
+            settings.workers,
+            settings.host,
+            settings.port,
+            log_level=log_level,
+            access_log=access_log,
+            # A killed process cannot drop its live gauges (e.g. the version it served) itself.
+            on_exit=lambda pid: process_exited(Path(group), pid),
         )
         try:
             code = workers.run()

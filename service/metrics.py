@@ -130,4 +130,9 @@ class Metrics:
     def process_exited(self) -> None:
         """Drop this process's live gauges from the shared files (the lifespan's end)."""
         if self.multiprocess_dir is not None:
-            multiprocess.mark_process_dead(os.getpid(), str(self.multiprocess_dir))
+            process_exited(self.multiprocess_dir, os.getpid())
+
+
+def process_exited(multiprocess_dir: Path, pid: int) -> None:
+    """Drop a worker process's live gauges from the shared files (it exited, or was killed)."""
+    multiprocess.mark_process_dead(pid, str(multiprocess_dir))

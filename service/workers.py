@@ -19,6 +19,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Event as EventType
 from types import FrameType
@@ -86,8 +87,18 @@ def _serve_one(host: str, port: int, log_level: str, access_log: bool, started: 
 
 
 class WorkerGroup:
-    def __init__(self, workers: int, host: str, port: int, *, log_level: str, access_log: bool) -> None:
+    def __init__(
+        self,
+        workers: int,
+        host: str,
+        port: int,
+        *,
+        log_level: str,
+        access_log: bool,
+        on_exit: Callable[[int], None] | None = None,
+    ) -> None:
         self.workers = workers
+        self.on_exit = on_exit or (lambda pid: None)  # a process is gone (its shared state can go too)
         self.args = (host, port, log_level, access_log)
         self._context = multiprocessing.get_context("spawn")  # fresh interpreters: nothing inherited
         self._stop = threading.Event()
@@ -122,6 +133,8 @@ class WorkerGroup:
                         self._stop.set()
                         break
                     log.warning("worker %s exited (code %s); starting another", process.pid, process.exitcode)
+                    if process.pid is not None:
+                        self.on_exit(process.pid)
                     self._processes[n] = self._start_one()
         finally:
             self._shutdown()

@@ -198,6 +198,17 @@ def test_two_processes_share_port_metrics_probes_and_swaps(catalogue: Catalogue,
         lambda answered: len(answered) == 2 and victim not in answered,
         "a new process in place of the killed one",
     )
+    # The killed process's gauges went with it: after the next version, only that one counts as served.
+    third = write_version(root, catalogue, rows=list(range(50)))
+    wait_for(
+        lambda: {fresh_get(f"{url}/readyz").json()["index_version"] for _ in range(20)},
+        lambda versions: versions == {third},
+        "both processes on the third version",
+    )
+    text = fresh_get(f"{url}/metrics").text
+    assert f'ccrk_index_info{{name="shop",version="{third}"}} 1.0' in text
+    assert f'ccrk_index_info{{name="shop",version="{second}"}} 0.0' in text
+    assert "ccrk_index_items 50.0" in text
 
     proc.terminate()
     assert proc.wait(timeout=60) == 0
