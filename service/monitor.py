@@ -109,7 +109,9 @@ class Monitor:
         with contextlib.suppress(Exception):
             await self.flush()
         if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+            # Queued samples are dropped; a running one (an exact search, a probe that checks _stop) ends
+            # first, so no thread is inside faiss or ONNX Runtime when the interpreter finalizes.
+            self._executor.shutdown(wait=True, cancel_futures=True)
         if self.store is not None:
             self.store.close()
         if self._leader_fd is not None:

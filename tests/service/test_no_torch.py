@@ -25,13 +25,16 @@ settings = Settings(model_dir=DEFAULT_MODEL_DIR, backend="onnx", threads=1, inde
                     index_name="shop", rerank=True)
 server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning"))
 sock = socket.socket(); sock.bind(("127.0.0.1", 0))
-threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
+thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+thread.start()
 while not server.started:
     time.sleep(0.02)
 url = f"http://127.0.0.1:{sock.getsockname()[1]}"
 r = httpx.post(url + "/v1/search", json={"query": "drei gelbe Regenschirme", "rerank": True}, timeout=30)
 assert r.status_code == 200 and r.json()["reranked"], r.text
 server.should_exit = True
+thread.join(60)  # the lifespan's shutdown ends before the interpreter does (native libraries in use)
+assert not thread.is_alive(), "the server did not stop"
 print("TORCH_MODULES=" + ",".join(sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))))
 """
 
