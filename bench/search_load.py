@@ -46,6 +46,7 @@ sys.path.insert(0, str(REPO))
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings  # noqa: E402
 from indexer import index_format as fmt  # noqa: E402
 from indexer.ann import EF_GRID, HNSW_EF_CONSTRUCTION, HNSW_M, recall_at  # noqa: E402
+from model.runtime import Encoder  # noqa: E402
 
 DIM, TOKENS, WIDTH = 128, 65, 128
 N_CENTRES = 2000  # rendered catalogue products whose image embeddings centre the synthetic items
@@ -57,14 +58,12 @@ TARGETS = {  # (concurrency, rerank) -> targets of issue 5 (2 cores, 1M items)
 }
 
 
-def centre_embeddings(n: int, seed: int = 0) -> np.ndarray:
+def centre_embeddings(encoder: Encoder, n: int, seed: int = 0) -> np.ndarray:
     """Image embeddings of ``n`` rendered catalogue products (the demo model): the cluster centres of the
     synthetic items, so that real text queries land among items the way they do in a real catalogue."""
     from model.data.render import render_image
     from model.data.synth import SynthConfig, iter_items
-    from model.runtime import load_encoder
 
-    encoder = load_encoder(DEFAULT_MODEL_DIR, backend="onnx", threads=os.cpu_count() or 1)
     size = encoder.config.vision.image_size
     items = list(iter_items("test", SynthConfig(seed=seed, n_train=0, n_val=0, n_test=n)))
     out = []
@@ -78,10 +77,7 @@ def centre_embeddings(n: int, seed: int = 0) -> np.ndarray:
     return centres / np.linalg.norm(centres, axis=1, keepdims=True)
 
 
-def query_embeddings(texts: list[str]) -> np.ndarray:
-    from model.runtime import load_encoder
-
-    encoder = load_encoder(DEFAULT_MODEL_DIR, backend="onnx", threads=os.cpu_count() or 1)
+def query_embeddings(encoder: Encoder, texts: list[str]) -> np.ndarray:
     return np.concatenate([encoder.encode_text(texts[i : i + 64]).embeds for i in range(0, len(texts), 64)])
 
 
@@ -114,7 +110,10 @@ def build_index(root: Path, n: int, texts: list[str], target_recall: float, seed
     if fmt.current_version(root, name):
         return name
     rng = np.random.default_rng(seed)
-    centres = centre_embeddings(N_CENTRES, seed)
+    from model.runtime import load_encoder
+
+    encoder = load_encoder(DEFAULT_MODEL_DIR, backend="onnx", threads=os.cpu_count() or 1)
+    centres = centre_embeddings(encoder, N_CENTRES, seed)
     version = fmt.new_version_name(root, name)
     stage = root / name / fmt.BUILDS_DIR / version
     stage.mkdir(parents=True)
@@ -130,10 +129,10 @@ def build_index(root: Path, n: int, texts: list[str], target_recall: float, seed
     index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION  # as `ccrk index build` does
     index.add(np.asarray(embeds))
     build_s = time.perf_counter() - t0
-    ef, recall = tune_ef(index, embeds, query_embeddings(texts), target_recall)
+    ef, recall = tune_ef(index, embeds, query_embeddings(encoder, texts), target_recall)
     faiss.write_index(index, str(stage / fmt.INDEX_FILE))
     print(
-        f"HNSW32 over {n} items built in {build_s:.0f} s; efSearch {ef}, recall@10 {recall:.3f}",
+        f"HNSW{HNSW_M} over {n} items built in {build_s:.0f} s; efSearch {ef}, recall@10 {recall:.3f}",
         file=sys.stderr,
     )
     # Sparse zero re-rank store of the real shape (only the header is written).

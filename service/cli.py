@@ -6,9 +6,12 @@ import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from ccrk_settings import Settings
 
 # prometheus_client's own switch to multiprocess mode, read when a worker process imports it.
 PROMETHEUS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -70,7 +73,9 @@ def serve_command(
     _serve_workers(settings, overrides, log_level=log_level, access_log=access_log)
 
 
-def _serve_workers(settings: Any, overrides: dict[str, Any], *, log_level: str, access_log: bool) -> None:
+def _serve_workers(
+    settings: Settings, overrides: dict[str, Any], *, log_level: str, access_log: bool
+) -> None:
     """N processes on one port (``service.workers``). Each builds the app from the environment, so the
     command-line overrides travel as ``CCRK_*`` variables; a fresh folder per run holds the processes'
     metrics files and the probe leader lock."""
@@ -81,7 +86,6 @@ def _serve_workers(settings: Any, overrides: dict[str, Any], *, log_level: str, 
     logging.basicConfig(level=level, format="%(levelname)s:     [ccrk serve] %(message)s")
     with tempfile.TemporaryDirectory(prefix="ccrk-workers-") as group:
         os.environ.update({f"CCRK_{key.upper()}": str(value) for key, value in overrides.items()})
-        os.environ["CCRK_WORKERS"] = str(settings.workers)
         os.environ["CCRK_WORKER_DIR"] = group
         os.environ[PROMETHEUS_DIR_ENV] = group
         workers = WorkerGroup(

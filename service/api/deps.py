@@ -1,7 +1,7 @@
 """FastAPI dependencies as ``Annotated`` aliases (the routes declare what they need by type).
 
 All are ``async def``: they only read attributes, and FastAPI runs a plain ``def`` dependency in the thread
-pool, one thread hop per dependency per request (measured: most of the route's own overhead under load)."""
+pool, one thread hop per dependency per request."""
 
 from __future__ import annotations
 
