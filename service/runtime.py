@@ -25,6 +25,7 @@ from service.index_holder import IndexHolder, Served
 from service.language import LanguageDetector
 from service.metrics import Metrics
 from service.monitor import Monitor
+from service.schemas import SearchRequest, SearchResponse
 from service.searching import Searcher
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,12 @@ class Runtime:
         if self._holder is None:
             raise IndexUnavailableError("the service is still starting")
         return self._holder
+
+    def search(self, request: SearchRequest) -> SearchResponse:
+        """One text search (blocking) on the version served now, leased until it is answered: a swap
+        meanwhile does not close it."""
+        with self.holder.lease() as served:
+            return self.searcher.search(served, request)
 
     def lang_label(self, code: str) -> str:
         """Metric label of a query language: supported codes, else "other" (bounded cardinality)."""

@@ -24,11 +24,12 @@ _filters = TypeAdapter(Filters)
 
 
 @router.post("", response_model=SearchResponse, responses=ERRORS, max_body_size=JSON_BODY_LIMIT)
-async def search(
-    body: SearchRequest, served: ServedDep, searcher: SearcherDep, runtime: RuntimeDep, request: Request
-) -> Response:
+async def search(body: SearchRequest, runtime: RuntimeDep, request: Request) -> Response:
     """Text search in any language: dual-encoder ANN, optional fusion re-ranking, metadata filters."""
-    result = await anyio.to_thread.run_sync(searcher.search, served, body, limiter=runtime.limiter)
+    # One dependency, the index leased in the worker thread: solving the served (a generator, with its
+    # exit stack) and searcher dependencies cost ~0.05-0.1 ms of the ~0.35 ms of event-loop CPU per query
+    # (in-process, 100k items).
+    result = await anyio.to_thread.run_sync(runtime.search, body, limiter=runtime.limiter)
     request.state.lang = runtime.lang_label(result.language.code)
     runtime.monitor.observe_search(request.state.lang, body, result)  # live traffic per language
     # Serialised here: the model was built by our own code, re-validating it would only cost time.
