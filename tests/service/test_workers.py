@@ -5,12 +5,16 @@ replaced; SIGTERM stops everything and removes the shared worker folder."""
 
 from __future__ import annotations
 
+import http.client
+import json
+import multiprocessing
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +25,7 @@ import pytest
 
 from monitoring.history import SqliteHistory
 from monitoring.probe_set import probes_from_captions, save_probe_set
+from service.workers import ConnectionSlots
 from tests.service.conftest import Catalogue, free_port, write_version
 
 SEARCHES = 24
@@ -244,3 +249,75 @@ def test_processes_stop_when_the_supervisor_is_killed(group: Group) -> None:
     wait_for(lambda: [k for k in kids if running(k)], lambda alive: not alive, "the processes to stop")
     with pytest.raises(httpx.ConnectError):
         fresh_get(f"{group.url}/healthz")
+
+
+def test_connection_slots_ignore_processes_not_serving() -> None:
+    counts = multiprocessing.get_context("spawn").RawArray("q", [-1, -1, -1])
+    first, second = ConnectionSlots(counts, 0), ConnectionSlots(counts, 1)
+    assert first.fewest_elsewhere() is None  # nobody else serves: accept everything
+    first.publish(3)
+    second.publish(5)
+    assert first.fewest_elsewhere() == 5
+    assert second.fewest_elsewhere() == 3
+    ConnectionSlots(counts, 2).publish(1)
+    assert first.fewest_elsewhere() == 1 and second.fewest_elsewhere() == 1
+    second.publish(-1)  # stopped serving
+    assert first.fewest_elsewhere() == 1
+    assert list(counts) == [3, -1, 1]
+
+
+def connection_pids(url: str, n: int, *, at_once: bool) -> tuple[list[int], list[http.client.HTTPConnection]]:
+    """The process answering on each of ``n`` keep-alive connections; ``at_once``: all connected before
+    the first request (the server finds them queued together)."""
+    host, port = url.removeprefix("http://").split(":")
+    conns = [http.client.HTTPConnection(host, int(port), timeout=30) for _ in range(n)]
+    if at_once:
+        for conn in conns:
+            conn.connect()
+    pids = []
+    for conn in conns:
+        conn.request("GET", "/healthz")
+        pids.append(json.loads(conn.getresponse().read())["pid"])
+    return pids, conns
+
+
+def close_all(conns: list[http.client.HTTPConnection]) -> None:
+    for conn in conns:
+        conn.close()
+
+
+def test_connections_spread_evenly_and_around_a_stuck_process(group: Group) -> None:
+    """Keep-alive connections are split evenly over the processes, whether they arrive one by one or all at
+    once (the kernel's hashing gave 23/9 splits of 32); a stopped process's share is taken by the other."""
+    wait_for(
+        lambda: fresh_get(f"{group.url}/readyz"), lambda r: r.status_code == 200, "readiness", timeout=180
+    )
+    kids = sorted(k for k in children(group.proc.pid) if running(k))
+    serving: set[int] = set()
+    wait_for(
+        lambda: serving.update(connection_pids(group.url, 1, at_once=False)[0]) or serving,
+        lambda seen: len(seen) == 2,
+        "both processes serving",
+        timeout=180,
+    )
+    for at_once in (False, True):
+        pids, conns = connection_pids(group.url, 32, at_once=at_once)
+        counts = sorted(Counter(pids).values())
+        assert len(counts) == 2 and counts[0] >= 15, (at_once, Counter(pids))
+        close_all(conns)
+    time.sleep(0.5)  # the closes are counted
+
+    stuck, other = sorted(serving)
+    os.kill(stuck, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        pids, conns = connection_pids(group.url, 6, at_once=False)
+        assert set(pids) == {other}
+        assert time.monotonic() - start < 5.0
+    finally:
+        os.kill(stuck, signal.SIGCONT)
+    # Back, it is the least loaded: new connections go there first.
+    more, more_conns = connection_pids(group.url, 6, at_once=False)
+    assert Counter(more)[stuck] >= 3, Counter(more)
+    close_all(conns + more_conns)
+    assert set(kids) >= serving
