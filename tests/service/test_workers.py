@@ -133,7 +133,7 @@ def test_two_processes_share_port_metrics_probes_and_swaps(catalogue: Catalogue,
             break
     assert len(pids) == 2 and pids <= children(proc.pid)  # (another child: multiprocessing's tracker)
 
-    # A second group on the same port is refused (SO_REUSEPORT would otherwise let it share the port).
+    # A second group on the same port is refused.
     second_group = subprocess.run(group.command, env=group.env, capture_output=True, timeout=120)
     assert second_group.returncode == 1
     assert f"cannot listen on 127.0.0.1:{url.rsplit(':', 1)[1]}" in second_group.stderr.decode()
