@@ -32,6 +32,13 @@ class Settings(BaseSettings):
     )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto uses CUDA when present.")
     threads: int = Field(2, ge=1, le=256, description="Intra-op threads of the encoder runtime.")
+    rerank_threads: int = Field(
+        2,
+        ge=1,
+        le=256,
+        description="Intra-op threads of the fusion (re-ranking) graph, ONNX only: one re-rank scores 128"
+        " pairs in one batch, which threads split; they sleep between re-ranks.",
+    )
     int8: bool = Field(
         False, description="Use the int8 query and fusion graphs (ONNX only) if their cost is within limits."
     )

@@ -87,6 +87,7 @@ class Runtime:
             backend=s.backend,
             device=s.device,
             threads=s.threads,
+            fusion_threads=s.rerank_threads,
             int8=s.int8,
             int8_limits=Int8Limits(s.int8_max_recall_drop, s.int8_max_mrv_increase),
         )

@@ -30,12 +30,14 @@ def load_encoder(
     threads: int = 2,
     int8: bool = False,
     int8_limits: Int8Limits | None = None,
+    fusion_threads: int | None = None,
 ) -> Encoder:
     """Open a model directory with the given runtime (``torch`` or ``onnx``); ``device`` ``auto`` uses CUDA
     when present (the CUDA execution provider for ONNX Runtime). ``int8`` selects the dynamically
     quantized query and fusion graphs (ONNX only); with ``int8_limits`` they are used only when their
     measured cost (recorded by ``ccrk export int8-cost``) is within the limits, else fp32 serves and
-    ``encoder.int8_refusal`` says why."""
+    ``encoder.int8_refusal`` says why. ``fusion_threads`` (ONNX only; default ``threads``): intra-op threads
+    of the fusion graph, which re-ranks many candidates in one batch."""
     if backend == "torch":
         from model.runtime.torch_runtime import TorchEncoder
 
@@ -46,6 +48,11 @@ def load_encoder(
         from model.runtime.onnx_runtime import OnnxEncoder
 
         return OnnxEncoder(
-            Path(model_dir), device=device, threads=threads, int8=int8, int8_limits=int8_limits
+            Path(model_dir),
+            device=device,
+            threads=threads,
+            int8=int8,
+            int8_limits=int8_limits,
+            fusion_threads=fusion_threads,
         )
     raise EncoderError(f"unknown encoder backend {backend!r}; choose one of {', '.join(BACKENDS)}")

@@ -66,6 +66,18 @@ def test_score_pairs_matches_the_model(model_dir: Path) -> None:
             assert enc.score_pairs(query, tokens)[i] == pytest.approx(float(logits[1] - logits[0]), abs=1e-4)
 
 
+def test_fusion_threads_split_the_batch_and_do_not_spin(model_dir: Path) -> None:
+    one = load_encoder(model_dir, "onnx", device="cpu", threads=1)
+    split = load_encoder(model_dir, "onnx", device="cpu", threads=1, fusion_threads=2)
+    fusion = split._fusion.get_session_options()  # type: ignore[attr-defined]
+    assert fusion.intra_op_num_threads == 2
+    assert fusion.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert split._text.get_session_options().intra_op_num_threads == 1  # type: ignore[attr-defined]
+    query = one.encode_text(["drei rote Tassen"]).row(0)
+    tokens = np.repeat(one.encode_images(images()).tokens, 40, axis=0)  # 120 pairs, as a re-rank sends
+    assert np.abs(one.score_pairs(query, tokens) - split.score_pairs(query, tokens)).max() < 1e-5
+
+
 def test_onnx_runtime_never_imports_torch(model_dir: Path) -> None:
     code = (
         "import sys; from model.runtime import load_encoder; "
