@@ -16,8 +16,10 @@ Two kinds of load, re-ranking off and on:
 Reported: p50/p95/p99, throughput, the service's stage timings (encode, search, rerank, total), the server's
 and this client's CPU per request, how the connections spread over server processes, and the floors measured
 in this process: query encoding, ANN search and exact (brute-force) search over the same index. The load
-generator is a minimal asyncio HTTP/1.1 client, so it costs the shared CPU little. Prints JSON and a table;
-not a test.
+generator is a minimal asyncio HTTP/1.1 client, so it costs the shared CPU little; it runs at a higher
+priority than the server (``--client-nice``, -5 where permitted, recorded in the JSON) because it stands in
+for front ends on other machines: its waits for a core are not the server's latency. Prints JSON and a
+table; not a test.
 
     python bench/search_load.py --items 100000 [--items 1000000] [--processes 2] [--seconds 8]
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -36,6 +39,7 @@ import time
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import faiss
 import numpy as np
@@ -51,6 +55,7 @@ from model.runtime import Encoder  # noqa: E402
 DIM, TOKENS, WIDTH = 128, 65, 128
 N_CENTRES = 2000  # rendered catalogue products whose image embeddings centre the synthetic items
 ITEM_SPREAD = 0.5  # noise norm relative to the unit centre: cosine ~0.9 item-centre, ~0.8 within a cluster
+OPEN_TARGET_QPS = 400.0  # the open-loop rate that the concurrency-32 latency target is checked at
 TARGETS = {  # (concurrency, rerank) -> targets of issue 5 (2 cores, 1M items)
     (1, False): {"p50_ms": 5.0},
     (32, False): {"p99_ms": 25.0, "qps": 400.0},
@@ -331,6 +336,29 @@ async def run_open_loop(
     }
 
 
+def repeated(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One open-loop point run several times (identical load, other arrival draws): the first run's figures,
+    every run's p99 and their median (on a shared machine identical runs differ up to 2-fold)."""
+    result = dict(runs[0])
+    if len(runs) > 1:
+        p99s = [r["p99_ms"] for r in runs]
+        result |= {
+            "repeats": len(runs),
+            "p99_ms_runs": p99s,
+            "p99_ms_median": round(statistics.median(p99s), 2),
+            "requests": sum(r["requests"] for r in runs),
+            "warmup_requests": sum(r["warmup_requests"] for r in runs),
+            "errors": sum(r["errors"] for r in runs),
+        }
+    return result
+
+
+def p99_cell(row: dict[str, Any]) -> str:
+    if "p99_ms_runs" not in row:
+        return str(row["p99_ms"])
+    return f"{row['p99_ms']} (runs {' / '.join(map(str, row['p99_ms_runs']))}; median {row['p99_ms_median']})"
+
+
 def _summary(
     lat: list[float], server_ms: list[dict[str, float]], errors: list[str], qps: float
 ) -> dict[str, float]:
@@ -370,7 +398,9 @@ def floors(root: Path, name: str, texts: list[str], threads: int) -> dict[str, f
     """In-process p50s: query encoding, ANN search (the served params), exact search, fusion of 128."""
     from model.runtime import load_encoder
 
-    encoder = load_encoder(DEFAULT_MODEL_DIR, backend="onnx", threads=threads)
+    encoder = load_encoder(
+        DEFAULT_MODEL_DIR, backend="onnx", threads=threads, fusion_threads=Settings().rerank_threads
+    )
     index = fmt.IndexVersion.open(root, name)
     enc, ann, exact, fusion = [], [], [], []
     recall = []
@@ -401,6 +431,14 @@ def floors(root: Path, name: str, texts: list[str], threads: int) -> dict[str, f
         "fusion128_p50_ms": p50(fusion),
         "ann_recall_at_10": round(float(np.mean(recall)), 3),
     }
+
+
+def set_nice(value: int) -> int:
+    """This thread's priority (Linux: per thread; the asyncio client runs on it and children inherit it);
+    the value in effect afterwards."""
+    with contextlib.suppress(PermissionError):
+        os.setpriority(os.PRIO_PROCESS, 0, value)
+    return os.getpriority(os.PRIO_PROCESS, 0)
 
 
 def serve(
@@ -468,22 +506,36 @@ def main() -> None:
         help="open-loop points, queries/s arriving over --open-connections (re-rank off; '' for none)",
     )
     parser.add_argument("--open-connections", type=int, default=32)
+    parser.add_argument(
+        "--open-repeat", type=int, default=1, help="runs of each open-loop point (their p99s and median)"
+    )
     parser.add_argument("--rerank", default="off,on", help="re-rank settings to run: off, on or off,on")
     parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads in the service")
     parser.add_argument("--workers", type=int, default=2, help="CCRK_SEARCH_WORKERS of the service")
     parser.add_argument("--processes", type=int, default=1, help="`ccrk serve --workers` (server processes)")
     parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument(
+        "--client-nice",
+        type=int,
+        default=-5,
+        help="priority of this load generator while it measures (the server runs at 0): it stands in for"
+        " front ends on other machines, so its own waits for a core must not count as the server's latency;"
+        " its CPU still comes out of the same cores. Needs the privilege to raise priority, else stays 0.",
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args()
     texts = queries()
     target_recall = Settings().target_recall
     rows = []
+    client_nice = 0
     for n in args.items or [100_000]:
         name = build_index(args.root, n, texts, target_recall)
         if args.build_only:
             continue
         floor = floors(args.root, name, texts, args.threads)
+        set_nice(0)  # the server starts at the normal priority, whatever this process runs at
         proc = serve(args.root, name, args.port, args.threads, args.workers, args.processes)
+        client_nice = set_nice(args.client_nice)
         try:
             for rerank in (r.strip() == "on" for r in args.rerank.split(",")):
                 bodies = [
@@ -504,7 +556,11 @@ def main() -> None:
                     if rate is None:
                         result = asyncio.run(run_load(args.port, bodies, c, args.seconds))
                     else:
-                        result = asyncio.run(run_open_loop(args.port, bodies, c, rate, args.seconds))
+                        runs = [
+                            asyncio.run(run_open_loop(args.port, bodies, c, rate, args.seconds, seed=k))
+                            for k in range(args.open_repeat)
+                        ]
+                        result = repeated(runs)
                     served = result["requests"] + result["warmup_requests"]  # the CPU covers both
                     result["server_cpu_ms_per_request"] = round(
                         (tree_cpu_s(proc.pid) - server_cpu) * 1000 / max(served, 1), 3
@@ -518,7 +574,7 @@ def main() -> None:
                         "mode": mode,
                         "concurrency": c,
                         **result,
-                        "targets": TARGETS.get((c, rerank), {}),
+                        "targets": TARGETS.get((c, rerank), {}) if rate in (None, OPEN_TARGET_QPS) else {},
                         **floor,
                     }
                     rows.append(row)
@@ -535,6 +591,7 @@ def main() -> None:
         "threads": args.threads,
         "workers": args.workers,
         "processes": args.processes,
+        "client_nice": client_nice,
         "seconds_per_point": args.seconds,
         "rows": rows,
     }
@@ -557,7 +614,7 @@ def main() -> None:
         )
         print(
             f"| {r['items']:,} | {'on' if r['rerank'] else 'off'} | {load} | {r['p50_ms']} | "
-            f"{r['p95_ms']} | {r['p99_ms']} | {r['qps']} | "
+            f"{r['p95_ms']} | {p99_cell(r)} | {r['qps']} | "
             f"{r['server_encode_ms']} / {r['server_search_ms']} / {r['server_rerank_ms']} / "
             f"{r['server_total_ms']} | {targets or '-'} | "
             f"{r['encode_p50_ms']} / {r['ann_p50_ms']} / {r['exact_p50_ms']} | {r['ann_recall_at_10']} | "
