@@ -156,15 +156,16 @@ class BalancedAcceptor:
                 log.error("accept failed: %s", exc)
                 await asyncio.sleep(ACCEPT_RETRY_S)
                 continue
-            self.slots.publish(mine + 1)
-            conn.setblocking(False)
-            if conn.family in (socket.AF_INET, socket.AF_INET6):
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as uvicorn's own servers
+            self.slots.publish(len(self.connections) + 1)
             try:
+                conn.setblocking(False)
+                if conn.family in (socket.AF_INET, socket.AF_INET6):
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as uvicorn's own servers
                 await loop.connect_accepted_socket(self._protocol, conn)
             except OSError as exc:  # the peer is already gone
                 log.debug("connection dropped at accept: %s", exc)
                 conn.close()
+                self.slots.publish(len(self.connections))
 
 
 def _balanced_server(config: Any, listener: socket.socket, slots: ConnectionSlots) -> Any:
