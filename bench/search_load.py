@@ -187,6 +187,24 @@ def queries(n: int = 400) -> list[str]:
     return out[:n]
 
 
+def search_head(host: str, body: bytes) -> bytes:
+    """The HTTP/1.1 head of a keep-alive ``POST /v1/search`` carrying ``body``."""
+    return (
+        f"POST /v1/search HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+
+
+def record_answer(
+    status_line: bytes, payload: bytes, errors: list[str], server_ms: list[dict[str, float]]
+) -> None:
+    """An error's status line, or the service's own stage timings of a 200."""
+    if b" 200 " not in status_line:
+        errors.append(status_line.decode().strip())
+    else:
+        server_ms.append(json.loads(payload)["timings_ms"])
+
+
 async def _client(
     host: str,
     port: int,
@@ -204,17 +222,11 @@ async def _client(
         while time.perf_counter() < until:
             body = bodies[i % len(bodies)]
             i += 1
-            head = (
-                f"POST /v1/search HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n"
-            ).encode()
+            head = search_head(host, body)
             start = time.perf_counter()
             status_line, payload = await _request(reader, writer, head, body)
             lat.append(time.perf_counter() - start)
-            if b" 200 " not in status_line:
-                errors.append(status_line.decode().strip())
-                continue
-            server_ms.append(json.loads(payload)["timings_ms"])
+            record_answer(status_line, payload, errors, server_ms)
     finally:
         writer.close()
 
@@ -289,13 +301,7 @@ async def run_open_loop(
     server_ms: list[dict[str, float]] = []
     errors: list[str] = []
     warm: list[float] = []
-    heads = {
-        len(b): (
-            f"POST /v1/search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(b)}\r\n\r\n"
-        ).encode()
-        for b in bodies
-    }
+    heads = {len(b): search_head("127.0.0.1", b) for b in bodies}
 
     async def one(arrival: float, body: bytes, record: bool) -> None:
         conn = await pool.get()
@@ -307,10 +313,7 @@ async def run_open_loop(
             warm.append(arrival)
             return
         lat.append(time.perf_counter() - arrival)
-        if b" 200 " not in status_line:
-            errors.append(status_line.decode().strip())
-        else:
-            server_ms.append(json.loads(payload)["timings_ms"])
+        record_answer(status_line, payload, errors, server_ms)
 
     rng = np.random.default_rng(seed)
     tasks = []

@@ -46,14 +46,9 @@ class PortInUseError(OSError):
     """Another server already listens on the port."""
 
 
-def _address(host: str, port: int) -> tuple[socket.AddressFamily, tuple]:
-    family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    return family, address
-
-
 def bind_listener(host: str, port: int) -> socket.socket:
     """The group's listening socket. Bound without SO_REUSEPORT, so it fails when anything listens there."""
-    family, address = _address(host, port)
+    family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT leftovers do not count
     try:
@@ -102,9 +97,15 @@ class BalancedAcceptor:
         self.create_protocol = create_protocol
         self._task: asyncio.Task[None] | None = None
 
+    def _publish(self, accepting: int = 0) -> int:
+        """This process's count for the others: its live connections (plus one being accepted)."""
+        count = len(self.connections) + accepting
+        self.slots.publish(count)
+        return count
+
     def start(self) -> None:
         self.listener.setblocking(False)
-        self.slots.publish(len(self.connections))
+        self._publish()
         self._task = asyncio.get_running_loop().create_task(self._accept_forever())
 
     def close(self) -> None:
@@ -124,7 +125,7 @@ class BalancedAcceptor:
 
         def connection_lost(exc: Exception | None) -> None:
             lost(exc)
-            self.slots.publish(len(self.connections))
+            self._publish()
 
         protocol.connection_lost = connection_lost  # type: ignore[method-assign]
         return protocol
@@ -143,8 +144,7 @@ class BalancedAcceptor:
         loop = asyncio.get_running_loop()
         while True:
             await self._readable()  # every process of the group wakes for a waiting connection
-            mine = len(self.connections)
-            self.slots.publish(mine)
+            mine = self._publish()
             fewest = self.slots.fewest_elsewhere()
             if fewest is not None and mine > fewest:
                 await asyncio.sleep(HOLD_S)  # a less loaded process should take it; if it has not, we do
@@ -156,7 +156,7 @@ class BalancedAcceptor:
                 log.error("accept failed: %s", exc)
                 await asyncio.sleep(ACCEPT_RETRY_S)
                 continue
-            self.slots.publish(len(self.connections) + 1)
+            self._publish(accepting=1)
             try:
                 conn.setblocking(False)
                 if conn.family in (socket.AF_INET, socket.AF_INET6):
@@ -165,7 +165,7 @@ class BalancedAcceptor:
             except OSError as exc:  # the peer is already gone
                 log.debug("connection dropped at accept: %s", exc)
                 conn.close()
-                self.slots.publish(len(self.connections))
+                self._publish()
 
 
 def _balanced_server(config: Any, listener: socket.socket, slots: ConnectionSlots) -> Any:
