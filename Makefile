@@ -14,7 +14,10 @@ DEFAULT_MODEL := model/pretrained/ccrk-demo
 SERVE := CCRK_PROBE_SET=$(DEMO_DIR)/probes.jsonl $(VENV)/bin/ccrk serve --host $(DEMO_HOST) --port $(DEMO_PORT) \
 	--index-root $(INDEX_ROOT) --index-name demo
 
-.PHONY: install demo demo-index demo-eval serve train-demo test lint clean
+STARTER_MODEL ?= artifacts/models/ccrk-starter
+PHOTOS ?=
+
+.PHONY: install demo demo-index demo-eval serve photos train-demo test lint clean
 
 install: $(VENV)/.installed
 
@@ -46,6 +49,15 @@ serve: demo-index
 # The embedded default model's per-language Recall@1/5/10 and MRV on the demo catalogue (no service).
 demo-eval: demo-index
 	$(VENV)/bin/ccrk eval --model $(DEFAULT_MODEL) --data $(DEMO_DIR)/data --backend onnx --json-out $(DEMO_DIR)/eval.json
+
+# Your own photos: the starter model (built once from installed packages), the folder indexed as `photos`
+# (a new version on each run; unchanged files are encoded again), served on http://127.0.0.1:8000.
+photos: install
+	@test -n "$(PHOTOS)" || { echo "usage: make photos PHOTOS=path/to/a/folder/of/photos"; exit 2; }
+	test -f $(STARTER_MODEL)/config.json || $(VENV)/bin/ccrk model build-starter --out $(STARTER_MODEL)
+	$(VENV)/bin/ccrk index build --name photos --index-root $(INDEX_ROOT) --model $(STARTER_MODEL) $(PHOTOS)
+	$(VENV)/bin/ccrk serve --host $(DEMO_HOST) --port $(DEMO_PORT) --index-root $(INDEX_ROOT) \
+		--index-name photos --model $(STARTER_MODEL)
 
 # Reproduces the shipped default model from scratch (seeded; about 45 minutes on 2 cores).
 train-demo: install

@@ -82,6 +82,11 @@ class Settings(BaseSettings):
     cache_ttl_s: int = Field(3600, ge=1, description="Lifetime of cached results in Redis.")
     rerank: bool = Field(True, description="Re-rank with the fusion encoder unless a request says otherwise.")
     rerank_k: int = Field(128, ge=1, le=512, description="Candidates re-ranked by default.")
+    rerank_score: Literal["dual_plus_margin", "itm_logit"] = Field(
+        "dual_plus_margin",
+        description="How the shortlist is re-ordered: dual logit plus match log-odds (the product's), or the "
+        "match logit alone (the paper's, to reproduce published numbers; needs a recent ONNX export).",
+    )
     admin_api_key: str | None = Field(None, description="Key for /v1/admin/*; admin routes are off if unset.")
     cors_origins: list[str] = Field(default_factory=list, description="Allowed CORS origins.")
     index_poll_s: float = Field(5.0, gt=0.0, description="How often the service looks for a new CURRENT.")

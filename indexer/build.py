@@ -30,7 +30,7 @@ from indexer.errors import BuildError, TooManyBadItemsError
 from indexer.index_format import IndexManifest, IndexVersion
 from indexer.shards import ShardStore, encode_shards, plan_hash
 from indexer.sources import SourceItem, read_sources
-from model.configs import CCRkConfig
+from model.model_dir import ModelConfig, load_model_config
 from model.runtime import Encoder, load_encoder
 
 ProgressFn = Callable[[int, int], None]
@@ -138,7 +138,7 @@ def _encode(
     work_dir: Path,
     model_dir: Path,
     settings: Settings,
-    cfg: CCRkConfig,
+    cfg: ModelConfig,
     rerank_dtype: str,
     progress: ProgressFn | None,
 ) -> tuple[_Encoded, Encoder]:
@@ -204,25 +204,31 @@ def _write_arrays(
     """embeddings.npy and the re-rank store for ``n`` rows: from a parent version's files (Path) and/or
     shard stores, in order."""
     emb = np.lib.format.open_memmap(stage / fmt.EMBEDDINGS_FILE, mode="w+", dtype=np.float32, shape=(n, d))
+    # A model without a fusion encoder has no tokens (tokens == 0): the version keeps no re-rank store.
+    has_store = tokens > 0
     tok_dtype = np.float16 if rerank_dtype == "fp16" else np.int8
-    tok = np.lib.format.open_memmap(
-        stage / fmt.RERANK_FILE, mode="w+", dtype=tok_dtype, shape=(n, tokens, width)
+    tok = (
+        np.lib.format.open_memmap(
+            stage / fmt.RERANK_FILE, mode="w+", dtype=tok_dtype, shape=(n, tokens, width)
+        )
+        if has_store
+        else None
     )
     scales = (
         np.lib.format.open_memmap(
             stage / fmt.RERANK_SCALES_FILE, mode="w+", dtype=np.float32, shape=(n, tokens)
         )
-        if rerank_dtype == "int8"
+        if has_store and rerank_dtype == "int8"
         else None
     )
     row = 0
     for store, parent in stores:
         if parent is not None:
             p_emb = np.load(parent / fmt.EMBEDDINGS_FILE, mmap_mode="r")
-            p_tok = np.load(parent / fmt.RERANK_FILE, mmap_mode="r")
             m = p_emb.shape[0]
             emb[row : row + m] = p_emb
-            tok[row : row + m] = p_tok
+            if tok is not None:
+                tok[row : row + m] = np.load(parent / fmt.RERANK_FILE, mmap_mode="r")
             if scales is not None:
                 scales[row : row + m] = np.load(parent / fmt.RERANK_SCALES_FILE, mmap_mode="r")
             row += m
@@ -233,7 +239,8 @@ def _write_arrays(
                 if m == 0:
                     continue
                 emb[row : row + m] = shard.embeds
-                tok[row : row + m] = shard.tokens
+                if tok is not None:
+                    tok[row : row + m] = shard.tokens
                 if scales is not None and shard.scales is not None:
                     scales[row : row + m] = shard.scales
                 row += m
@@ -396,7 +403,7 @@ def build(
     items = scan.items
     if not items:
         raise BuildError(f"the sources hold no images: {', '.join(map(str, sources))}")
-    cfg = CCRkConfig.load(model_dir / "config.json")
+    cfg = load_model_config(model_dir)
     fingerprint = fmt.model_fingerprint(model_dir)
     report = BuildReport("build", name, None, False, items_total=len(items), ignored_files=scan.ignored)
     with _index_lock(root, name):
@@ -509,7 +516,7 @@ def add(
             if not new_items:
                 report.notes.append("no new items: nothing published")
                 return report
-            cfg = CCRkConfig.load(model_dir / "config.json")
+            cfg = load_model_config(model_dir)
             pm = parent.manifest
             dtype = str(pm.rerank["dtype"])
             key = plan_hash(

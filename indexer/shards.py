@@ -155,7 +155,7 @@ def _encode_shard(
         emb = np.zeros((0, d), dtype=np.float32)
         tok = np.zeros((0, 0, 0), dtype=np.float32)
     scales = None
-    if rerank_dtype == "int8":
+    if rerank_dtype == "int8" and tok.size:  # no tokens (a model without re-ranking, or no good item)
         tok_q, scales = quantize_tokens(tok)
     else:
         tok_q = tok.astype(np.float16)

@@ -184,6 +184,13 @@ def eval_command(
     batch_size: int = 128,
     backend: Annotated[str, typer.Option(help="torch, or onnx (the exported graphs, as served).")] = "torch",
     int8: Annotated[bool, typer.Option(help="With onnx: the int8 query and fusion graphs.")] = False,
+    rerank_score: Annotated[
+        str,
+        typer.Option(
+            help="Re-rank score: dual_plus_margin (the product's: dual logit + match log-odds) or itm_logit "
+            "(the paper's: match logit alone, to reproduce published numbers)."
+        ),
+    ] = "dual_plus_margin",
     device: str = "auto",
     threads: int = 2,
 ) -> None:
@@ -193,6 +200,7 @@ def eval_command(
     from model.evaluation import evaluate, evaluate_encoder, format_table
     from model.modeling import CCRkModel, CheckpointError, read_config
     from model.preprocessing import ImagePreprocessor
+    from model.reranking import check_rerank_score
     from model.runtime import EncoderError, load_encoder
     from model.tokenization import TokenizerError, load_tokenizer
     from model.training import TrainingError, resolve_device
@@ -203,6 +211,10 @@ def eval_command(
         raise fail(f"evaluation split not found: {split}")
     if backend not in ("torch", "onnx"):
         raise fail(f"--backend must be torch or onnx, got {backend!r}")
+    try:
+        score = check_rerank_score(rerank_score)
+    except ValueError as exc:
+        raise fail(f"--rerank-score: {exc}") from exc
     try:
         dev = resolve_device(device)
         if dev.type == "cpu":
@@ -218,9 +230,9 @@ def eval_command(
         raise fail(str(exc)) from exc
     with torch.inference_mode():
         if backend == "torch" and not int8:
-            result = evaluate(net, tokenizer, records, preprocessor, rerank_k, batch_size, dev)
+            result = evaluate(net, tokenizer, records, preprocessor, rerank_k, batch_size, dev, score)
         else:
-            result = evaluate_encoder(encoder, records, rerank_k, batch_size)
+            result = evaluate_encoder(encoder, records, rerank_k, batch_size, score)
     report = result.report()
     report["backend"] = backend + ("-int8" if int8 else "")
     report["model"] = str(model)
@@ -239,10 +251,34 @@ def convert_official(
     checkpoint: Annotated[Path, typer.Argument(help="ccrk_*_epoch_29.th file.")],
     out: Annotated[Path, typer.Option(help="Model directory to write.")],
     tokenizer: Annotated[Path, typer.Option(help="Local tokenizer folder (XLM-R's).")],
-    preset: Annotated[str, typer.Option(help="Architecture preset or config JSON.")] = "ccrk-paper",
+    preset: Annotated[
+        str,
+        typer.Option(
+            help="Architecture preset or config JSON: ccrk-paper-224 is the released files' own shape; "
+            "ccrk-paper is the 384 px fine-tuning shape (Swin tables resized bicubically, as the authors do)."
+        ),
+    ] = "ccrk-paper-224",
     strict: Annotated[bool, typer.Option(help="Fail on any missing or unexpected key.")] = False,
+    allow_pickle: Annotated[
+        bool,
+        typer.Option(
+            "--allow-pickle",
+            help="Read a full training save (optimizer and random states beside the weights) by unpickling "
+            "it, which runs code from the file: only for a file whose source you trust.",
+        ),
+    ] = False,
+    max_length: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Text truncation length of the model directory (the paper: 40 for COCO and Multi30K, 80 for "
+            "xFlickr&CO and WIT); default: the preset's.",
+        ),
+    ] = None,
 ) -> None:
     """Load an official CCRk checkpoint by key mapping and save it as a model directory."""
+    from dataclasses import replace
+
     from model.configs import ConfigError, get_preset
     from model.modeling import CheckpointError
     from model.official_checkpoint import load_official_checkpoint
@@ -250,10 +286,18 @@ def convert_official(
 
     if not checkpoint.is_file():
         raise fail(f"checkpoint not found: {checkpoint}")
+    if allow_pickle:
+        console.print(
+            "[yellow]warning:[/yellow] --allow-pickle: a file that the safe loader refuses is unpickled, "
+            "which runs code from it; use this only for a checkpoint whose source you trust"
+        )
     try:
         config = get_preset(preset)
+        if max_length is not None:
+            # replace() re-runs the config's checks: the length must fit the position table.
+            config = replace(config, text=replace(config.text, max_length=max_length))
         tok = load_tokenizer(tokenizer)
-        net, report = load_official_checkpoint(checkpoint, config, strict=strict)
+        net, report = load_official_checkpoint(checkpoint, config, strict=strict, allow_pickle=allow_pickle)
     except (ConfigError, CheckpointError, TokenizerError) as exc:
         raise fail(str(exc)) from exc
     console.print(report.summary())
@@ -383,3 +427,25 @@ def presets() -> None:
 
     for name in list_presets():
         print(name)
+
+
+@model_app.command("build-starter")
+def build_starter_command(
+    out: Annotated[Path, typer.Option(help="Model directory to write.")],
+    top_classes: Annotated[
+        int, typer.Option(min=1, max=1000, help="Classes whose prototypes form an image embedding (T).")
+    ] = 5,
+    force: Annotated[bool, typer.Option(help="Replace an existing directory.")] = False,
+) -> None:
+    """Assemble the starter model from installed packages: EfficientNet-Lite0 (ImageNet-1k) joined to the
+    multilingual Universal Sentence Encoder by ConSE. It searches real photos in 15 languages; nothing is
+    downloaded. Serving it needs ONNX Runtime and numpy only."""
+    from model.starter.build import StarterBuildError, build_starter
+    from model.starter.components import StarterModelError
+
+    try:
+        built = build_starter(out, top_classes=top_classes, force=force)
+    except (StarterBuildError, StarterModelError) as exc:
+        raise fail(str(exc)) from exc
+    languages = ", ".join(built.config.languages)
+    console.print(f"starter model written to {built.out} (languages: {languages}; no re-ranking)")

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 MODEL_CONFIG_DIR = Path(__file__).parent / "model_configs"
 CCR10_LANGUAGES: tuple[str, ...] = ("en", "de", "fr", "cs", "ja", "zh", "es", "ru", "tr", "id")
+# The pixel statistics the official CCRk code normalises with (CLIP's), not ImageNet's.
+CLIP_MEAN: tuple[float, float, float] = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD: tuple[float, float, float] = (0.26862954, 0.26130258, 0.27577711)
 
 
 class ConfigError(ValueError):
@@ -24,16 +27,23 @@ class VisionConfig:
         image_size: square input size in pixels.
         backbone_kwargs: extra keyword arguments for ``timm.create_model`` (depths, embed_dim,
             window_size, ...).
-        mean, std: per-channel normalisation applied to pixels in [0, 1].
+        mean, std: per-channel normalisation applied to pixels in [0, 1]; by default CLIP's, which the
+            official CCRk code uses.
+        crop_pct: ``None`` resizes the whole image to the square input (CCRk's and CCLM's resize: the whole
+            product stays visible); a fraction (timm's convention, e.g. 0.875) resizes the shorter side to
+            ``image_size / crop_pct`` and takes the centre square, as ImageNet classifiers were evaluated.
     """
 
     backbone: str = "swin_base_patch4_window12_384"
     image_size: int = 384
     backbone_kwargs: dict[str, Any] = field(default_factory=dict)
-    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
-    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+    mean: tuple[float, float, float] = CLIP_MEAN
+    std: tuple[float, float, float] = CLIP_STD
+    crop_pct: float | None = None
 
     def __post_init__(self) -> None:
+        if self.crop_pct is not None and not 0.0 < self.crop_pct <= 1.0:
+            raise ConfigError(f"vision.crop_pct must be in (0, 1] or null, got {self.crop_pct}")
         # JSON has no tuples; normalise so a config equals itself after a save/load round trip.
         self.backbone_kwargs = {
             k: tuple(v) if isinstance(v, list) else v for k, v in self.backbone_kwargs.items()
@@ -90,6 +100,9 @@ class CCRkConfig:
         languages: languages the model was trained for (reported by the service).
     """
 
+    # What ``model.model_dir.load_model_config`` dispatches on (a class constant: not written to config.json,
+    # where its absence means a CCRk model).
+    architecture: ClassVar[str] = "ccrk"
     name: str = "ccrk-paper"
     vision: VisionConfig = field(default_factory=VisionConfig)
     text: TextConfig = field(default_factory=TextConfig)
@@ -163,7 +176,7 @@ def list_presets() -> list[str]:
 
 
 def get_preset(name: str) -> CCRkConfig:
-    """Load a preset by name (``demo``, ``ccrk-paper``) or a config JSON by path."""
+    """Load a preset by name (``demo``, ``ccrk-paper-224``, ``ccrk-paper``) or a config JSON by path."""
     path = Path(name)
     if path.suffix == ".json" and path.exists():
         return CCRkConfig.load(path)

@@ -7,8 +7,9 @@ Rank tables (see ``model.metrics``):
 - TR: one row per image, one column per language: the 0-based rank of the image's best-ranked caption
   among all captions in that language.
 
-Re-ranking: the ITM match logit orders the top-k shortlist; items outside it keep their dual-encoder order
-below it, so a target outside the shortlist keeps its dual rank.
+Re-ranking: a re-rank score (``model.reranking``: the product's dual logit plus match margin, or the paper's
+match logit alone) orders the top-k shortlist; items outside it keep their dual-encoder order below it, so a
+target outside the shortlist keeps its dual rank.
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ from transformers import PreTrainedTokenizerBase
 from model.metrics import mean_recall, mrv, mrv_std, ranks_from_scores, recall_at_k
 from model.modeling import CCRkModel
 from model.preprocessing import ImagePreprocessor
-from model.reranking import rerank_order
+from model.reranking import (
+    DEFAULT_RERANK_SCORE,
+    MATCH_OUTPUT,
+    RerankScore,
+    check_rerank_score,
+    rerank_order,
+)
 from model.runtime.base import EncodedTexts, Encoder
 from model.tokenization import tokenize
 from model.training_data import CaptionedImages
@@ -79,6 +86,7 @@ class EvalResult:
     rerank_k: int | None
     n_images: int
     seconds: dict[str, float]
+    rerank_score: RerankScore = DEFAULT_RERANK_SCORE
 
     def report(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -86,6 +94,7 @@ class EvalResult:
             "n_images": self.n_images,
             "n_ir_queries": int(self.ir_ranks.size),
             "rerank_k": self.rerank_k,
+            "rerank_score": self.rerank_score if self.rerank_k is not None else None,
             "dual": {
                 "IR": vars(DirectionScores.from_ranks(self.ir_ranks, self.languages)),
                 "TR": vars(DirectionScores.from_ranks(self.tr_ranks, self.languages)),
@@ -197,26 +206,32 @@ def dual_ranks(encoded: EncodedSplit) -> tuple[np.ndarray, np.ndarray]:
 
 
 PairScorer = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-"""Match logits (M,) of M aligned pairs: (text states (M, L, H), masks (M, L), image tokens (M, T, W))."""
+"""Match scores (M,) of M aligned pairs: (text states (M, L, H), masks (M, L), image tokens (M, T, W))."""
 
 
-def model_pair_scorer(model: CCRkModel, device: torch.device | str = "cpu") -> PairScorer:
-    """Score pairs with a torch model's fusion encoder."""
+def model_pair_scorer(
+    model: CCRkModel, device: torch.device | str = "cpu", rerank_score: RerankScore = DEFAULT_RERANK_SCORE
+) -> PairScorer:
+    """Score pairs with a torch model's fusion encoder: the match margin ``logit[1] - logit[0]``, or for the
+    paper's ``itm_logit`` re-rank score the match logit ``logit[1]`` (``model.reranking.MATCH_OUTPUT``)."""
+    paper = check_rerank_score(rerank_score) == "itm_logit"
 
     @torch.no_grad()
     def score(states: torch.Tensor, masks: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         logits = model.fuse(states.to(device), masks.to(device), tokens.to(device)).itm_logits.float()
-        return (logits[:, 1] - logits[:, 0]).cpu()
+        return (logits[:, 1] if paper else logits[:, 1] - logits[:, 0]).cpu()
 
     return score
 
 
-def encoder_pair_scorer(encoder: Encoder) -> PairScorer:
-    """Score pairs through the serving interface (any runtime)."""
+def encoder_pair_scorer(encoder: Encoder, rerank_score: RerankScore = DEFAULT_RERANK_SCORE) -> PairScorer:
+    """Score pairs through the serving interface (any runtime): the fusion output ``rerank_score`` reads."""
+    output = MATCH_OUTPUT[check_rerank_score(rerank_score)]
 
     def score(states: torch.Tensor, masks: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         texts = EncodedTexts(np.empty((len(states), 0), np.float32), states.numpy(), masks.numpy())
-        return torch.from_numpy(np.asarray(encoder.score_aligned(texts, tokens.numpy()), dtype=np.float32))
+        matched = encoder.score_aligned(texts, tokens.numpy(), output)
+        return torch.from_numpy(np.asarray(matched, dtype=np.float32))
 
     return score
 
@@ -245,11 +260,12 @@ def _rerank_rank(
     targets: set[int],
     dual_rank: int,
     k: int,
+    rerank_score: RerankScore = DEFAULT_RERANK_SCORE,
 ) -> int:
     """Rank after re-ordering the shortlist ``dual_order[:k]`` by the re-ranking score; else the dual rank."""
     if dual_rank >= k:
         return dual_rank
-    reordered = dual_order[rerank_order(similarity, match, temperature)]
+    reordered = dual_order[rerank_order(similarity, match, temperature, rerank_score)]
     return int(min(i for i, item in enumerate(reordered) if item in targets))
 
 
@@ -261,9 +277,10 @@ def reranked_ranks(
     rerank_k: int,
     temperature: float,
     pair_batch: int = 1024,
+    rerank_score: RerankScore = DEFAULT_RERANK_SCORE,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Re-rank the top ``rerank_k`` of every IR and TR query with the fusion encoder (score as in
-    ``model.reranking``)."""
+    """Re-rank the top ``rerank_k`` of every IR and TR query with the fusion encoder (``rerank_score`` as in
+    ``model.reranking``; ``score`` must return the fusion output that score reads)."""
     if encoded.image_tokens is None or not encoded.text_states:
         raise ValueError("encode_split(keep_fusion_inputs=True) is needed for re-ranking")
     images = encoded.image_embeds
@@ -292,7 +309,7 @@ def reranked_ranks(
             sims = order_sims[rows].numpy()
             for row, cands, sim, m in zip(rows.tolist(), cand.numpy(), sims, match.numpy(), strict=True):
                 ir[row, li] = _rerank_rank(
-                    cands, sim, m, temperature, {row // c}, int(dual_ir[row, li]), shortlist
+                    cands, sim, m, temperature, {row // c}, int(dual_ir[row, li]), shortlist, rerank_score
                 )
         # TR: each image against its caption shortlist in this language.
         text_short = min(rerank_k, n * c)
@@ -313,7 +330,7 @@ def reranked_ranks(
             for row, cands, sim, m in zip(rows.tolist(), cand.numpy(), sims, match.numpy(), strict=True):
                 targets = set(range(row * c, row * c + c))
                 tr[row, li] = _rerank_rank(
-                    cands, sim, m, temperature, targets, int(dual_tr[row, li]), text_short
+                    cands, sim, m, temperature, targets, int(dual_tr[row, li]), text_short, rerank_score
                 )
     return ir, tr
 
@@ -326,9 +343,12 @@ def evaluate(
     rerank_k: int | None = None,
     batch_size: int = 128,
     device: torch.device | str = "cpu",
+    rerank_score: RerankScore = DEFAULT_RERANK_SCORE,
 ) -> EvalResult:
-    """Evaluate a model on a split, optionally with fusion re-ranking of the top ``rerank_k``."""
+    """Evaluate a model on a split, optionally with fusion re-ranking of the top ``rerank_k`` by
+    ``rerank_score`` (``itm_logit``: the paper's ranking, to reproduce published numbers)."""
     _check_rerank_k(rerank_k)
+    check_rerank_score(rerank_score)
     start = time.perf_counter()
     encoded = encode_split(
         model,
@@ -343,10 +363,11 @@ def evaluate(
     return _rank_split(
         encoded,
         data,
-        model_pair_scorer(model, device),
+        model_pair_scorer(model, device, rerank_score),
         float(model.temperature.detach()),
         rerank_k,
         time.perf_counter() - start,
+        rerank_score,
     )
 
 
@@ -383,19 +404,26 @@ def encode_split_with_encoder(
 
 
 def evaluate_encoder(
-    encoder: Encoder, data: CaptionedImages, rerank_k: int | None = None, batch_size: int = 128
+    encoder: Encoder,
+    data: CaptionedImages,
+    rerank_k: int | None = None,
+    batch_size: int = 128,
+    rerank_score: RerankScore = DEFAULT_RERANK_SCORE,
 ) -> EvalResult:
-    """Evaluate through the serving interface (e.g. to measure what int8 graphs cost in recall and MRV)."""
+    """Evaluate through the serving interface (e.g. to measure what int8 graphs cost in recall and MRV),
+    re-ranking by ``rerank_score``."""
     _check_rerank_k(rerank_k)
+    check_rerank_score(rerank_score)
     start = time.perf_counter()
     encoded = encode_split_with_encoder(encoder, data, batch_size, keep_fusion_inputs=rerank_k is not None)
     return _rank_split(
         encoded,
         data,
-        encoder_pair_scorer(encoder),
+        encoder_pair_scorer(encoder, rerank_score),
         encoder.temperature,
         rerank_k,
         time.perf_counter() - start,
+        rerank_score,
     )
 
 
@@ -411,6 +439,7 @@ def _rank_split(
     temperature: float,
     rerank_k: int | None,
     encode_seconds: float,
+    rerank_score: RerankScore = DEFAULT_RERANK_SCORE,
 ) -> EvalResult:
     """Dual-encoder ranks of an encoded split and, with ``rerank_k``, the re-ranked ones."""
     seconds = {"encode": encode_seconds}
@@ -420,9 +449,11 @@ def _rank_split(
     ir_re = tr_re = None
     if rerank_k is not None:
         start = time.perf_counter()
-        ir_re, tr_re = reranked_ranks(score, encoded, ir, tr, rerank_k, temperature)
+        ir_re, tr_re = reranked_ranks(
+            score, encoded, ir, tr, rerank_k, temperature, rerank_score=rerank_score
+        )
         seconds["rerank"] = time.perf_counter() - start
-    return EvalResult(data.languages, ir, tr, ir_re, tr_re, rerank_k, len(data), seconds)
+    return EvalResult(data.languages, ir, tr, ir_re, tr_re, rerank_k, len(data), seconds, rerank_score)
 
 
 def format_table(report: dict[str, Any]) -> str:
@@ -433,6 +464,8 @@ def format_table(report: dict[str, Any]) -> str:
         if variant not in report:
             continue
         title = "dual encoder" if variant == "dual" else f"re-ranked top {report['rerank_k']}"
+        if variant == "reranked" and report.get("rerank_score", DEFAULT_RERANK_SCORE) != DEFAULT_RERANK_SCORE:
+            title += f" by {report['rerank_score']}"
         lines.append(f"== {title} ==")
         lines.append(
             f"{'lang':<6}"

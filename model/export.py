@@ -2,7 +2,9 @@
 
 - ``onnx/text_encoder.onnx``: (input_ids, attention_mask) -> (text_embeds, text_states); the query path.
 - ``onnx/image_encoder.onnx``: pixel_values -> (image_embeds, image_tokens); the indexing path.
-- ``onnx/fusion_scorer.onnx``: (text_states, attention_mask, image_tokens) -> match_logit; re-ranking.
+- ``onnx/fusion_scorer.onnx``: (text_states, attention_mask, image_tokens) -> match_logit (the margin
+  ``logit[match] - logit[no match]``) and, with ``match_logit1=True``, also match_logit1 (``logit[match]``,
+  the paper's re-rank score); re-ranking.
 
 Batch and sequence axes are dynamic. The scorer takes the query's text states (from the text graph) rather
 than token ids, so re-ranking 128 candidates runs the text layers once, not 128 times.
@@ -60,15 +62,20 @@ class _ImageGraph(nn.Module):
 
 
 class _FusionGraph(nn.Module):
-    def __init__(self, model: CCRkModel) -> None:
+    """The match margin (``match_logit``, what ``model.reranking``'s default score adds) and, when asked,
+    the match logit itself (``match_logit1``, what the paper's ``itm_logit`` score ranks by)."""
+
+    def __init__(self, model: CCRkModel, match_logit1: bool = False) -> None:
         super().__init__()
         self.model = model
+        self.match_logit1 = match_logit1
 
     def forward(
         self, text_states: torch.Tensor, attention_mask: torch.Tensor, image_tokens: torch.Tensor
-    ) -> torch.Tensor:
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         logits = self.model.fuse(text_states, attention_mask, image_tokens).itm_logits
-        return logits[:, 1] - logits[:, 0]
+        margin = logits[:, 1] - logits[:, 0]
+        return (margin, logits[:, 1]) if self.match_logit1 else margin
 
 
 @dataclass
@@ -105,8 +112,14 @@ def _export(
 
 
 @torch.no_grad()
-def export_onnx(model: CCRkModel, model_dir: Path) -> ExportedGraphs:
-    """Write the three graphs (fp32) under ``model_dir/onnx/``."""
+def export_onnx(model: CCRkModel, model_dir: Path, match_logit1: bool = True) -> ExportedGraphs:
+    """Write the three graphs (fp32) under ``model_dir/onnx/``.
+
+    ``match_logit1`` adds the fusion scorer's second output ``match_logit1`` (the paper's re-rank score)
+    after ``match_logit``, which stays the first output and unchanged; the manifest's ``fusion_outputs``
+    lists the outputs. The runtimes ask for an output by name, so exports without it still serve the
+    default score.
+    """
     model = model.eval().cpu()
     out = Path(model_dir) / ONNX_DIR
     out.mkdir(parents=True, exist_ok=True)
@@ -141,22 +154,24 @@ def export_onnx(model: CCRkModel, model_dir: Path) -> ExportedGraphs:
         ["image_embeds", "image_tokens"],
         {"pixel_values": {0: "batch"}, "image_embeds": {0: "batch"}, "image_tokens": {0: "batch"}},
     )
+    fusion_outputs = ["match_logit", "match_logit1"] if match_logit1 else ["match_logit"]
     _export(
-        _FusionGraph(model),
+        _FusionGraph(model, match_logit1),
         (text_states, mask, image_tokens),
         graphs.fusion,
         ["text_states", "attention_mask", "image_tokens"],
-        ["match_logit"],
+        fusion_outputs,
         {
             "text_states": {0: "batch", 1: "sequence"},
             "attention_mask": {0: "batch", 1: "sequence"},
             "image_tokens": {0: "batch"},
-            "match_logit": {0: "batch"},
+            **{name: {0: "batch"} for name in fusion_outputs},
         },
     )
     manifest = {
         "opset": OPSET,
         "graphs": {"text": TEXT_GRAPH, "image": IMAGE_GRAPH, "fusion": FUSION_GRAPH},
+        "fusion_outputs": fusion_outputs,
         "embed_dim": cfg.embed_dim,
         "image_size": size,
         "mean": list(cfg.vision.mean),

@@ -1,6 +1,7 @@
 """Image preprocessing shared by training, evaluation, the indexer and the service.
 
-Images are resized to the model's square input (the whole product stays visible, as CCLM's resize does),
+Images are resized to the model's square input (the whole product stays visible, as CCLM's resize does; or,
+with ``crop_pct``, shorter side resized and centre square taken, as ImageNet classifiers expect),
 kept as uint8 until a batch is formed (4x less memory than float), then normalised. The module needs only
 numpy and Pillow, so a serving process on ONNX Runtime never imports torch; torch tensors are accepted by
 ``normalize`` when the caller already has them.
@@ -28,14 +29,24 @@ class ImagePreprocessor:
 
     def __init__(self, cfg: VisionConfig) -> None:
         self.image_size = cfg.image_size
+        self.crop_pct = cfg.crop_pct
         self.mean255 = np.asarray(cfg.mean, dtype=np.float32).reshape(1, 3, 1, 1) * 255.0
         self.std255 = np.asarray(cfg.std, dtype=np.float32).reshape(1, 3, 1, 1) * 255.0
 
     def to_uint8(self, image: Image.Image) -> np.ndarray:
         """(3, S, S) uint8 array of an RGB-converted, EXIF-rotated, resized image."""
         image = ImageOps.exif_transpose(image).convert("RGB")
-        if image.size != (self.image_size, self.image_size):
-            image = image.resize((self.image_size, self.image_size), Image.Resampling.BICUBIC)
+        size = self.image_size
+        if self.crop_pct is not None:
+            width, height = image.size
+            scale = round(size / self.crop_pct) / min(width, height)
+            resized = (max(size, round(width * scale)), max(size, round(height * scale)))
+            if resized != image.size:
+                image = image.resize(resized, Image.Resampling.BICUBIC)
+            left, top = (resized[0] - size) // 2, (resized[1] - size) // 2
+            image = image.crop((left, top, left + size, top + size))
+        elif image.size != (size, size):
+            image = image.resize((size, size), Image.Resampling.BICUBIC)
         return np.ascontiguousarray(np.asarray(image, dtype=np.uint8).transpose(2, 0, 1))
 
     def load_uint8(self, path: Path | str) -> np.ndarray:

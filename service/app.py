@@ -8,7 +8,18 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 
 from ccrk_settings import Settings, get_settings
-from service.api.routes import admin, consistency, dashboard, health, images, index, languages, pages, search
+from service.api.routes import (
+    admin,
+    consistency,
+    dashboard,
+    health,
+    images,
+    index,
+    languages,
+    model,
+    pages,
+    search,
+)
 from service.api.routes import metrics as metrics_route
 from service.errors import install_error_handlers
 from service.metrics import Metrics
@@ -48,6 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         consistency,
         images,
         index,
+        model,
         languages,
         health,
         metrics_route,

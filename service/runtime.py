@@ -120,6 +120,7 @@ class Runtime:
             metrics=self.metrics,
             default_rerank=s.rerank,
             default_rerank_k=s.rerank_k,
+            rerank_score=s.rerank_score,
             max_upload_bytes=s.max_upload_mb * 1024 * 1024,
         )
         self.monitor.attach(self._holder, self._searcher)

@@ -161,6 +161,18 @@ class LanguageSupport(BaseModel):
     recall_at_10: float | None = Field(description="Text->image recall@10 measured at index build time.")
 
 
+class ModelInfo(BaseModel):
+    name: str = Field(description="The model directory's name.")
+    fingerprint: str = Field(description="sha256 of the model's config and weights; indexes record it.")
+    architecture: str = Field(description="'ccrk' (dual + fusion encoder) or 'conse' (the starter model).")
+    embed_dim: int
+    languages: list[str] = Field(description="Languages the model was trained for.")
+    rerank: bool = Field(description="Whether the model has a fusion encoder, i.e. can re-rank.")
+    rerank_default: bool = Field(description="Whether searches re-rank when a request does not say.")
+    backend: str
+    device: str
+
+
 class LanguagesResponse(BaseModel):
     model: str
     languages: list[LanguageSupport]

@@ -19,8 +19,8 @@ from urllib.parse import quote
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from model.reranking import rerank_scores
-from model.runtime import EncodedTexts, Encoder
+from model.reranking import MATCH_OUTPUT, RerankScore, rerank_scores
+from model.runtime import EncodedTexts, Encoder, EncoderError
 from service.cache import EMBEDDING, RESULT, Cache, pack_texts, unpack_texts
 from service.errors import InvalidInputError, PayloadTooLargeError, UnsupportedMediaTypeError
 from service.index_holder import Served
@@ -77,6 +77,7 @@ class Searcher:
         default_rerank: bool,
         default_rerank_k: int,
         max_upload_bytes: int,
+        rerank_score: RerankScore = "dual_plus_margin",
     ) -> None:
         self.encoder = encoder
         self.model_name = model_name
@@ -84,11 +85,33 @@ class Searcher:
         self.detector = detector
         self.cache = cache
         self.metrics = metrics
-        self.default_rerank = default_rerank
+        # A model without a fusion encoder cannot re-rank: its default is off, and asking is refused.
+        self.can_rerank = encoder.capabilities.rerank
+        needed = MATCH_OUTPUT[rerank_score]
+        if self.can_rerank and needed not in encoder.capabilities.fusion_outputs:
+            raise EncoderError(
+                f"re-rank score {rerank_score!r} needs the fusion output {needed!r}, which this model's "
+                "export lacks; re-run `ccrk export onnx` or keep the default score"
+            )
+        self.default_rerank = default_rerank and self.can_rerank
         self.default_rerank_k = default_rerank_k
+        self.rerank_score = rerank_score
         self.max_upload_bytes = max_upload_bytes
 
     # -- pieces ---------------------------------------------------------------------------------------------
+
+    def resolve_rerank(self, requested: bool | None) -> bool:
+        """Whether to re-rank: the request's choice, else the server default; refused (422 naming the
+        ``rerank`` field) when the model has no fusion encoder, rather than silently not re-ranking."""
+        if requested is None:
+            return self.default_rerank
+        if requested and not self.can_rerank:
+            raise InvalidInputError(
+                f"the model {self.model_name} has no fusion encoder, so it cannot re-rank; "
+                "send rerank false or leave it out",
+                loc=("body", "rerank"),
+            )
+        return requested
 
     def encode_query(self, text: str) -> EncodedTexts:
         """The query's embedding (and text states for re-ranking), from the cache when there."""
@@ -148,9 +171,12 @@ class Searcher:
         if rerank and rows.size:
             start = time.perf_counter()
             head = min(rerank_k, rows.size)
-            margins = self.encoder.score_pairs(query, index.rerank_tokens(rows[:head])).astype(np.float32)
-            # The project's re-ranking score: dual logit (similarity / temperature) + match log-odds.
-            combined = rerank_scores(scores[:head], margins, self.encoder.temperature).astype(np.float32)
+            tokens = index.rerank_tokens(rows[:head])
+            output = MATCH_OUTPUT[self.rerank_score]
+            match = self.encoder.score_pairs(query, tokens, output).astype(np.float32)
+            # By default the project's score: dual logit (similarity / temperature) + match log-odds.
+            combined = rerank_scores(scores[:head], match, self.encoder.temperature, self.rerank_score)
+            combined = combined.astype(np.float32)
             order = np.argsort(-combined, kind="stable")  # ties keep the dual encoder's order
             rows = np.concatenate([rows[:head][order], rows[head:]])
             scores = np.concatenate([scores[:head][order], scores[head:]])
@@ -197,7 +223,7 @@ class Searcher:
         if not text:
             raise InvalidInputError("query is empty after whitespace normalisation", loc=("body", "query"))
         language = self.detector.resolve(text, request.lang)
-        rerank = self.default_rerank if request.rerank is None else request.rerank
+        rerank = self.resolve_rerank(request.rerank)
         filters = (
             {
                 k: v.model_dump(exclude_none=True) if hasattr(v, "model_dump") else v

@@ -14,3 +14,11 @@ def shared_data() -> Path:
     if not path.is_dir():
         pytest.skip(f"shared data not found at {path}")
     return path
+
+
+@pytest.fixture(scope="session")
+def starter_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The starter model, built once per session from the installed packages (`ccrk model build-starter`)."""
+    from model.starter.build import build_starter
+
+    return build_starter(tmp_path_factory.mktemp("starter") / "ccrk-starter").out

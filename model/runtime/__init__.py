@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from model.runtime.base import EncodedImages, EncodedTexts, Encoder, EncoderError, Int8Limits
+from model.model_dir import declared_architecture
+from model.runtime.base import (
+    EncodedImages,
+    EncodedTexts,
+    Encoder,
+    EncoderError,
+    Int8Limits,
+    ModelCapabilities,
+)
+from model.starter.config import ARCHITECTURE as CONSE
 
 BACKENDS = ("torch", "onnx")
 
@@ -19,6 +28,7 @@ __all__ = [
     "Encoder",
     "EncoderError",
     "Int8Limits",
+    "ModelCapabilities",
     "load_encoder",
 ]
 
@@ -37,7 +47,19 @@ def load_encoder(
     quantized query and fusion graphs (ONNX only); with ``int8_limits`` they are used only when their
     measured cost (recorded by ``ccrk export int8-cost``) is within the limits, else fp32 serves and
     ``encoder.int8_refusal`` says why. ``fusion_threads`` (ONNX only; default ``threads``): intra-op threads
-    of the fusion graph, which re-ranks many candidates in one batch."""
+    of the fusion graph, which re-ranks many candidates in one batch.
+
+    A starter (ConSE) model directory always runs on ONNX Runtime and numpy (it has no torch weights) and
+    has no fusion graph; ``int8`` does not apply to it."""
+    model_dir = Path(model_dir)
+    if backend not in BACKENDS:
+        raise EncoderError(f"unknown encoder backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if declared_architecture(model_dir) == CONSE:
+        from model.runtime.conse_runtime import ConSEEncoder
+
+        if int8:
+            raise EncoderError(f"{model_dir} is a starter model: it has no int8 graphs")
+        return ConSEEncoder(model_dir, device=device, threads=threads)
     if backend == "torch":
         from model.runtime.torch_runtime import TorchEncoder
 
@@ -55,4 +77,4 @@ def load_encoder(
             int8_limits=int8_limits,
             fusion_threads=fusion_threads,
         )
-    raise EncoderError(f"unknown encoder backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    raise AssertionError(backend)  # checked above

@@ -9,7 +9,13 @@ from typing import Protocol
 import numpy as np
 from PIL import Image
 
-from model.configs import CCRkConfig
+from model.model_dir import ModelConfig
+
+# The fusion scorer's outputs (``model.export``): the match margin (logit[match] - logit[no match]) and the
+# match logit alone.
+MATCH_MARGIN = "match_logit"
+MATCH_LOGIT = "match_logit1"
+FUSION_OUTPUTS = (MATCH_MARGIN, MATCH_LOGIT)
 
 
 class EncoderError(RuntimeError):
@@ -53,6 +59,24 @@ class EncodedImages:
 
 
 @dataclass(frozen=True)
+class ModelCapabilities:
+    """What a model can do beyond embedding text and images.
+
+    Attributes:
+        rerank: it has a fusion encoder that scores (query, image) pairs (``score_pairs``); without one the
+            index keeps no re-rank store and a request to re-rank is refused.
+        fusion_outputs: the scores ``score_pairs`` can return (``MATCH_MARGIN``, ``MATCH_LOGIT``); ONNX
+            exports made before the paper's re-rank score have the margin only.
+    """
+
+    rerank: bool = True
+    fusion_outputs: frozenset[str] = frozenset()
+
+
+FUSION_CAPABLE = ModelCapabilities(rerank=True, fusion_outputs=frozenset(FUSION_OUTPUTS))
+
+
+@dataclass(frozen=True)
 class Int8Limits:
     """How much recall and consistency the int8 graphs may cost before a runtime refuses them."""
 
@@ -74,9 +98,10 @@ class Int8Limits:
 class Encoder(Protocol):
     """What the indexer and the service need from a model."""
 
-    config: CCRkConfig
+    config: ModelConfig
     backend: str
     device: str
+    capabilities: ModelCapabilities
     temperature: float  # contrastive temperature, for ``model.reranking.rerank_scores``
 
     def encode_text(self, texts: Sequence[str]) -> EncodedTexts: ...
@@ -85,12 +110,19 @@ class Encoder(Protocol):
         """PIL images, or an (N, 3, S, S) uint8 array already resized by ``ImagePreprocessor``."""
         ...
 
-    def score_pairs(self, query: EncodedTexts, image_tokens: np.ndarray) -> np.ndarray:
-        """Match logits (M,) of one encoded query (a ``row``) against M images' tokens (M, T, W)."""
+    def score_pairs(
+        self, query: EncodedTexts, image_tokens: np.ndarray, output: str = MATCH_MARGIN
+    ) -> np.ndarray:
+        """Fusion scores (M,) of one encoded query (a ``row``) against M images' tokens (M, T, W): the match
+        margin (``match_logit``), or the match logit itself (``match_logit1``, the paper's re-rank score;
+        ``model.reranking.MATCH_OUTPUT``). Raises ``EncoderError`` when ``capabilities.rerank`` is false,
+        or when the model's export lacks that output."""
         ...
 
-    def score_aligned(self, texts: EncodedTexts, image_tokens: np.ndarray) -> np.ndarray:
-        """Match logits (M,) of M aligned (text, image) pairs: row i of ``texts`` with image i."""
+    def score_aligned(
+        self, texts: EncodedTexts, image_tokens: np.ndarray, output: str = MATCH_MARGIN
+    ) -> np.ndarray:
+        """Fusion scores (M,) of M aligned (text, image) pairs: row i of ``texts`` with image i."""
         ...
 
 

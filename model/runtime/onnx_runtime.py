@@ -15,7 +15,15 @@ from tokenizers import Tokenizer
 from model.configs import CCRkConfig, ConfigError
 from model.onnx_format import EXPORT_MANIFEST, ONNX_DIR
 from model.preprocessing import ImagePreprocessor
-from model.runtime.base import EncodedImages, EncodedTexts, EncoderError, Int8Limits, broadcast_query
+from model.runtime.base import (
+    MATCH_MARGIN,
+    EncodedImages,
+    EncodedTexts,
+    EncoderError,
+    Int8Limits,
+    ModelCapabilities,
+    broadcast_query,
+)
 
 
 def _fusion_options(threads: int) -> ort.SessionOptions:
@@ -83,6 +91,9 @@ class OnnxEncoder:
         self._fusion = ort.InferenceSession(
             str(onnx_dir / graphs["fusion"]), _fusion_options(fusion_threads or threads), providers=providers
         )
+        # Exports before the paper's re-rank score have the match margin only.
+        self.fusion_outputs = frozenset(o.name for o in self._fusion.get_outputs())
+        self.capabilities = ModelCapabilities(rerank=True, fusion_outputs=self.fusion_outputs)
         self.device = "cuda" if self._text.get_providers()[0] == "CUDAExecutionProvider" else "cpu"
         tokenizer_file = model_dir / "tokenizer.json"
         if not tokenizer_file.is_file():
@@ -109,12 +120,21 @@ class OnnxEncoder:
         embeds, tokens = self._image.run(None, {"pixel_values": self.preprocessor.normalize(pixels)})
         return EncodedImages(embeds, tokens)
 
-    def score_pairs(self, query: EncodedTexts, image_tokens: np.ndarray) -> np.ndarray:
-        return self.score_aligned(broadcast_query(query, image_tokens.shape[0]), image_tokens)
+    def score_pairs(
+        self, query: EncodedTexts, image_tokens: np.ndarray, output: str = MATCH_MARGIN
+    ) -> np.ndarray:
+        return self.score_aligned(broadcast_query(query, image_tokens.shape[0]), image_tokens, output)
 
-    def score_aligned(self, texts: EncodedTexts, image_tokens: np.ndarray) -> np.ndarray:
+    def score_aligned(
+        self, texts: EncodedTexts, image_tokens: np.ndarray, output: str = MATCH_MARGIN
+    ) -> np.ndarray:
+        if output not in self.fusion_outputs:
+            raise EncoderError(
+                f"this model's fusion graph has no output {output!r} (it has {sorted(self.fusion_outputs)}); "
+                "re-run `ccrk export onnx` to add it"
+            )
         (logits,) = self._fusion.run(
-            None,
+            [output],
             {
                 "text_states": np.ascontiguousarray(texts.states, dtype=np.float32),
                 "attention_mask": np.ascontiguousarray(texts.mask, dtype=np.int64),

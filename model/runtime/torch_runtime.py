@@ -11,12 +11,22 @@ from PIL import Image
 
 from model.modeling import CCRkModel, CheckpointError
 from model.preprocessing import ImagePreprocessor
-from model.runtime.base import EncodedImages, EncodedTexts, EncoderError, broadcast_query
+from model.runtime.base import (
+    FUSION_CAPABLE,
+    FUSION_OUTPUTS,
+    MATCH_LOGIT,
+    MATCH_MARGIN,
+    EncodedImages,
+    EncodedTexts,
+    EncoderError,
+    broadcast_query,
+)
 from model.tokenization import TokenizerError, load_tokenizer, tokenize
 
 
 class TorchEncoder:
     backend = "torch"
+    capabilities = FUSION_CAPABLE
 
     def __init__(self, model_dir: Path, device: str = "auto", threads: int = 2) -> None:
         if device == "auto":
@@ -55,13 +65,20 @@ class TorchEncoder:
         out = self.model.encode_image(torch.from_numpy(self.preprocessor.normalize(pixels)).to(self.device))
         return EncodedImages(out.image_embeds.float().cpu().numpy(), out.image_tokens.float().cpu().numpy())
 
-    def score_pairs(self, query: EncodedTexts, image_tokens: np.ndarray) -> np.ndarray:
-        return self.score_aligned(broadcast_query(query, image_tokens.shape[0]), image_tokens)
+    def score_pairs(
+        self, query: EncodedTexts, image_tokens: np.ndarray, output: str = MATCH_MARGIN
+    ) -> np.ndarray:
+        return self.score_aligned(broadcast_query(query, image_tokens.shape[0]), image_tokens, output)
 
     @torch.inference_mode()
-    def score_aligned(self, texts: EncodedTexts, image_tokens: np.ndarray) -> np.ndarray:
+    def score_aligned(
+        self, texts: EncodedTexts, image_tokens: np.ndarray, output: str = MATCH_MARGIN
+    ) -> np.ndarray:
+        if output not in FUSION_OUTPUTS:
+            raise EncoderError(f"unknown fusion output {output!r}; one of {', '.join(FUSION_OUTPUTS)}")
         states = torch.from_numpy(np.ascontiguousarray(texts.states)).to(self.device)
         mask = torch.from_numpy(np.ascontiguousarray(texts.mask)).to(self.device)
         tokens = torch.from_numpy(np.ascontiguousarray(image_tokens, dtype=np.float32)).to(self.device)
         logits = self.model.fuse(states, mask, tokens).itm_logits.float()
-        return (logits[:, 1] - logits[:, 0]).cpu().numpy()
+        scores = logits[:, 1] if output == MATCH_LOGIT else logits[:, 1] - logits[:, 0]
+        return scores.cpu().numpy()

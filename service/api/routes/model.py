@@ -1,0 +1,26 @@
+"""The served model: its name, fingerprint, languages and what it can do (re-ranking or not)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from service.api.deps import RuntimeDep, SearcherDep
+from service.schemas import ModelInfo
+
+router = APIRouter(prefix="/v1/model", tags=["model"])
+
+
+@router.get("", response_model=ModelInfo)
+async def model_info(runtime: RuntimeDep, searcher: SearcherDep) -> ModelInfo:
+    encoder = searcher.encoder
+    return ModelInfo(
+        name=searcher.model_name,
+        fingerprint=searcher.model_fingerprint,
+        architecture=encoder.config.architecture,
+        embed_dim=encoder.config.embed_dim,
+        languages=list(runtime.languages),
+        rerank=searcher.can_rerank,
+        rerank_default=searcher.default_rerank,
+        backend=encoder.backend,
+        device=encoder.device,
+    )
