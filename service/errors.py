@@ -8,8 +8,11 @@ client reads every error the same way and always learns which field was wrong.
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Mapping
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from indexer.index_format import FilterError, IndexFormatError
@@ -29,7 +32,8 @@ class ServiceError(Exception):
         self.loc = loc
 
     def body(self) -> dict[str, object]:
-        return {"detail": [{"loc": list(self.loc), "msg": self.message, "type": self.error_type}]}
+        loc = [part if isinstance(part, int) else echo_safe(str(part)) for part in self.loc]
+        return {"detail": [{"loc": loc, "msg": echo_safe(self.message), "type": self.error_type}]}
 
 
 class InvalidInputError(ServiceError):
@@ -73,7 +77,52 @@ class ReloadFailedError(ServiceError):
     error_type = "reload_failed"
 
 
+# Characters of a rejected value echoed back in a validation error (a 500 kB query is not worth returning).
+ECHO_CHARS = 200
+
+
+def echo_safe(value: object, depth: int = 0) -> object:
+    """A rejected input made safe to put in a JSON answer: lone surrogates and undecodable bytes replaced,
+    NaN/Infinity as text, long text cut, deep or large structures summarised. FastAPI's own handler echoes
+    the raw input, and a lone surrogate in it made encoding the 422 fail with a 500."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if isinstance(value, str):
+        text = value.encode("utf-8", "replace").decode("utf-8")
+        return text if len(text) <= ECHO_CHARS else text[:ECHO_CHARS] + "…"
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if value is None or isinstance(value, bool | int):
+        return value if not isinstance(value, int) or abs(value) < 2**63 else str(value)[:ECHO_CHARS]
+    if depth >= 3:
+        return "…"
+    if isinstance(value, Mapping):
+        items = list(value.items())[:20]
+        return {str(echo_safe(k, depth + 1)): echo_safe(v, depth + 1) for k, v in items}
+    if isinstance(value, list | tuple):
+        return [echo_safe(v, depth + 1) for v in value[:20]]
+    return echo_safe(str(value), depth + 1)
+
+
+def validation_errors(exc: RequestValidationError) -> list[dict[str, object]]:
+    """FastAPI's error list with every echoed part (input, context, message) made safe."""
+    return [
+        {
+            "type": str(error.get("type", "value_error")),
+            "loc": [part if isinstance(part, int) else echo_safe(str(part)) for part in error.get("loc", ())],
+            "msg": echo_safe(str(error.get("msg", ""))),
+            **({"input": echo_safe(error["input"])} if "input" in error else {}),
+            **({"ctx": echo_safe(error["ctx"])} if error.get("ctx") else {}),
+        }
+        for error in exc.errors()
+    ]
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    async def request_invalid(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return JSONResponse({"detail": validation_errors(exc)}, status_code=422)
+
     async def service_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ServiceError)
         headers = {"WWW-Authenticate": "ApiKey"} if isinstance(exc, UnauthorizedError) else None
@@ -90,6 +139,7 @@ def install_error_handlers(app: FastAPI) -> None:
         log.error("index error: %s", exc)
         return JSONResponse(IndexUnavailableError(f"index unavailable: {exc}").body(), status_code=503)
 
+    app.add_exception_handler(RequestValidationError, request_invalid)
     app.add_exception_handler(ServiceError, service_error)
     app.add_exception_handler(FilterError, filter_error)
     app.add_exception_handler(IndexFormatError, index_error)

@@ -2,30 +2,68 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 
 MAX_TOP_K = 200
 MAX_RERANK_K = 512
 MAX_OFFSET = 1000
 MAX_QUERY_CHARS = 512
 
+# SQLite's INTEGER range: a filter value beyond it cannot be bound (OverflowError inside the query).
+SQLITE_INT_MIN, SQLITE_INT_MAX = -(2**63), 2**63 - 1
+
+
+def _valid_unicode(text: str) -> str:
+    """Refuse lone surrogates: JSON's \\ud800 escape decodes to one, which no UTF-8 consumer (the tokenizer,
+    SQLite, the response encoder) can take."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"not valid Unicode: a lone surrogate at position {exc.start}") from None
+    return text
+
+
+def _finite_scalar(value: object) -> object:
+    """A filter value SQLite can compare: integers within its INTEGER range, finite numbers."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not SQLITE_INT_MIN <= value <= SQLITE_INT_MAX:
+            raise ValueError("integers must lie within -2**63 .. 2**63 - 1")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("numbers must be finite (no NaN or Infinity)")
+    return value
+
+
+UnicodeText = Annotated[str, AfterValidator(_valid_unicode)]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 # A language hint: an ISO 639 code, optionally with a region or script ("en", "pt-BR", "zh_Hans").
 LangCode = Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*$", max_length=32)]
-QueryText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUERY_CHARS)]
+QueryText = Annotated[UnicodeText, StringConstraints(min_length=1, max_length=MAX_QUERY_CHARS)]
 FieldName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")]
-Scalar = Annotated[str, StringConstraints(max_length=256)] | int | float | bool
+Scalar = Annotated[
+    Annotated[UnicodeText, StringConstraints(max_length=256)] | int | float | bool,
+    BeforeValidator(_finite_scalar),
+]
 
 
 class RangeFilter(BaseModel):
     """A numeric range; at least one bound."""
 
     model_config = ConfigDict(extra="forbid")
-    gte: float | None = None
-    gt: float | None = None
-    lte: float | None = None
-    lt: float | None = None
+    gte: FiniteFloat | None = None
+    gt: FiniteFloat | None = None
+    lte: FiniteFloat | None = None
+    lt: FiniteFloat | None = None
 
     @model_validator(mode="after")
     def _one_bound(self) -> RangeFilter:

@@ -13,6 +13,7 @@ from PIL import Image
 from tests.service.conftest import Catalogue, LiveServer, make_settings, write_version
 
 GOOD = {"query": "a red mug"}
+JSON = {"content-type": "application/json"}
 
 
 def png(size: tuple[int, int] = (8, 8)) -> bytes:
@@ -59,6 +60,76 @@ CASES = [
         413,
         None,
     ),
+    # Input no one on the project wrote: lone surrogates (valid JSON escapes), invalid UTF-8, non-finite and
+    # out-of-range numbers, deep nesting, huge keys. Each a 4xx, and the answer itself encodes.
+    ("post", "/v1/search", {"content": b'{"query": "\\ud800 mug"}', "headers": JSON}, 422, "query"),
+    ("post", "/v1/search", {"content": b'{"query": "mug \\udfff"}', "headers": JSON}, 422, "query"),
+    (
+        "post",
+        "/v1/search",
+        {"content": b'{"query": "x", "filters": {"colour": "\\ud800"}}', "headers": JSON},
+        422,
+        "colour",
+    ),
+    (
+        "post",
+        "/v1/search",
+        {"content": b'{"query": "x", "\\ud800": 1}', "headers": JSON},
+        422,
+        None,
+    ),
+    ("post", "/v1/search", {"content": b'{"query": "\xff\xfe mug"}', "headers": JSON}, 400, None),
+    ("post", "/v1/search", {"content": b"[" * 100_000 + b"]" * 100_000, "headers": JSON}, 400, None),
+    ("post", "/v1/search", {"content": b'{"query": "x", "top_k": 1e999}', "headers": JSON}, 422, "top_k"),
+    ("post", "/v1/search", {"content": b'{"query": "x", "top_k": NaN}', "headers": JSON}, 422, "top_k"),
+    ("post", "/v1/search", {"json": {**GOOD, "top_k": 2**70}}, 422, "top_k"),
+    ("post", "/v1/search", {"json": {**GOOD, "filters": {"count": 2**63}}}, 422, "count"),
+    ("post", "/v1/search", {"json": {**GOOD, "filters": {"count": [1, -(2**64)]}}}, 422, "count"),
+    (
+        "post",
+        "/v1/search",
+        {"content": b'{"query": "x", "filters": {"count": NaN}}', "headers": JSON},
+        422,
+        "count",
+    ),
+    (
+        "post",
+        "/v1/search",
+        {"content": b'{"query": "x", "filters": {"count": {"gte": Infinity}}}', "headers": JSON},
+        422,
+        "count",
+    ),
+    ("post", "/v1/search", {"json": {**GOOD, "k" * 100_000: 1}}, 422, None),  # see the echo test below
+    ("post", "/v1/search", {"json": {**GOOD, "filters": {"k" * 100_000: 1}}}, 422, "filters"),
+    (
+        "post",
+        "/v1/search",
+        {"json": {**GOOD, "filters": {"count": 1, "n": {"a": {"b": {"c": [[[1]]]}}}}}},
+        422,
+        "n",
+    ),
+    (
+        "post",
+        "/v1/consistency",
+        {"content": b'{"queries": {"en": "\\ud800", "de": "x"}}', "headers": JSON},
+        422,
+        "en",
+    ),
+    (
+        "post",
+        "/v1/search/image",
+        {"files": {"file": ("a.png", png(), "image/png")}, "data": {"filters": '{"colour": "\\ud800"}'}},
+        422,
+        "filters",
+    ),
+    (
+        "post",
+        "/v1/search/image",
+        {"files": {"file": ("a.png", png(), "image/png")}, "data": {"filters": '{"count": 1e999}'}},
+        422,
+        "filters",
+    ),
+    ("get", "/", {"params": {"q": "\ud800".encode("utf-8", "surrogatepass")}}, 200, None),
     ("post", "/v1/search/image", {"data": {"top_k": "3"}}, 422, "file"),
     ("post", "/v1/search/image", {"files": {"file": ("a.png", b"", "image/png")}}, 422, "file"),
     ("post", "/v1/search/image", {"files": {"file": ("a.gif", b"GIF89a....", "image/gif")}}, 415, "file"),
@@ -140,6 +211,19 @@ def test_bad_input_table(
     if field is not None:
         locs = [[str(part) for part in error["loc"]] for error in response.json()["detail"]]
         assert any(field in loc for loc in locs), (field, locs)
+
+
+def test_echoed_input_is_bounded_and_made_safe(client: httpx.Client) -> None:
+    """A rejected value comes back cut to 200 characters, lone surrogates replaced, NaN as text."""
+    long_key = client.post("/v1/search", json={**GOOD, "k" * 100_000: "v" * 100_000})
+    assert long_key.status_code == 422 and len(long_key.content) < 2000
+    (error,) = long_key.json()["detail"]
+    assert error["loc"][1].startswith("k" * 200) and len(error["loc"][1]) == 201
+    surrogate = client.post("/v1/search", content=b'{"query": "\\ud800 mug"}', headers=JSON)
+    (error,) = surrogate.json()["detail"]
+    assert error["loc"] == ["body", "query"] and error["input"] == "? mug"
+    nan = client.post("/v1/search", content=b'{"query": "x", "filters": {"count": NaN}}', headers=JSON)
+    assert nan.status_code == 422 and "nan" in nan.text.lower()
 
 
 def test_no_index_is_503_then_a_published_version_is_picked_up(tmp_path: Path, catalogue: Catalogue) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 
+import httpx
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
@@ -52,3 +54,50 @@ def test_no_5xx_over_the_openapi_schema(server: LiveServer) -> None:
     print(
         f"schemathesis: {calls} calls over {len(operations)} operations in {time.monotonic() - start:.1f} s"
     )
+
+
+# Values the schema-driven generator does not make (its strings are valid UTF-8 text): lone surrogates and
+# NUL inside JSON strings, raw invalid UTF-8, non-finite and out-of-range numbers, deep nesting, huge keys.
+HOSTILE_STRINGS = st.sampled_from(
+    ["\\ud800", "\\udfff x", "a\\u0000b", "\\u0000", "x\\ud83d", "\\ufeff", "\\u202e mug"]
+).map(lambda escaped: f'"{escaped}"')
+HOSTILE_VALUES = st.one_of(
+    HOSTILE_STRINGS,
+    st.sampled_from(["NaN", "Infinity", "-Infinity", "1e999", str(2**63), str(-(2**64)), "1" * 400]),
+    st.integers(1, 3000).map(lambda depth: "[" * depth + "]" * depth),
+    st.sampled_from(['{"' + "k" * 50_000 + '": 1}', '{"\\ud800": 1}', '"\xff\xfe"', "{"]),
+)
+JSON_BODIES = {
+    "/v1/search": {"query": '"a red mug"', "top_k": "5", "lang": '"de"', "rerank": "false", "filters": "{}"},
+    "/v1/consistency": {"queries": '{"en": "a mug", "de": "eine Tasse"}', "top_k": "5", "filters": "{}"},
+}
+
+
+@given(
+    path=st.sampled_from(sorted(JSON_BODIES)),
+    data=st.data(),
+    hostile=HOSTILE_VALUES,
+)
+@settings(
+    max_examples=120, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
+def test_hostile_json_values_never_5xx(
+    server: LiveServer, path: str, data: st.DataObject, hostile: str
+) -> None:
+    """Each JSON field of the POST routes replaced by a hostile value (written as raw JSON text, so that
+    escapes reach the server as they are): always a 4xx, or a 200 where the value is acceptable."""
+    fields = dict(JSON_BODIES[path])
+    field = data.draw(st.sampled_from(sorted(fields)))
+    if field in ("filters", "queries") and data.draw(st.booleans()):
+        fields[field] = (
+            '{"colour": ' + hostile + "}" if field == "filters" else '{"en": ' + hostile + ', "de": "x"}'
+        )
+    else:
+        fields[field] = hostile
+    body = "{" + ", ".join(f'"{k}": {v}' for k, v in fields.items()) + "}"
+    raw = body.encode("utf-8", "surrogateescape") if "\xff" not in body else body.encode("latin-1", "replace")
+    response = httpx.post(
+        server.url + path, content=raw, headers={"content-type": "application/json"}, timeout=30
+    )
+    assert response.status_code < 500, (body[:300], response.status_code, response.text[:300])
+    response.json()  # every answer is well-formed JSON
