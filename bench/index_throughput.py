@@ -51,11 +51,11 @@ def bench_build(
     """A full build of ``sources`` and the decode-only ceiling over the same files."""
     from indexer.build import build
     from indexer.decode import DecodePool, Decoder
-    from model.configs import CCRkConfig
+    from model.model_dir import load_model_config
     from model.runtime import load_encoder
 
     settings = _settings(args, tmp / f"idx-{label}")
-    cfg = CCRkConfig.load(settings.model_dir / "config.json")
+    cfg = load_model_config(settings.model_dir)
     # Decode-only first (also warms the page cache, so neither run pays the disk alone).
     start = time.perf_counter()
     sample: list[np.ndarray] = []

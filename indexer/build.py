@@ -103,6 +103,8 @@ def _now() -> str:
 
 
 def _rerank_info(dtype: str, tokens: int, width: int) -> dict[str, Any]:
+    if tokens == 0:  # a model without a fusion encoder: no re-rank store
+        return {"dtype": "none", "tokens": 0, "width": 0, "bytes_per_image": 0}
     per = tokens * width * 2 if dtype == "fp16" else tokens * width + tokens * 4
     return {"dtype": dtype, "tokens": tokens, "width": width, "bytes_per_image": per}
 

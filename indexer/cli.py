@@ -27,6 +27,8 @@ from rich.text import Text
 from ccrk_settings import Settings, get_settings
 from indexer import index_format as fmt
 from indexer.errors import IndexerError
+from model.configs import ConfigError
+from model.runtime import EncoderError
 
 index_app = typer.Typer(
     help="Build and manage versioned FAISS indexes of image collections.", no_args_is_help=True
@@ -95,7 +97,8 @@ def _fail(message: str) -> typer.Exit:
 def _errors() -> Iterator[None]:
     try:
         yield
-    except (IndexerError, fmt.IndexFormatError) as exc:
+    except (IndexerError, fmt.IndexFormatError, EncoderError, ConfigError) as exc:
+        # EncoderError/ConfigError: the model directory cannot be opened (damaged, wrong package version).
         raise _fail(str(exc)) from None
 
 

@@ -12,6 +12,9 @@ CCR10_LANGUAGES: tuple[str, ...] = ("en", "de", "fr", "cs", "ja", "zh", "es", "r
 # The pixel statistics the official CCRk code normalises with (CLIP's), not ImageNet's.
 CLIP_MEAN: tuple[float, float, float] = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD: tuple[float, float, float] = (0.26862954, 0.26130258, 0.27577711)
+# The default of a config that names none (configs written before the presets named CLIP's).
+IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
+IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
 
 
 class ConfigError(ValueError):
@@ -27,8 +30,8 @@ class VisionConfig:
         image_size: square input size in pixels.
         backbone_kwargs: extra keyword arguments for ``timm.create_model`` (depths, embed_dim,
             window_size, ...).
-        mean, std: per-channel normalisation applied to pixels in [0, 1]; by default CLIP's, which the
-            official CCRk code uses.
+        mean, std: per-channel normalisation applied to pixels in [0, 1]; ImageNet's when a config names
+            none (the official CCRk code uses CLIP's: the ``ccrk-paper*`` presets name them).
         crop_pct: ``None`` resizes the whole image to the square input (CCRk's and CCLM's resize: the whole
             product stays visible); a fraction (timm's convention, e.g. 0.875) resizes the shorter side to
             ``image_size / crop_pct`` and takes the centre square, as ImageNet classifiers were evaluated.
@@ -37,8 +40,8 @@ class VisionConfig:
     backbone: str = "swin_base_patch4_window12_384"
     image_size: int = 384
     backbone_kwargs: dict[str, Any] = field(default_factory=dict)
-    mean: tuple[float, float, float] = CLIP_MEAN
-    std: tuple[float, float, float] = CLIP_STD
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
     crop_pct: float | None = None
 
     def __post_init__(self) -> None:
@@ -131,9 +134,9 @@ class CCRkConfig:
     def from_dict(cls, data: dict[str, Any]) -> CCRkConfig:
         data = dict(data)
         try:
-            vision = _build(VisionConfig, data.pop("vision", {}), "vision")
-            text = _build(TextConfig, data.pop("text", {}), "text")
-            top = _build_kwargs(cls, data, "model", skip={"vision", "text"})
+            vision = build_section(VisionConfig, data.pop("vision", {}), "vision")
+            text = build_section(TextConfig, data.pop("text", {}), "text")
+            top = build_kwargs(cls, data, "model", skip={"vision", "text"})
             return cls(vision=vision, text=text, **top)
         except TypeError as exc:  # wrong value types surface as TypeError from dataclass init
             raise ConfigError(str(exc)) from exc
@@ -154,7 +157,8 @@ class CCRkConfig:
         return cls.from_dict(data)
 
 
-def _build_kwargs(cls: type, data: dict[str, Any], section: str, skip: set[str] | None = None) -> dict:
+def build_kwargs(cls: type, data: dict[str, Any], section: str, skip: set[str] | None = None) -> dict:
+    """A config section's keyword arguments for dataclass ``cls``; unknown keys are named in a ConfigError."""
     known = {f.name for f in fields(cls)} - (skip or set())
     unknown = set(data) - known
     if unknown:
@@ -165,10 +169,11 @@ def _build_kwargs(cls: type, data: dict[str, Any], section: str, skip: set[str] 
     return out
 
 
-def _build(cls: type, data: dict[str, Any], section: str) -> Any:
+def build_section(cls: type, data: dict[str, Any], section: str) -> Any:
+    """Dataclass ``cls`` from a config section (a JSON object)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{section} config must be an object")
-    return cls(**_build_kwargs(cls, data, section))
+    return cls(**build_kwargs(cls, data, section))
 
 
 def list_presets() -> list[str]:

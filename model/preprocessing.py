@@ -38,13 +38,14 @@ class ImagePreprocessor:
         image = ImageOps.exif_transpose(image).convert("RGB")
         size = self.image_size
         if self.crop_pct is not None:
+            # The centre square of side crop_pct * shorter side, resized in one step: resizing the whole
+            # image first would blow a thin strip (10,000 x 4 px) up to gigabytes before the crop.
             width, height = image.size
-            scale = round(size / self.crop_pct) / min(width, height)
-            resized = (max(size, round(width * scale)), max(size, round(height * scale)))
-            if resized != image.size:
-                image = image.resize(resized, Image.Resampling.BICUBIC)
-            left, top = (resized[0] - size) // 2, (resized[1] - size) // 2
-            image = image.crop((left, top, left + size, top + size))
+            side = min(width, height) * self.crop_pct
+            left, top = (width - side) / 2.0, (height - side) / 2.0
+            image = image.resize(
+                (size, size), Image.Resampling.BICUBIC, box=(left, top, left + side, top + side)
+            )
         elif image.size != (size, size):
             image = image.resize((size, size), Image.Resampling.BICUBIC)
         return np.ascontiguousarray(np.asarray(image, dtype=np.uint8).transpose(2, 0, 1))

@@ -241,6 +241,9 @@ class Searcher:
                     request.offset,
                     rerank,
                     request.rerank_k if rerank else 0,
+                    self.rerank_score
+                    if rerank
+                    else None,  # another score orders the same shortlist otherwise
                     filters,
                 ]
             )

@@ -50,16 +50,14 @@ def load_encoder(
     of the fusion graph, which re-ranks many candidates in one batch.
 
     A starter (ConSE) model directory always runs on ONNX Runtime and numpy (it has no torch weights) and
-    has no fusion graph; ``int8`` does not apply to it."""
+    has no fusion graph; asked for int8, it serves fp32 and says why in ``int8_refusal``."""
     model_dir = Path(model_dir)
     if backend not in BACKENDS:
         raise EncoderError(f"unknown encoder backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if declared_architecture(model_dir) == CONSE:
         from model.runtime.conse_runtime import ConSEEncoder
 
-        if int8:
-            raise EncoderError(f"{model_dir} is a starter model: it has no int8 graphs")
-        return ConSEEncoder(model_dir, device=device, threads=threads)
+        return ConSEEncoder(model_dir, device=device, threads=threads, int8=int8)
     if backend == "torch":
         from model.runtime.torch_runtime import TorchEncoder
 

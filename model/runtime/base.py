@@ -69,7 +69,7 @@ class ModelCapabilities:
             exports made before the paper's re-rank score have the margin only.
     """
 
-    rerank: bool = True
+    rerank: bool = False
     fusion_outputs: frozenset[str] = frozenset()
 
 

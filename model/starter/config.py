@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model.configs import ConfigError, VisionConfig
+from model.configs import ConfigError, VisionConfig, build_kwargs, build_section
 
 ARCHITECTURE = "conse"
 IMAGE_GRAPH = "onnx/image_encoder.onnx"
@@ -102,10 +102,11 @@ class ConSEConfig:
     def from_dict(cls, data: dict[str, Any]) -> ConSEConfig:
         data = dict(data)
         try:
-            vision = VisionConfig(**data.pop("vision", {}))
-            text_encoder = TextEncoderRef(**data.pop("text_encoder", {}))
-            return cls(vision=vision, text_encoder=text_encoder, **data)
-        except TypeError as exc:  # unknown keys or wrong value types
+            vision = build_section(VisionConfig, data.pop("vision", {}), "vision")
+            text_encoder = build_section(TextEncoderRef, data.pop("text_encoder", {}), "text_encoder")
+            top = build_kwargs(cls, data, "model", skip={"vision", "text_encoder"})
+            return cls(vision=vision, text_encoder=text_encoder, **top)
+        except TypeError as exc:  # wrong value types surface as TypeError from dataclass init
             raise ConfigError(f"starter model config: {exc}") from exc
 
     def save(self, path: Path) -> None:

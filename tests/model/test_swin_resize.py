@@ -12,14 +12,9 @@ from timm.layers.pos_embed_rel import resize_rel_pos_bias_table
 
 from model.configs import CLIP_MEAN, CLIP_STD, get_preset, list_presets
 from model.modeling import CCRkModel, CheckpointError
-from model.official_checkpoint import (
-    beit_source_grid,
-    beit_target_grid,
-    load_official_checkpoint,
-    resize_relative_position_bias,
-    to_official_state_dict,
-)
+from model.official_checkpoint import load_official_checkpoint, to_official_state_dict
 from model.preprocessing import ImagePreprocessor
+from model.swin_resize import beit_source_grid, beit_target_grid, resize_relative_position_bias
 from tests.tiny import tiny_config
 
 # BEiT's grid for window 7 -> 12 (13 -> 23 rows), from the official bisection: q = 1.3174..., the outer
