@@ -28,6 +28,7 @@ from indexer.ann import IndexPlan, build_faiss_index, choose_index, tune_search_
 from indexer.decode import DecodePool, Decoder
 from indexer.errors import BuildError, TooManyBadItemsError
 from indexer.index_format import IndexManifest, IndexVersion
+from indexer.match_calibration import calibrate_version
 from indexer.shards import ShardStore, encode_shards, plan_hash
 from indexer.sources import SourceItem, read_sources
 from model.model_dir import ModelConfig, load_model_config
@@ -340,6 +341,11 @@ def _finalise_index(
             )
         if captioned:
             manifest.language_recall_at_10 = language_recall(staged, encoder, captioned)
+        captions: dict[str, list[str]] = {}
+        for _, item in captioned:
+            for lang, texts in item.captions.items():
+                captions.setdefault(lang, []).extend(texts[:1])
+        manifest.match_calibration = calibrate_version(staged, encoder, captions).to_dict()
 
 
 def _quality_gate(

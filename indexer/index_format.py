@@ -99,6 +99,8 @@ class IndexManifest:
     total_rows: int = 0  # rows in the files, deleted ones included (count is live rows)
     build_params: dict[str, Any] = field(default_factory=dict)  # e.g. efConstruction, training size
     recall_measured_on: int = 0  # held-out queries behind measured_recall_at_10
+    # indexer.match_calibration.MatchCalibration.to_dict(): thresholds of "strong / weak / no match".
+    match_calibration: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, ensure_ascii=False, sort_keys=False)

@@ -158,20 +158,22 @@ def traffic_figure(payload: dict[str, Any]) -> go.Figure:
     traffic = payload["traffic"]
     langs = _languages([], traffic)
     fig = make_subplots(
-        rows=3,
+        rows=4,
         cols=1,
         shared_xaxes=True,
-        vertical_spacing=0.06,
-        subplot_titles=("queries / minute", "zero-result rate", "latency p95 (ms)"),
+        vertical_spacing=0.05,
+        subplot_titles=("queries / minute", "no-good-match rate", "zero-result rate", "latency p95 (ms)"),
     )
     for lang in langs:
         points = [t for t in traffic if t["lang"] == lang]
         x = [stamp(t["minute"]) for t in points]
-        for row, metric in enumerate(("count", "zero_result_rate", "latency_ms_p95"), start=1):
+        for row, metric in enumerate(
+            ("count", "no_match_rate", "zero_result_rate", "latency_ms_p95"), start=1
+        ):
             fig.add_trace(
                 go.Scatter(
                     x=x,
-                    y=[t[metric] for t in points],
+                    y=[t.get(metric) for t in points],
                     name=lang,
                     legendgroup=lang,
                     showlegend=row == 1,
@@ -182,7 +184,7 @@ def traffic_figure(payload: dict[str, Any]) -> go.Figure:
                 row=row,
                 col=1,
             )
-    fig.update_layout(title="Live traffic per language (per minute)", **{**LAYOUT, "height": 560})
+    fig.update_layout(title="Live traffic per language (per minute)", **{**LAYOUT, "height": 720})
     return fig
 
 

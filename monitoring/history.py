@@ -20,7 +20,7 @@ import redis
 from ccrk_settings import Settings
 from monitoring.traffic import LATENCY_BOUNDS_MS, Bucket
 
-_SCALARS = ("count", "zero", "top_sum", "top_n", "ann_n", "ann_sum")
+_SCALARS = ("count", "zero", "top_sum", "top_n", "ann_n", "ann_sum", "no_match")
 _FLOATS = {"top_sum", "ann_sum"}
 
 
@@ -158,9 +158,12 @@ CREATE TABLE IF NOT EXISTS traffic(
     minute INTEGER NOT NULL, lang TEXT NOT NULL,
     count INTEGER NOT NULL, zero INTEGER NOT NULL, top_sum REAL NOT NULL, top_n INTEGER NOT NULL,
     ann_n INTEGER NOT NULL, ann_sum REAL NOT NULL, latency_hist TEXT NOT NULL,
+    no_match INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY(minute, lang)
 );
 """
+# Columns added after the first schema: (name, declaration), added to an older file on open.
+SQLITE_ADDED_COLUMNS = (("no_match", "INTEGER NOT NULL DEFAULT 0"),)
 
 
 class SqliteHistory(HistoryStore):
@@ -184,6 +187,11 @@ class SqliteHistory(HistoryStore):
                     con = sqlite3.connect(self.path, timeout=5)
                     con.execute("PRAGMA journal_mode=WAL")
                     con.executescript(SQLITE_SCHEMA)
+                    present = {row[1] for row in con.execute("PRAGMA table_info(traffic)")}
+                    for name, declaration in SQLITE_ADDED_COLUMNS:
+                        if name not in present:
+                            con.execute(f"ALTER TABLE traffic ADD COLUMN {name} {declaration}")
+                    con.commit()
                     con.close()
                     self._ready = True
             return sqlite3.connect(self.path, timeout=5)
@@ -217,17 +225,18 @@ class SqliteHistory(HistoryStore):
         def write(con: sqlite3.Connection) -> None:
             for b in buckets:
                 row = con.execute(
-                    "SELECT count, zero, top_sum, top_n, ann_n, ann_sum, latency_hist FROM traffic "
+                    "SELECT count, zero, top_sum, top_n, ann_n, ann_sum, latency_hist, no_match FROM traffic "
                     "WHERE minute = ? AND lang = ?",
                     (b.minute, b.lang),
                 ).fetchone()
                 merged = Bucket(b.minute, b.lang)
                 merged.merge(b)
                 if row is not None:
-                    old = Bucket(b.minute, b.lang, *row[:6], latency_hist=json.loads(row[6]))
+                    old = Bucket(b.minute, b.lang, *row[:6], latency_hist=json.loads(row[6]), no_match=row[7])
                     merged.merge(old)
                 con.execute(
-                    "INSERT OR REPLACE INTO traffic VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT OR REPLACE INTO traffic (minute, lang, count, zero, top_sum, top_n, ann_n, "
+                    "ann_sum, latency_hist, no_match) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         merged.minute,
                         merged.lang,
@@ -238,6 +247,7 @@ class SqliteHistory(HistoryStore):
                         merged.ann_n,
                         merged.ann_sum,
                         json.dumps(merged.latency_hist),
+                        merged.no_match,
                     ),
                 )
 
@@ -248,12 +258,12 @@ class SqliteHistory(HistoryStore):
         rows = self._run(
             "read traffic",
             lambda c: c.execute(
-                "SELECT minute, lang, count, zero, top_sum, top_n, ann_n, ann_sum, latency_hist FROM traffic "
-                "WHERE minute >= ? ORDER BY minute, lang",
+                "SELECT minute, lang, count, zero, top_sum, top_n, ann_n, ann_sum, latency_hist, no_match "
+                "FROM traffic WHERE minute >= ? ORDER BY minute, lang",
                 (since,),
             ).fetchall(),
         )
-        return [Bucket(*r[:8], latency_hist=json.loads(r[8])) for r in rows]
+        return [Bucket(*r[:8], latency_hist=json.loads(r[8]), no_match=r[9]) for r in rows]
 
     def prune(self, now: float) -> None:
         cutoff = now - self.retention_s

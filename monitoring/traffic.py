@@ -1,5 +1,6 @@
-"""Live traffic per language and minute: query count, zero-result share, mean top score, latency
-percentiles (from a fixed-bucket histogram, so minutes of several processes add up), live ANN recall.
+"""Live traffic per language and minute: query count, zero-result share, no-good-match share (the top
+result labelled ``none`` by the version's match calibration), mean top score, latency percentiles (from a
+fixed-bucket histogram, so minutes of several processes add up), live ANN recall.
 
 Searches are folded into in-process buckets (a dict update under a lock: nothing on the request path
 touches Redis or disk); the monitor drains them to the history store every ``traffic_flush_s``.
@@ -33,6 +34,7 @@ class Bucket:
     ann_n: int = 0
     ann_sum: float = 0.0
     latency_hist: list[int] = field(default_factory=_empty_hist)
+    no_match: int = 0  # queries whose top result was labelled "none" (added last: stores read by position)
 
     def merge(self, other: Bucket) -> None:
         self.count += other.count
@@ -41,6 +43,7 @@ class Bucket:
         self.top_n += other.top_n
         self.ann_n += other.ann_n
         self.ann_sum += other.ann_sum
+        self.no_match += other.no_match
         self.latency_hist = [a + b for a, b in zip(self.latency_hist, other.latency_hist, strict=True)]
 
     def summary(self) -> dict[str, Any]:
@@ -50,6 +53,7 @@ class Bucket:
             "lang": self.lang,
             "count": self.count,
             "zero_result_rate": round(self.zero / self.count, 4) if self.count else None,
+            "no_match_rate": round(self.no_match / self.count, 4) if self.count else None,
             "mean_top_score": round(self.top_sum / self.top_n, 4) if self.top_n else None,
             "latency_ms_p50": latency_quantile(self.latency_hist, 0.50),
             "latency_ms_p95": latency_quantile(self.latency_hist, 0.95),
@@ -105,12 +109,19 @@ class TrafficAggregator:
         return bucket
 
     def record(
-        self, lang: str, n_results: int, top_score: float | None, latency_ms: float, now: float | None = None
+        self,
+        lang: str,
+        n_results: int,
+        top_score: float | None,
+        latency_ms: float,
+        now: float | None = None,
+        no_match: bool = False,
     ) -> None:
         with self._lock:
             bucket = self._bucket(lang, now)
             bucket.count += 1
             bucket.zero += n_results == 0
+            bucket.no_match += no_match
             if top_score is not None:
                 bucket.top_sum += top_score
                 bucket.top_n += 1

@@ -49,6 +49,9 @@ class TrafficPoint(BaseModel):
     lang: str
     count: int
     zero_result_rate: float | None
+    no_match_rate: float | None = Field(
+        None, description="Share of queries whose top result was labelled 'none' (no good match)."
+    )
     mean_top_score: float | None
     latency_ms_p50: float | None
     latency_ms_p95: float | None

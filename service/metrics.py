@@ -71,6 +71,13 @@ class Metrics:
             ["used"],
             registry=r,
         )
+        self.search_match = Counter(
+            "ccrk_search_match_total",
+            "Text searches by query language and the match quality of their best result (none: no good "
+            "match; a rising share after a catalogue or model change is worth a look).",
+            ["lang", "match"],
+            registry=r,
+        )
         self.rerank_candidates = Histogram(
             "ccrk_rerank_candidates",
             "Candidates scored by the fusion encoder per re-ranked search.",

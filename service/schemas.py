@@ -72,6 +72,11 @@ class RangeFilter(BaseModel):
         return self
 
 
+MatchLabel = Literal["strong", "weak", "none"]
+# "auto": label only; "weak": drop hits labelled none; "strong": strong hits only; a number: a cosine floor.
+MinScore = Literal["auto", "weak", "strong"] | Annotated[float, Field(ge=-1.0, le=1.0, allow_inf_nan=False)]
+
+
 # equality (scalar), any-of (list of scalars), or numeric range
 FilterValue = Scalar | Annotated[list[Scalar], Field(min_length=1, max_length=100)] | RangeFilter
 Filters = Annotated[dict[FieldName, FilterValue], Field(max_length=16)]
@@ -90,6 +95,12 @@ class SearchRequest(BaseModel):
         description='Metadata filters: {"field": value} equality, {"field": [v1, v2]} any-of, '
         '{"field": {"gte": x, "lte": y}} numeric range (also gt, lt).',
     )
+    min_score: MinScore = Field(
+        "auto",
+        description="Which results to keep by match quality: 'auto' keeps all and labels them (calibrated "
+        "per index and language), 'weak' drops results labelled 'none', 'strong' keeps strong ones only, "
+        "a number keeps results whose cosine score is at least that.",
+    )
 
 
 class LanguageInfo(BaseModel):
@@ -107,6 +118,9 @@ class SearchHit(BaseModel):
         None, description="Re-ranking score (similarity / temperature + match log-odds), when re-ranked."
     )
     rank: int = Field(description="0-based rank in the full result list (offset included).")
+    match: MatchLabel | None = Field(
+        None, description="How good a match this result is (calibrated on the index): strong, weak or none."
+    )
     metadata: dict[str, Any]
     image_url: str
 
@@ -118,6 +132,11 @@ class Timings(BaseModel):
     total: float
 
 
+class MatchThresholdsInfo(BaseModel):
+    none_below: float = Field(description="A cosine score below this is 'none' (no good match).")
+    strong_from: float = Field(description="A cosine score from this on is 'strong'; between them 'weak'.")
+
+
 class SearchResponse(BaseModel):
     results: list[SearchHit]
     language: LanguageInfo
@@ -126,6 +145,14 @@ class SearchResponse(BaseModel):
     reranked: bool
     timings_ms: Timings
     cached: bool
+    match: MatchLabel | None = Field(
+        None,
+        description="The query's match quality, its best result's label: 'none' tells a front end that "
+        "nothing in the catalogue matches well (the results are still returned unless min_score drops them).",
+    )
+    match_thresholds: MatchThresholdsInfo | None = Field(
+        None, description="The thresholds used for this query's language."
+    )
 
 
 class ImageSearchResponse(BaseModel):

@@ -1,4 +1,9 @@
-"""The search pipeline: language -> cache -> encode -> ANN (filtered) -> re-rank -> page -> metadata.
+"""The search pipeline: language -> cache -> encode -> ANN (filtered) -> re-rank -> page -> metadata ->
+match labels.
+
+A little over 400 lines: text, image and consistency searches share one class's leased index, caches and
+ranking steps, each a short method (match quality lives in ``service.matching``, language in
+``service.language``).
 
 Everything here is blocking (ONNX Runtime, faiss, sqlite, Redis) and runs in a worker thread: the routes
 call it through ``anyio.to_thread.run_sync`` so the event loop only parses and answers HTTP.
@@ -25,10 +30,12 @@ from service.cache import EMBEDDING, RESULT, Cache, pack_texts, unpack_texts
 from service.errors import InvalidInputError, PayloadTooLargeError, UnsupportedMediaTypeError
 from service.index_holder import Served
 from service.language import LanguageDetector
+from service.matching import MatchJudge
 from service.metrics import Metrics
 from service.schemas import (
     ImageSearchResponse,
     LanguageInfo,
+    MatchThresholdsInfo,
     SearchHit,
     SearchRequest,
     SearchResponse,
@@ -62,6 +69,7 @@ class Ranked:
     rerank_scores: np.ndarray | None
     first_rank: int
     reranked: bool
+    top_score: float | None = None  # the best dual score among all candidates (the query's match quality)
 
 
 class Searcher:
@@ -97,6 +105,7 @@ class Searcher:
         self.default_rerank_k = default_rerank_k
         self.rerank_score = rerank_score
         self.max_upload_bytes = max_upload_bytes
+        self.judge = MatchJudge(encoder)
 
     # -- pieces ---------------------------------------------------------------------------------------------
 
@@ -167,6 +176,7 @@ class Searcher:
         scores, rows = scores[0], rows[0]
         keep = rows >= 0
         scores, rows = scores[keep], rows[keep]
+        top_score = float(scores.max()) if scores.size else None
         combined_page: np.ndarray | None = None
         if rerank and rows.size:
             start = time.perf_counter()
@@ -192,6 +202,7 @@ class Searcher:
             rerank_scores=None if combined_page is None else combined_page[page],
             first_rank=offset,
             reranked=combined_page is not None,
+            top_score=top_score,
         )
 
     def hits(self, served: Served, ranked: Ranked) -> list[SearchHit]:
@@ -241,10 +252,10 @@ class Searcher:
                     request.offset,
                     rerank,
                     request.rerank_k if rerank else 0,
-                    self.rerank_score
-                    if rerank
-                    else None,  # another score orders the same shortlist otherwise
+                    self.rerank_score if rerank else None,  # another score orders the shortlist otherwise
                     filters,
+                    language.code,  # match labels are calibrated per language
+                    request.min_score,
                 ]
             )
             if self.cache.enabled
@@ -264,6 +275,8 @@ class Searcher:
                         encode=0.0, search=0.0, rerank=0.0, total=_ms(time.perf_counter() - start)
                     ),
                     cached=True,
+                    match=payload["match"],
+                    match_thresholds=payload["match_thresholds"],
                 )
             except (ValueError, KeyError, TypeError):
                 pass  # unreadable entry: compute afresh
@@ -283,14 +296,25 @@ class Searcher:
             allowed=allowed,
             timings=timings,
         )
-        hits = self.hits(served, ranked)
+        judged = self.judge.judge(
+            served,
+            language.code if language.supported else None,
+            self.hits(served, ranked),
+            ranked.top_score,
+            request.min_score,
+        )
+        hits, thresholds = judged.hits, MatchThresholdsInfo(**vars(judged.thresholds))
         if result_key is not None:
-            self.cache.set(
-                RESULT,
-                result_key,
-                json.dumps({"results": [h.model_dump() for h in hits], "reranked": ranked.reranked}).encode(),
-            )
+            payload = {
+                "results": [h.model_dump() for h in hits],
+                "reranked": ranked.reranked,
+                "match": judged.label,
+                "match_thresholds": thresholds.model_dump(),
+            }
+            self.cache.set(RESULT, result_key, json.dumps(payload).encode())
         return SearchResponse(
+            match=judged.label,
+            match_thresholds=thresholds,
             results=hits,
             language=language,
             index_version=served.version,

@@ -312,3 +312,24 @@ def test_search_page_runs_a_shared_link(browser: Any, site: LiveServer, catalogu
     assert browser.execute_script("return document.getElementById('results').childElementCount") == 0
     assert browser.execute_script("return location.search") == "?lang=ja"
     assert browser.execute_script("return document.getElementById('lang').value") == "ja"
+
+
+def test_search_page_says_no_good_match(browser: Any, site: LiveServer, catalogue: Catalogue) -> None:
+    """A query that matches nothing shows the banner and greys its results; an in-domain caption does not."""
+    browser.get(site.url + "/")
+    search_in_page(browser, "SELECT * FROM users")
+    wait_js(browser, IMAGES_LOADED, ".panel")
+    banner = browser.find_element("css selector", ".panel .no-match")
+    assert "No good match" in banner.text
+    labels = browser.execute_script(
+        "return Array.from(document.querySelectorAll('.panel .card')).map(c => c.dataset.match)"
+    )
+    assert labels and set(labels) <= {"none", "weak"}
+    assert browser.execute_script("return document.querySelectorAll('.panel .card.none').length") > 0
+    shot(browser, "search-no-good-match.png")
+
+    search_in_page(browser, catalogue.records[5].captions["en"][0])
+    wait_js(browser, IMAGES_LOADED, ".panel")
+    assert not browser.find_elements("css selector", ".panel .no-match")
+    first = browser.execute_script("return document.querySelector('.panel .card').dataset.match")
+    assert first == "strong"

@@ -32,6 +32,7 @@ async def search(body: SearchRequest, runtime: RuntimeDep, request: Request) -> 
     result = await anyio.to_thread.run_sync(runtime.search, body, limiter=runtime.limiter)
     request.state.lang = runtime.lang_label(result.language.code)
     runtime.monitor.observe_search(request.state.lang, body, result)  # live traffic per language
+    runtime.metrics.search_match.labels(request.state.lang, result.match or "unknown").inc()
     # Serialised here: the model was built by our own code, re-validating it would only cost time.
     return Response(result.model_dump_json(), media_type="application/json")
 

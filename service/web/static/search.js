@@ -47,9 +47,15 @@
       (data.cached ? " (cached)" : "")));
     meta.append(" · ", el("span", { class: "reranked" }, data.reranked ? "re-ranked" : "dual encoder"));
     section.append(meta);
+    // The query's match quality (calibrated on the index): nothing in the catalogue matches it well.
+    if (data.match === "none") {
+      section.append(el("p", { class: "no-match", role: "status" },
+        "No good match: nothing in the catalogue matches this query well; the closest items are shown greyed."));
+    }
     const grid = el("div", { class: "grid" });
     for (const hit of data.results) {
-      const card = el("figure", { class: "card", "data-id": hit.id });
+      const card = el("figure", { class: "card" + (hit.match && hit.match !== "strong" ? " " + hit.match : ""),
+        "data-id": hit.id, "data-match": hit.match || "" });
       card.append(el("img", { src: hit.image_url + "?size=160", alt: hit.id, loading: "lazy" }));
       const score = hit.rerank_score !== null && hit.rerank_score !== undefined
         ? "re-rank " + hit.rerank_score.toFixed(2) + " · cos " + hit.score.toFixed(3)
@@ -57,6 +63,7 @@
       const cap = el("figcaption");
       cap.append(el("span", { class: "rank" }, "#" + (hit.rank + 1)), " ", el("span", { class: "id" }, hit.id));
       cap.append(el("br"), el("span", { class: "score" }, score));
+      if (hit.match) cap.append(" ", el("span", { class: "match", title: "match quality" }, hit.match));
       card.append(cap);
       grid.append(card);
     }

@@ -1,0 +1,77 @@
+"""Match quality of answers: every hit and every query labelled ``strong``, ``weak`` or ``none`` by the served
+version's calibration (``indexer.match_calibration``), and ``min_score`` applied.
+
+A version built before calibration existed gets one measured on it when it is first searched (its index
+and no-match queries only: a few hundred encoded queries, once per version and process).
+
+``min_score``: ``auto`` (the default) labels and drops nothing: on the demo catalogue short in-domain
+queries score inside the no-match range (README, "Match quality"), so dropping would lose right answers;
+``weak`` drops hits labelled ``none``; ``strong`` keeps only strong hits; a number drops hits whose
+cosine is below it.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from indexer.match_calibration import MatchCalibration, MatchLabel, MatchThresholds, calibrate_version
+from model.runtime import Encoder
+from service.index_holder import Served
+from service.schemas import MinScore, SearchHit
+
+
+@dataclass
+class Judged:
+    """Hits labelled (and filtered by ``min_score``), the query's label, the thresholds used."""
+
+    hits: list[SearchHit]
+    label: MatchLabel | None
+    thresholds: MatchThresholds
+
+
+class MatchJudge:
+    """Thread-safe; one per process."""
+
+    def __init__(self, encoder: Encoder) -> None:
+        self.encoder = encoder
+        self._by_version: dict[str, MatchCalibration] = {}
+        self._lock = threading.Lock()
+
+    def calibration(self, served: Served) -> MatchCalibration:
+        version = served.version
+        found = self._by_version.get(version)
+        if found is not None:
+            return found
+        with self._lock:  # one measurement per version, however many first queries arrive at once
+            found = self._by_version.get(version)
+            if found is None:
+                recorded = served.index.manifest.match_calibration
+                found = (
+                    MatchCalibration.from_dict(recorded)
+                    if recorded
+                    else calibrate_version(served.index, self.encoder, {})
+                )
+                # Keep the versions a swap can still serve; older ones go.
+                self._by_version = {**dict(list(self._by_version.items())[-3:]), version: found}
+            return found
+
+    def judge(
+        self,
+        served: Served,
+        lang: str | None,
+        hits: list[SearchHit],
+        top_score: float | None,
+        min_score: MinScore,
+    ) -> Judged:
+        thresholds = self.calibration(served).thresholds(lang)
+        for hit in hits:
+            hit.match = thresholds.label(hit.score)
+        label = None if top_score is None else thresholds.label(top_score)
+        if min_score == "weak":
+            hits = [h for h in hits if h.match != "none"]
+        elif min_score == "strong":
+            hits = [h for h in hits if h.match == "strong"]
+        elif not isinstance(min_score, str):
+            hits = [h for h in hits if h.score >= min_score]
+        return Judged(hits, label, thresholds)
