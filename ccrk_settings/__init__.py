@@ -91,6 +91,16 @@ class Settings(BaseSettings):
     cors_origins: list[str] = Field(default_factory=list, description="Allowed CORS origins.")
     index_poll_s: float = Field(5.0, gt=0.0, description="How often the service looks for a new CURRENT.")
     max_upload_mb: int = Field(10, ge=1, description="Largest image accepted by /v1/search/image.")
+    max_query_pixels: int = Field(
+        24_000_000,
+        ge=10_000,
+        description="Most pixels (width x height) of a query image; larger ones get a 413 before decoding.",
+    )
+    image_search_concurrency: int = Field(
+        2,
+        ge=1,
+        description="Image searches decoding at once per process; more wait (up to 10 s, then 503).",
+    )
     cache_prefix: str = Field("ccrk:", description="Prefix of every Redis key the service writes.")
     redis_retry_s: float = Field(
         1.0, gt=0.0, description="After a Redis error, serve without cache this long before trying again."

@@ -5,8 +5,9 @@ report and goes on. Kinds: missing, zero-byte, not-an-image, truncated, undecoda
 (more pixels than ``max_pixels``, checked by Pillow's ``MAX_IMAGE_PIXELS`` from the header, before any
 pixel is decoded).
 
-Large JPEGs are decoded at a reduced scale (Pillow's ``draft``: 1/2 to 1/8 in the DCT domain) no smaller
-than twice the model's input, then resized as ``ImagePreprocessor`` does; other formats decode in full.
+Large JPEGs (and MPOs) are decoded at a reduced scale (``model.preprocessing.draft_for``: Pillow's draft,
+1/2 to 1/8 in the DCT domain) no smaller than twice the model's input, then converted and resized as
+``ImagePreprocessor`` does (the same steps as a query upload); other formats decode in full.
 """
 
 from __future__ import annotations
@@ -22,11 +23,9 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from model.configs import VisionConfig
-from model.preprocessing import ImagePreprocessor
+from model.preprocessing import ImagePreprocessor, draft_for
 
 BAD_KINDS = ("missing", "zero-byte", "not-an-image", "truncated", "undecodable", "decompression-bomb")
-
-DRAFT_OVERSAMPLE = 2  # JPEGs are decoded at no less than this multiple of the model's input size
 
 DecodeResult = tuple[np.ndarray | None, str | None, str | None]  # pixels (3, S, S) uint8, kind, detail
 
@@ -67,13 +66,7 @@ class Decoder:
         preprocessor = ImagePreprocessor(self.vision)
         try:
             with _pillow_limit(self.max_pixels), Image.open(p) as image:
-                image.seek(0)  # first frame of animated GIF/WebP
-                if image.format == "JPEG":
-                    # DCT-domain downscaling while decoding, kept at >= 2x the model's input so the bicubic
-                    # resize still averages: 2.7x faster on the shared photos, embedding cosine >= 0.9997.
-                    size = DRAFT_OVERSAMPLE * self.vision.image_size
-                    image.draft(None, (size, size))
-                return preprocessor.to_uint8(image), None, None
+                return preprocessor.to_uint8(draft_for(image, self.vision.image_size)), None, None
         except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
             return None, "decompression-bomb", str(exc)
         except UnidentifiedImageError:

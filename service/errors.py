@@ -70,6 +70,14 @@ class IndexUnavailableError(ServiceError):
     error_type = "index_unavailable"
 
 
+class BusyError(ServiceError):
+    """Too many requests of a costly kind at once (image decoding); the client should retry shortly."""
+
+    status_code = 503
+    error_type = "busy"
+    retry_after_s = 1
+
+
 class ReloadFailedError(ServiceError):
     """A requested reload could not open the new version; the old one keeps serving."""
 
@@ -126,6 +134,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def service_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ServiceError)
         headers = {"WWW-Authenticate": "ApiKey"} if isinstance(exc, UnauthorizedError) else None
+        if isinstance(exc, BusyError):
+            headers = {"Retry-After": str(exc.retry_after_s)}
         return JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
 
     async def filter_error(_: Request, exc: Exception) -> JSONResponse:

@@ -121,6 +121,8 @@ class Runtime:
             default_rerank=s.rerank,
             default_rerank_k=s.rerank_k,
             rerank_score=s.rerank_score,
+            max_query_pixels=s.max_query_pixels,
+            image_search_concurrency=s.image_search_concurrency,
             max_upload_bytes=s.max_upload_mb * 1024 * 1024,
         )
         self.monitor.attach(self._holder, self._searcher)

@@ -12,22 +12,20 @@ call it through ``anyio.to_thread.run_sync`` so the event loop only parses and a
 from __future__ import annotations
 
 import hashlib
-import io
 import json
+import threading
 import time
 import unicodedata
-import warnings
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
 
 from model.reranking import MATCH_OUTPUT, RerankScore, rerank_scores
 from model.runtime import EncodedTexts, Encoder, EncoderError
 from service.cache import EMBEDDING, RESULT, Cache, pack_texts, unpack_texts
-from service.errors import InvalidInputError, PayloadTooLargeError, UnsupportedMediaTypeError
+from service.errors import BusyError, InvalidInputError
 from service.index_holder import Served
 from service.language import LanguageDetector
 from service.matching import MatchJudge
@@ -41,8 +39,9 @@ from service.schemas import (
     SearchResponse,
     Timings,
 )
+from service.uploads import decode_upload
 
-IMAGE_FORMATS = {"JPEG": "image/jpeg", "PNG": "image/png", "WEBP": "image/webp"}
+IMAGE_SLOT_WAIT_S = 10.0  # how long an image search waits for a decoding slot before a 503
 
 
 def normalise_query(text: str) -> str:
@@ -86,6 +85,8 @@ class Searcher:
         default_rerank_k: int,
         max_upload_bytes: int,
         rerank_score: RerankScore = "dual_plus_margin",
+        max_query_pixels: int = 24_000_000,
+        image_search_concurrency: int = 2,
     ) -> None:
         self.encoder = encoder
         self.model_name = model_name
@@ -105,6 +106,9 @@ class Searcher:
         self.default_rerank_k = default_rerank_k
         self.rerank_score = rerank_score
         self.max_upload_bytes = max_upload_bytes
+        self.max_query_pixels = max_query_pixels
+        # Decoding an upload takes up to ~100 MB and seconds of CPU: a few at a time, the rest wait.
+        self._image_slots = threading.BoundedSemaphore(image_search_concurrency)
         self.judge = MatchJudge(encoder)
 
     # -- pieces ---------------------------------------------------------------------------------------------
@@ -347,38 +351,6 @@ class Searcher:
         )
         return [item["id"] for item in served.items(ranked.rows.tolist())]
 
-    def decode_upload(self, data: bytes, content_type: str | None) -> Image.Image:
-        if len(data) > self.max_upload_bytes:
-            raise PayloadTooLargeError(
-                f"image is {len(data)} bytes, the limit is {self.max_upload_bytes}", loc=("body", "file")
-            )
-        if not data:
-            raise InvalidInputError("the uploaded file is empty", loc=("body", "file"))
-        declared = (content_type or "").split(";")[0].strip().lower()
-        if declared and declared not in (*IMAGE_FORMATS.values(), "application/octet-stream"):
-            raise UnsupportedMediaTypeError(
-                f"media type {declared!r} is not accepted; send JPEG, PNG or WebP", loc=("body", "file")
-            )
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("error", Image.DecompressionBombWarning)
-                image = Image.open(io.BytesIO(data))
-                if image.format not in IMAGE_FORMATS:
-                    raise UnsupportedMediaTypeError(
-                        f"image format {image.format} is not accepted; send JPEG, PNG or WebP",
-                        loc=("body", "file"),
-                    )
-                image.load()
-        except UnidentifiedImageError:
-            raise UnsupportedMediaTypeError(
-                "the file is not a JPEG, PNG or WebP image", loc=("body", "file")
-            ) from None
-        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-            raise PayloadTooLargeError(f"image has too many pixels: {exc}", loc=("body", "file")) from None
-        except (OSError, SyntaxError, ValueError) as exc:
-            raise InvalidInputError(f"the image cannot be decoded: {exc}", loc=("body", "file")) from None
-        return image.convert("RGB")
-
     def search_image(
         self,
         served: Served,
@@ -389,12 +361,27 @@ class Searcher:
         filters: dict[str, Any] | None,
     ) -> ImageSearchResponse:
         start = time.perf_counter()
-        image = self.decode_upload(data, content_type)
-        allowed = self.allowed_rows(served, filters)
-        timings = {"encode": 0.0, "search": 0.0, "rerank": 0.0}
-        t0 = time.perf_counter()
-        embeds = self.encoder.encode_images([image]).embeds
-        timings["encode"] = time.perf_counter() - t0
+        if not self._image_slots.acquire(timeout=IMAGE_SLOT_WAIT_S):
+            raise BusyError(
+                f"too many image searches at once; retry in a moment (waited {IMAGE_SLOT_WAIT_S:.0f} s)",
+                loc=("body", "file"),
+            )
+        try:
+            image = decode_upload(
+                data,
+                content_type,
+                max_bytes=self.max_upload_bytes,
+                max_pixels=self.max_query_pixels,
+                image_size=self.encoder.config.vision.image_size,
+            )
+            allowed = self.allowed_rows(served, filters)
+            timings = {"encode": 0.0, "search": 0.0, "rerank": 0.0}
+            t0 = time.perf_counter()
+            embeds = self.encoder.encode_images([image]).embeds
+            timings["encode"] = time.perf_counter() - t0
+            del image
+        finally:
+            self._image_slots.release()
         query = EncodedTexts(embeds, np.zeros((1, 0, 0), np.float32), np.zeros((1, 0), np.int64))
         ranked = self.rank(
             served,

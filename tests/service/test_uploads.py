@@ -1,0 +1,95 @@
+"""Query image uploads: a pixel limit checked from the header (413 before any decoding), phones' MPO JPEGs
+accepted, and several large uploads at once bounded in memory (peak RSS of a real `ccrk serve` process)."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+from PIL import Image
+
+from tests.service.conftest import LiveServer, free_port
+
+REPO = Path(__file__).resolve().parents[2]
+# Measured: four concurrent 19.4 MP PNG uploads (two decode at once, the default) raised the peak RSS of
+# a serving process by 258 MB (each upload ~130 MB: the decoded pixels and one copy).
+PEAK_GROWTH_BOUND_MB = 400
+
+
+def png(size: tuple[int, int]) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", size, (120, 40, 200)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_too_many_pixels_is_413_and_mpo_is_accepted(server: LiveServer) -> None:
+    with server.client() as client:
+        huge = png((9400, 9400))  # 280 KB on the wire, 88 MP: under Pillow's bomb limit, over the query limit
+        answer = client.post("/v1/search/image", files={"file": ("h.png", huge, "image/png")})
+        assert answer.status_code == 413
+        (error,) = answer.json()["detail"]
+        assert error["loc"] == ["body", "file"] and "88,360,000 pixels" in error["msg"]
+        mpo = io.BytesIO()
+        Image.new("RGB", (64, 48), "red").save(
+            mpo, format="MPO", save_all=True, append_images=[Image.new("RGB", (64, 48))]
+        )
+        answer = client.post("/v1/search/image", files={"file": ("phone.jpg", mpo.getvalue(), "image/jpeg")})
+        assert answer.status_code == 200, answer.text
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_concurrent_large_uploads_stay_within_a_memory_bound(index_root: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CCRK_")}
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "ccrk"), "serve", "--port", str(port), "--index-root",
+         str(index_root), "--index-name", "shop", "--log-level", "warning"],
+        cwd=REPO, env={**env, "CCRK_THREADS": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "ccrk serve did not become ready"
+            time.sleep(0.2)
+        large = png((4400, 4400))  # 19.4 MP, under the 24 MP query limit
+        httpx.post(
+            url + "/v1/search/image", files={"file": ("s.png", png((64, 64)), "image/png")}, timeout=60
+        )
+        before = peak_rss_mb(proc.pid)
+        statuses: list[int] = []
+
+        def upload() -> None:
+            answer = httpx.post(
+                url + "/v1/search/image", files={"file": ("b.png", large, "image/png")}, timeout=60
+            )
+            statuses.append(answer.status_code)
+
+        threads = [threading.Thread(target=upload) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert statuses == [200] * 4, statuses
+        growth = peak_rss_mb(proc.pid) - before
+        assert growth < PEAK_GROWTH_BOUND_MB, f"peak RSS grew by {growth:.0f} MB"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
