@@ -91,6 +91,16 @@ class Settings(BaseSettings):
     cors_origins: list[str] = Field(default_factory=list, description="Allowed CORS origins.")
     index_poll_s: float = Field(5.0, gt=0.0, description="How often the service looks for a new CURRENT.")
     max_upload_mb: int = Field(10, ge=1, description="Largest image accepted by /v1/search/image.")
+    http_header_timeout_s: float = Field(
+        10.0, gt=0.0, description="A connection must send its request head within this (else closed)."
+    )
+    http_body_timeout_s: float = Field(
+        30.0, gt=0.0, description="A request body must arrive within this after the head (else closed)."
+    )
+    http_keep_alive_s: float = Field(5.0, gt=0.0, description="Idle keep-alive connections close after this.")
+    max_connections: int = Field(
+        1000, ge=1, description="Open connections and requests per process; beyond it new ones get 503."
+    )
     max_query_pixels: int = Field(
         24_000_000,
         ge=10_000,

@@ -12,6 +12,7 @@ from service.api.routes import (
     admin,
     consistency,
     dashboard,
+    docs,
     health,
     images,
     index,
@@ -25,6 +26,7 @@ from service.errors import install_error_handlers
 from service.metrics import Metrics
 from service.middleware import MetricsMiddleware
 from service.runtime import Runtime
+from service.security import Redactor, SecurityHeadersMiddleware
 
 # Multipart framing around the largest accepted image.
 UPLOAD_OVERHEAD = 64 * 1024
@@ -35,6 +37,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics = Metrics(settings.worker_dir)
     runtime = Runtime(settings, metrics)
     app = FastAPI(
+        # The API docs are served from local copies of their assets (service.api.routes.docs).
+        docs_url=None,
+        redoc_url=None,
         title="ccrk-search",
         summary="Multilingual image search (CCRk): text and image queries, re-ranking, consistency.",
         version="0.1.0",
@@ -44,6 +49,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.runtime = runtime
+    app.state.redact = Redactor([(settings.index_root, "<index root>"), (settings.model_dir, "<model dir>")])
     max_body_size = settings.max_upload_mb * 1024 * 1024 + UPLOAD_OVERHEAD
     install_error_handlers(app)
     if settings.cors_origins:
@@ -54,6 +60,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_headers=["Content-Type", "X-API-Key"],
         )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(SecurityHeadersMiddleware)
     for module in (
         search,
         consistency,
@@ -66,6 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         admin,
         dashboard,
         pages,
+        docs,
     ):
         # The body limit is set per route, not on the app too: an app-wide limit wraps every request in a
         # second limiter (app middleware and route) for the same check.

@@ -38,6 +38,7 @@ def serve_command(
 
     from ccrk_settings import get_settings
     from service.app import create_app
+    from service.http_guard import uvicorn_options
 
     overrides = {
         key: value
@@ -67,7 +68,7 @@ def serve_command(
             port=settings.port,
             log_level=log_level,
             access_log=access_log,
-            timeout_graceful_shutdown=10,
+            **uvicorn_options(settings),
         )
         return
     _serve_workers(settings, overrides, log_level=log_level, access_log=access_log)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -126,28 +126,39 @@ def validation_errors(exc: RequestValidationError) -> list[dict[str, object]]:
     ]
 
 
+def _redacted(request: Request, body: dict[str, object]) -> dict[str, object]:
+    """``body`` with server paths replaced (``app.state.redact``, a ``service.security.Redactor``)."""
+    redact: Callable[[str], str] | None = getattr(request.app.state, "redact", None)
+    if redact is None:
+        return body
+    for error in body["detail"]:  # type: ignore[attr-defined]
+        error["msg"] = redact(str(error["msg"]))
+    return body
+
+
 def install_error_handlers(app: FastAPI) -> None:
     async def request_invalid(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
         return JSONResponse({"detail": validation_errors(exc)}, status_code=422)
 
-    async def service_error(_: Request, exc: Exception) -> JSONResponse:
+    async def service_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ServiceError)
         headers = {"WWW-Authenticate": "ApiKey"} if isinstance(exc, UnauthorizedError) else None
         if isinstance(exc, BusyError):
             headers = {"Retry-After": str(exc.retry_after_s)}
-        return JSONResponse(exc.body(), status_code=exc.status_code, headers=headers)
+        return JSONResponse(_redacted(request, exc.body()), status_code=exc.status_code, headers=headers)
 
-    async def filter_error(_: Request, exc: Exception) -> JSONResponse:
+    async def filter_error(request: Request, exc: Exception) -> JSONResponse:
         # The index format names the field in its message; the request field is ``filters``.
         field = getattr(exc, "field", None)
         loc: tuple[str, ...] = ("body", "filters", field) if field else ("body", "filters")
-        return JSONResponse(InvalidInputError(str(exc), loc=loc).body(), status_code=422)
+        return JSONResponse(_redacted(request, InvalidInputError(str(exc), loc=loc).body()), status_code=422)
 
-    async def index_error(_: Request, exc: Exception) -> JSONResponse:
+    async def index_error(request: Request, exc: Exception) -> JSONResponse:
         # A broken or vanished index file behind a request: the service cannot answer, the client is fine.
         log.error("index error: %s", exc)
-        return JSONResponse(IndexUnavailableError(f"index unavailable: {exc}").body(), status_code=503)
+        body = IndexUnavailableError(f"index unavailable: {exc}").body()
+        return JSONResponse(_redacted(request, body), status_code=503)
 
     app.add_exception_handler(RequestValidationError, request_invalid)
     app.add_exception_handler(ServiceError, service_error)

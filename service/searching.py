@@ -44,6 +44,14 @@ from service.uploads import decode_upload
 IMAGE_SLOT_WAIT_S = 10.0  # how long an image search waits for a decoding slot before a 503
 
 
+def image_url(item_id: str) -> str:
+    """Where a result's image is served: ``/v1/images/{id}``, or ``/v1/images?id=...`` for an id with a line
+    break (a URL path cannot match one: it got a link that answered 404)."""
+    if "\n" in item_id or "\r" in item_id:
+        return f"/v1/images?id={quote(item_id, safe='')}"
+    return f"/v1/images/{quote(item_id, safe='')}"
+
+
 def normalise_query(text: str) -> str:
     """NFKC and collapsed whitespace: the text that is encoded and the cache key (case is kept: the
     tokenizer is case-sensitive)."""
@@ -225,7 +233,7 @@ class Searcher:
                     rerank_score=rerank_score,
                     rank=ranked.first_rank + n,
                     metadata=item,
-                    image_url=f"/v1/images/{quote(item_id, safe='')}",
+                    image_url=image_url(item_id),
                 )
             )
         return hits

@@ -207,12 +207,15 @@ def _serve_one(
     is set once the app's lifespan has started (model and index loaded)."""
     import uvicorn
 
+    from ccrk_settings import get_settings
+    from service.http_guard import uvicorn_options
+
     config = uvicorn.Config(
         "service.app:create_app",
         factory=True,
         log_level=log_level,
         access_log=access_log,
-        timeout_graceful_shutdown=10,
+        **uvicorn_options(get_settings()),
     )
     server = _balanced_server(config, listener, ConnectionSlots(counts, index))
     supervisor = os.getppid()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from service.api.deps import RuntimeDep
@@ -20,11 +20,12 @@ async def healthz() -> Status:
 
 
 @router.get("/readyz", response_model=Status, responses={503: {"model": Status}})
-async def readyz(runtime: RuntimeDep) -> JSONResponse:
-    """Ready when the model and an index version are loaded; 503 with the reason otherwise."""
+async def readyz(runtime: RuntimeDep, request: Request) -> JSONResponse:
+    """Ready when the model and an index version are loaded; 503 with the reason (server paths left out)
+    otherwise."""
     holder = runtime._holder
     served = holder.served if holder is not None else None
     if served is None:
-        detail = (holder.last_error if holder is not None else None) or "starting"
+        detail = request.app.state.redact((holder.last_error if holder is not None else None) or "starting")
         return JSONResponse(Status(status="unavailable", detail=detail).model_dump(), status_code=503)
     return JSONResponse(Status(status="ready", index_version=served.version).model_dump())

@@ -15,6 +15,7 @@ from PIL import Image
 from service.api.deps import RuntimeDep, ServedDep
 from service.errors import NotFoundError
 from service.index_holder import Served
+from service.runtime import Runtime
 
 router = APIRouter(prefix="/v1/images", tags=["images"])
 CACHE_CONTROL = {"Cache-Control": "public, max-age=3600"}
@@ -44,20 +45,11 @@ def thumbnail(path: Path, size: int) -> bytes:
     return buffer.getvalue()
 
 
-@router.get(
-    "/{item_id:path}",
-    response_class=Response,
-    responses={200: {"content": {"image/*": {}}}, 404: {"description": "Unknown id."}},
-)
-async def get_image(
-    item_id: Annotated[str, PathParam(min_length=1, max_length=512)],
-    served: ServedDep,
-    runtime: RuntimeDep,
-    size: Annotated[
-        int | None, Query(ge=16, le=1024, description="Longest side of a JPEG thumbnail.")
-    ] = None,
-) -> Response:
-    """The catalogue image of an item, or a JPEG thumbnail of it when ``size`` is given."""
+ItemId = Annotated[str, PathParam(min_length=1, max_length=512)]
+Size = Annotated[int | None, Query(ge=16, le=1024, description="Longest side of a JPEG thumbnail.")]
+
+
+async def _image(item_id: str, served: Served, runtime: Runtime, size: int | None) -> Response:
     path = await anyio.to_thread.run_sync(image_path, served, item_id)
     if size is None:
         return FileResponse(path, headers=CACHE_CONTROL)
@@ -68,3 +60,27 @@ async def get_image(
             f"the image of item {item_id!r} cannot be read: {exc}", loc=("path", "item_id")
         ) from None
     return Response(data, media_type="image/jpeg", headers=CACHE_CONTROL)
+
+
+IMAGE_RESPONSES: dict[int | str, dict] = {
+    200: {"content": {"image/*": {}}},
+    404: {"description": "Unknown id."},
+}
+
+
+@router.get("", response_class=Response, responses=IMAGE_RESPONSES)
+async def get_image_by_query(
+    item_id: Annotated[str, Query(alias="id", min_length=1, max_length=512)],
+    served: ServedDep,
+    runtime: RuntimeDep,
+    size: Size = None,
+) -> Response:
+    """The same as ``/v1/images/{id}`` for any id: a path segment cannot hold a line break, a query can
+    (search results link here for such ids)."""
+    return await _image(item_id, served, runtime, size)
+
+
+@router.get("/{item_id:path}", response_class=Response, responses=IMAGE_RESPONSES)
+async def get_image(item_id: ItemId, served: ServedDep, runtime: RuntimeDep, size: Size = None) -> Response:
+    """The catalogue image of an item, or a JPEG thumbnail of it when ``size`` is given."""
+    return await _image(item_id, served, runtime, size)
