@@ -22,6 +22,7 @@ from model.configs import VisionConfig
 # JPEG (and MPO, the multi-picture JPEG phones write) decode at a reduced scale no smaller than this multiple
 # of the model's input (Pillow's draft: 1/2 to 1/8 in the DCT domain, far less memory and CPU).
 DRAFT_OVERSAMPLE = 2
+EXIF_ORIENTATION = 0x0112
 # Background of transparent pixels: product shots with an alpha channel are cut-outs meant for white pages.
 TRANSPARENT_BACKGROUND = (255, 255, 255)
 
@@ -76,7 +77,9 @@ class ImagePreprocessor:
 
     def to_uint8(self, image: Image.Image) -> np.ndarray:
         """(3, S, S) uint8 array of an RGB-converted, EXIF-rotated, resized image."""
-        image = to_rgb(ImageOps.exif_transpose(image))
+        if image.getexif().get(EXIF_ORIENTATION, 1) != 1:  # exif_transpose copies even an upright image
+            image = ImageOps.exif_transpose(image)
+        image = to_rgb(image)
         size = self.image_size
         if self.crop_pct is not None:
             # The centre square of side crop_pct * shorter side, resized in one step: resizing the whole

@@ -3,9 +3,11 @@ versions written with the shared format module, real uvicorn servers on loopback
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -30,6 +32,7 @@ from service.app import create_app
 
 N_ITEMS = 60
 INDEX_NAME = "shop"
+REPO = Path(__file__).resolve().parents[2]
 REDIS_URL = "redis://127.0.0.1:6379/13"  # a db of its own; keys under a per-session prefix
 
 
@@ -250,3 +253,44 @@ class RedisProcess:
             self.proc.kill()
             self.proc.wait(timeout=10)
             self.proc = None
+
+
+class ServeProcess:
+    """A real `ccrk serve` process on a free loopback port (environment without the caller's CCRK_*),
+    ready once /readyz answers 200; terminated on exit."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None, ready_s: float = 90.0) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.args = ["serve", "--port", str(self.port), "--log-level", "warning", *args]
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("CCRK_")}
+        self.env = {**clean, "CCRK_THREADS": "1", **(env or {})}
+        self.ready_s = ready_s
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def __enter__(self) -> ServeProcess:
+        ccrk = str(Path(sys.executable).parent / "ccrk")
+        self.proc = subprocess.Popen(
+            [ccrk, *self.args], cwd=REPO, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + self.ready_s
+        while True:
+            try:
+                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.__exit__()
+                raise AssertionError(f"ccrk {' '.join(self.args)} did not become ready")
+            time.sleep(0.1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)

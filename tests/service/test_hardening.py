@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.service.conftest import Catalogue, LiveServer, free_port, make_settings, write_version
+from tests.service.conftest import Catalogue, LiveServer, ServeProcess, make_settings, write_version
 
 REPO = Path(__file__).resolve().parents[2]
 ROUTES = [
@@ -88,26 +85,10 @@ def test_an_id_with_a_line_break_gets_a_working_image_link(tmp_path: Path, catal
 
 
 def test_silent_and_trickling_connections_are_closed(index_root: Path) -> None:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CCRK_")}
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "ccrk"), "serve", "--port", str(port), "--index-root",
-         str(index_root), "--index-name", "shop", "--log-level", "warning"],
-        cwd=REPO, env={**env, "CCRK_THREADS": "1", "CCRK_HTTP_HEADER_TIMEOUT_S": "1"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
     sockets: list[socket.socket] = []
-    try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "ccrk serve did not become ready"
-            time.sleep(0.2)
+    index = ("--index-root", str(index_root), "--index-name", "shop")
+    with ServeProcess(*index, env={"CCRK_HTTP_HEADER_TIMEOUT_S": "1"}) as served:
+        url, port = served.url, served.port
         silent = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(20)]
         trickling = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(3)]
         sockets = silent + trickling
@@ -127,8 +108,5 @@ def test_silent_and_trickling_connections_are_closed(index_root: Path) -> None:
             with contextlib.suppress(ConnectionResetError):  # a reset is closed as well
                 assert conn.recv(1024) == b"", "the server sent data instead of closing"
         assert time.monotonic() - started < 8
-    finally:
-        for conn in sockets:
-            conn.close()
-        proc.terminate()
-        proc.wait(timeout=30)
+    for conn in sockets:
+        conn.close()

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
-from tests.service.conftest import REDIS_URL, free_port
+from tests.service.conftest import REDIS_URL, ServeProcess
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,46 +48,13 @@ def test_app_startup_and_search_import_no_torch(index_root: Path) -> None:
 
 def test_ccrk_serve_process_maps_no_torch_library(index_root: Path, redis_prefix: str) -> None:
     """The real `ccrk serve` process: after a search, no torch shared library is mapped into it."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CCRK_")}
-    proc = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "ccrk"),
-            "serve",
-            "--port",
-            str(port),
-            "--index-root",
-            str(index_root),
-            "--index-name",
-            "shop",
-            "--backend",
-            "onnx",
-            "--redis-url",
-            REDIS_URL,
-            "--log-level",
-            "warning",
-        ],
-        cwd=REPO,
-        env={**env, "CCRK_THREADS": "1", "CCRK_CACHE_PREFIX": redis_prefix},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "ccrk serve did not become ready"
-            time.sleep(0.1)
+    index = ("--index-root", str(index_root), "--index-name", "shop")
+    with ServeProcess(
+        *index, "--backend", "onnx", "--redis-url", REDIS_URL, env={"CCRK_CACHE_PREFIX": redis_prefix}
+    ) as served:
+        url = served.url
         r = httpx.post(url + "/v1/search", json={"query": "tři žluté deštníky", "rerank": True}, timeout=30)
         assert r.status_code == 200 and r.json()["language"]["code"] == "cs"
-        maps = Path(f"/proc/{proc.pid}/maps").read_text()
+        maps = Path(f"/proc/{served.pid}/maps").read_text()
         assert "onnxruntime" in maps  # the check can see libraries at all
         assert "/torch/" not in maps
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)

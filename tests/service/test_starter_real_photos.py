@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from bench.real_photos import PHOTOS, load_real_queries, missing_reason
-from tests.service.conftest import free_port
+from tests.service.conftest import ServeProcess
 
 REPO = Path(__file__).resolve().parents[2]
 CCRK = str(Path(sys.executable).parent / "ccrk")
@@ -48,54 +48,35 @@ def test_starter_serves_real_photos_in_many_languages(
     probes = tmp_path / "probes.jsonl"
     probes.write_text("\n".join(queries.probe_lines(PROBE_LANGUAGES)) + "\n", encoding="utf-8")
 
-    port = free_port()
-    proc = subprocess.Popen(
-        [CCRK, "serve", "--port", str(port), "--index-root", str(root), "--index-name", "photos",
-         "--model", str(starter_model), "--log-level", "warning"],
-        cwd=REPO,
-        env={**env, "CCRK_THREADS": "1", "CCRK_PROBE_SET": str(probes), "CCRK_PROBE_PAUSE_S": "0"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        url = f"http://127.0.0.1:{port}"
-        with httpx.Client(base_url=url, timeout=30) as client:
-            deadline = time.monotonic() + 90
-            while True:
-                try:
-                    if client.get("/readyz").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert proc.poll() is None and time.monotonic() < deadline, "ccrk serve did not become ready"
-                time.sleep(0.2)
-            assert client.get("/v1/model").json()["rerank"] is False
+    index = ("--index-root", str(root), "--index-name", "photos", "--model", str(starter_model))
+    with (
+        ServeProcess(*index, env={"CCRK_PROBE_SET": str(probes), "CCRK_PROBE_PAUSE_S": "0"}) as served,
+        httpx.Client(base_url=served.url, timeout=30) as client,
+    ):
+        assert client.get("/v1/model").json()["rerank"] is False
 
-            recall = {}
-            for lang in MIN_RECALL_AT_10:
-                found = 0
-                for cls, name in queries.by_language[lang]:
-                    answer = client.post("/v1/search", json={"query": name, "top_k": 10})
-                    assert answer.status_code == 200, answer.text
-                    found += queries.photo_ids[cls] in [h["id"] for h in answer.json()["results"]]
-                recall[lang] = 100.0 * found / len(queries.by_language[lang])
-            assert all(recall[lang] >= minimum for lang, minimum in MIN_RECALL_AT_10.items()), recall
+        recall = {}
+        for lang in MIN_RECALL_AT_10:
+            found = 0
+            for cls, name in queries.by_language[lang]:
+                answer = client.post("/v1/search", json={"query": name, "top_k": 10})
+                assert answer.status_code == 200, answer.text
+                found += queries.photo_ids[cls] in [h["id"] for h in answer.json()["results"]]
+            recall[lang] = 100.0 * found / len(queries.by_language[lang])
+        assert all(recall[lang] >= minimum for lang, minimum in MIN_RECALL_AT_10.items()), recall
 
-            # The startup probe run: per-language recall and MRV, as the dashboard draws them.
-            deadline = time.monotonic() + 120
-            while not (runs := client.get("/v1/consistency/history").json()["runs"]):
-                assert time.monotonic() < deadline, "no probe run recorded"
-                time.sleep(0.5)
-            run = runs[-1]
-            assert set(run["per_language"]) == set(PROBE_LANGUAGES) and run["mrv"] > 0
-            assert run["n_probes"] == len(queries.common_classes(PROBE_LANGUAGES))
-            assert run["per_language"]["en"]["recall_at_10"] > 0.9
-            assert all(run["per_language"][lang]["recall_at_10"] > 0.4 for lang in ("de", "ja", "zh"))
-            dashboard = client.get("/dashboard")
-            assert dashboard.status_code == 200 and "MRV" in dashboard.text
+        # The startup probe run: per-language recall and MRV, as the dashboard draws them.
+        deadline = time.monotonic() + 120
+        while not (runs := client.get("/v1/consistency/history").json()["runs"]):
+            assert time.monotonic() < deadline, "no probe run recorded"
+            time.sleep(0.5)
+        run = runs[-1]
+        assert set(run["per_language"]) == set(PROBE_LANGUAGES) and run["mrv"] > 0
+        assert run["n_probes"] == len(queries.common_classes(PROBE_LANGUAGES))
+        assert run["per_language"]["en"]["recall_at_10"] > 0.9
+        assert all(run["per_language"][lang]["recall_at_10"] > 0.4 for lang in ("de", "ja", "zh"))
+        dashboard = client.get("/dashboard")
+        assert dashboard.status_code == 200 and "MRV" in dashboard.text
 
-            maps = Path(f"/proc/{proc.pid}/maps").read_text()
-            assert "onnxruntime" in maps and "/torch/" not in maps
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        maps = Path(f"/proc/{served.pid}/maps").read_text()
+        assert "onnxruntime" in maps and "/torch/" not in maps
