@@ -11,6 +11,7 @@ import httpx
 import redis
 
 from indexer import index_format as fmt
+from service.cache import RESULT, Cache
 from tests.service.conftest import Catalogue, LiveServer, RedisProcess, make_settings, write_version
 
 QUERIES = [
@@ -159,3 +160,24 @@ def test_admin_reload_serves_a_gate_refused_version_only_when_forced(
         response = admin.post("/v1/admin/reload", headers=key, params={"version": refused, "force": True})
         assert response.status_code == 200 and response.json()["version"] == refused
         assert fmt.current_version(tmp_path, "shop") == good  # a replica's override never moves CURRENT
+
+
+def test_the_local_lru_serves_while_redis_is_down() -> None:
+    """With Redis gone the cache keeps working in-process (uncached, a loaded service fell behind); once
+    Redis answers again after the retry window, entries go there."""
+    redis_server = RedisProcess()
+    cache = Cache(redis_url=redis_server.url, prefix="t:", size=100, ttl_s=60, timeout_s=0.2, retry_s=0.2)
+    try:
+        cache.set(RESULT, "k", b"during the outage")  # nothing listens yet
+        assert not cache.redis_available()
+        assert cache.get(RESULT, "k") == b"during the outage"
+        redis_server.start()
+        time.sleep(0.3)
+        assert cache.redis_available()
+        cache.set(RESULT, "k2", b"in redis")
+        client = redis.Redis.from_url(redis_server.url)
+        assert client.get("t:" + RESULT + ":k2") == b"in redis"
+        client.close()
+    finally:
+        cache.close()
+        redis_server.stop()
