@@ -68,6 +68,11 @@ class Settings(BaseSettings):
     max_image_pixels: int = Field(
         89_478_485, ge=1, description="Images with more pixels are skipped as decompression bombs."
     )
+    follow_external_links: bool = Field(
+        False,
+        description="Index symbolic links in source folders that lead outside the folder (off: skipped and"
+        " listed in the build report, so a folder cannot expose other files through the service).",
+    )
 
     # -- service ----------------------------------------------------------------------------------------
     host: str = Field("127.0.0.1", description="Address `ccrk serve` binds.")

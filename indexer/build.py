@@ -2,7 +2,13 @@
 
 A version is written completely in ``NAME/.builds/`` (embeddings, re-rank store, metadata, faiss index,
 tuned parameters, checksums), moved into ``NAME/<version>/`` with one rename, and only then published by
-switching ``CURRENT``. Any failure before that leaves CURRENT, and the version it names, untouched.
+switching ``CURRENT``. Any failure before that leaves CURRENT, and the version it names, untouched, and
+removes the staged version (``_index_lock``); shard work folders stay, so that a re-run resumes. Free disk
+space is checked before encoding and before writing a version (``indexer.disk``), and a full build whose
+result is CURRENT already publishes nothing (``indexer.build_key``).
+
+This module is over 400 lines because the three writing operations share their staging, finishing and
+tuning steps here; space estimates, array writing and the build key live in their own modules.
 """
 
 from __future__ import annotations
@@ -23,8 +29,10 @@ import faiss
 import numpy as np
 
 from ccrk_settings import Settings
+from indexer import disk, staging
 from indexer import index_format as fmt
 from indexer.ann import IndexPlan, build_faiss_index, choose_index, tune_search_params
+from indexer.build_key import BUILD_KEY, PLAN_HASH, build_key, published_as, without_key
 from indexer.decode import DecodePool, Decoder
 from indexer.errors import BuildError, TooManyBadItemsError
 from indexer.index_format import IndexManifest, IndexVersion
@@ -54,7 +62,9 @@ class BuildReport:
     shards: int = 0
     skipped: list[dict[str, str]] = field(default_factory=list)
     ignored_files: int = 0
+    skipped_links: list[dict[str, str]] = field(default_factory=list)  # symlinks not followed (sources)
     already_indexed: int = 0
+    already_current: bool = False  # a build whose result CURRENT holds already: nothing was done
     index_factory: str = ""
     search_params: dict[str, Any] = field(default_factory=dict)
     measured_recall_at_10: float | None = None
@@ -76,8 +86,10 @@ class BuildReport:
 
 
 @contextlib.contextmanager
-def _index_lock(root: Path, name: str) -> Iterator[None]:
-    """One writer per index at a time (a second build fails fast; the lock dies with its process)."""
+def _index_lock(root: Path, name: str) -> Iterator[staging.Guard]:
+    """One writer per index at a time (a second build fails fast; the lock dies with its process). A
+    failure inside leaves no staged version behind, and a full disk becomes a DiskSpaceError that says
+    what was needed and kept (``indexer.staging``)."""
     builds = fmt.index_dir(root, name) / fmt.BUILDS_DIR
     builds.mkdir(parents=True, exist_ok=True)
     with open(builds / "lock", "w") as fh:
@@ -89,7 +101,8 @@ def _index_lock(root: Path, name: str) -> Iterator[None]:
         for stale in builds.iterdir():
             if stale.is_dir() and (fmt.is_version_name(stale.name) or stale.name.startswith("trash-")):
                 shutil.rmtree(stale, ignore_errors=True)
-        yield
+        with staging.cleaned_on_failure(root, name) as guard:
+            yield guard
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -106,7 +119,7 @@ def _now() -> str:
 def _rerank_info(dtype: str, tokens: int, width: int) -> dict[str, Any]:
     if tokens == 0:  # a model without a fusion encoder: no re-rank store
         return {"dtype": "none", "tokens": 0, "width": 0, "bytes_per_image": 0}
-    per = tokens * width * 2 if dtype == "fp16" else tokens * width + tokens * 4
+    per = disk.rerank_bytes_per_item(tokens, width, dtype)
     return {"dtype": dtype, "tokens": tokens, "width": width, "bytes_per_image": per}
 
 
@@ -144,12 +157,17 @@ def _encode(
     cfg: ModelConfig,
     rerank_dtype: str,
     progress: ProgressFn | None,
+    preflight: Callable[[Encoder, ShardStore], None] | None = None,
 ) -> tuple[_Encoded, Encoder]:
+    """Encode ``items`` into shards under ``work_dir``; ``preflight`` runs once the encoder is loaded,
+    before the first shard (the space check)."""
     store = ShardStore(work_dir, settings.shard_size, len(items))
     started = time.perf_counter()
     # The decode pool forks before the encoder's runtime starts its thread pools.
     with DecodePool(Decoder(cfg.vision, settings.max_image_pixels), settings.index_workers) as pool:
         encoder = load_encoder(model_dir, settings.backend, settings.device, settings.threads, settings.int8)
+        if preflight is not None:
+            preflight(encoder, store)
         resumed = encode_shards(
             items,
             store,
@@ -205,54 +223,45 @@ def _write_arrays(
     rerank_dtype: str,
 ) -> None:
     """embeddings.npy and the re-rank store for ``n`` rows: from a parent version's files (Path) and/or
-    shard stores, in order."""
-    emb = np.lib.format.open_memmap(stage / fmt.EMBEDDINGS_FILE, mode="w+", dtype=np.float32, shape=(n, d))
+    shard stores, in order. Plain writes into preallocated files, never a writable memory map: on a full
+    disk a memory map dies with SIGBUS, a write raises ENOSPC (``disk.NpyWriter``)."""
     # A model without a fusion encoder has no tokens (tokens == 0): the version keeps no re-rank store.
     has_store = tokens > 0
     tok_dtype = np.float16 if rerank_dtype == "fp16" else np.int8
-    tok = (
-        np.lib.format.open_memmap(
-            stage / fmt.RERANK_FILE, mode="w+", dtype=tok_dtype, shape=(n, tokens, width)
+    with contextlib.ExitStack() as files:
+        emb = files.enter_context(disk.NpyWriter(stage / fmt.EMBEDDINGS_FILE, np.float32, (n, d)))
+        tok = (
+            files.enter_context(disk.NpyWriter(stage / fmt.RERANK_FILE, tok_dtype, (n, tokens, width)))
+            if has_store
+            else None
         )
-        if has_store
-        else None
-    )
-    scales = (
-        np.lib.format.open_memmap(
-            stage / fmt.RERANK_SCALES_FILE, mode="w+", dtype=np.float32, shape=(n, tokens)
+        scales = (
+            files.enter_context(disk.NpyWriter(stage / fmt.RERANK_SCALES_FILE, np.float32, (n, tokens)))
+            if has_store and rerank_dtype == "int8"
+            else None
         )
-        if has_store and rerank_dtype == "int8"
-        else None
-    )
-    row = 0
-    for store, parent in stores:
-        if parent is not None:
-            p_emb = np.load(parent / fmt.EMBEDDINGS_FILE, mmap_mode="r")
-            m = p_emb.shape[0]
-            emb[row : row + m] = p_emb
-            if tok is not None:
-                tok[row : row + m] = np.load(parent / fmt.RERANK_FILE, mmap_mode="r")
-            if scales is not None:
-                scales[row : row + m] = np.load(parent / fmt.RERANK_SCALES_FILE, mmap_mode="r")
-            row += m
-        if store is not None:
-            for i in range(store.count):
-                shard = store.read(i)
-                m = shard.embeds.shape[0]
-                if m == 0:
-                    continue
-                emb[row : row + m] = shard.embeds
+        for store, parent in stores:
+            if parent is not None:
+                emb.copy_from(np.load(parent / fmt.EMBEDDINGS_FILE, mmap_mode="r"))
                 if tok is not None:
-                    tok[row : row + m] = shard.tokens
-                if scales is not None and shard.scales is not None:
-                    scales[row : row + m] = shard.scales
-                row += m
-    if row != n:
-        raise BuildError(f"internal: wrote {row} rows, expected {n}")
-    for arr in (emb, tok, scales):
-        if arr is not None:
-            arr.flush()
-    del emb, tok, scales
+                    tok.copy_from(np.load(parent / fmt.RERANK_FILE, mmap_mode="r"))
+                if scales is not None:
+                    scales.copy_from(np.load(parent / fmt.RERANK_SCALES_FILE, mmap_mode="r"))
+            if store is not None:
+                for i in range(store.count):
+                    shard = store.read(i)
+                    if shard.embeds.shape[0] == 0:
+                        continue
+                    emb.append(shard.embeds)
+                    if tok is not None:
+                        tok.append(shard.tokens)
+                    if scales is not None and shard.scales is not None:
+                        scales.append(shard.scales)
+
+
+def _write_index(index: Any, path: Path) -> None:
+    with disk.names_full_disk(path):
+        faiss.write_index(index, str(path))
 
 
 def _tuning_queries(
@@ -304,10 +313,16 @@ def _finish(
     root: Path, name: str, stage: Path, manifest: IndexManifest, keep: int, publish: bool = True
 ) -> tuple[str, list[str]]:
     manifest.checksums = fmt.file_checksums(stage)
-    manifest.save(stage / fmt.MANIFEST_FILE)
+    with disk.names_full_disk(stage / fmt.MANIFEST_FILE):
+        manifest.save(stage / fmt.MANIFEST_FILE)
     fmt.install_version(root, name, stage, manifest.version)
     if publish:  # a version refused by the quality gate is kept, not published
-        fmt.publish_version(root, name, manifest.version)
+        try:
+            with disk.names_full_disk(fmt.index_dir(root, name) / fmt.CURRENT_FILE):
+                fmt.publish_version(root, name, manifest.version)
+        except BaseException:
+            staging.discard_installed(root, name, manifest.version)
+            raise
     return manifest.version, fmt.prune_versions(root, name, keep)
 
 
@@ -382,6 +397,16 @@ def _stage_dir(root: Path, name: str, version: str) -> Path:
     return stage
 
 
+def _already_current(report: BuildReport, base: Path, version: str) -> BuildReport:
+    report.version, report.already_current = version, True
+    _fill_report(report, IndexManifest.load(base / version / fmt.MANIFEST_FILE))
+    report.notes.append(
+        f"already published as {version}: the sources, their files, the model and the options are those "
+        "of the build behind CURRENT; nothing was built or published (--force builds anyway)"
+    )
+    return report
+
+
 def _fill_report(report: BuildReport, manifest: IndexManifest) -> None:
     report.count = manifest.count
     report.index_factory = manifest.index_factory
@@ -402,28 +427,62 @@ def build(
     model_dir: Path | None = None,
     index_factory: str | None = None,
     progress: ProgressFn | None = None,
+    force: bool = False,
 ) -> BuildReport:
-    """A full build from the sources (deleted items of earlier versions are gone: compaction)."""
+    """A full build from the sources (deleted items of earlier versions are gone: compaction). When CURRENT
+    holds this very build's result already (same sources, files, model and options), nothing is built or
+    published unless ``force``."""
     started = time.perf_counter()
     root = settings.index_root
     model_dir = Path(model_dir or settings.model_dir)
-    scan = read_sources(sources)
+    scan = read_sources(sources, follow_external_links=settings.follow_external_links)
     items = scan.items
     if not items:
         raise BuildError(f"the sources hold no images: {', '.join(map(str, sources))}")
     cfg = load_model_config(model_dir)
     fingerprint = fmt.model_fingerprint(model_dir)
-    report = BuildReport("build", name, None, False, items_total=len(items), ignored_files=scan.ignored)
-    with _index_lock(root, name):
+    report = BuildReport(
+        "build",
+        name,
+        None,
+        False,
+        items_total=len(items),
+        ignored_files=scan.ignored,
+        skipped_links=scan.skipped_links,
+    )
+    base = fmt.index_dir(root, name)
+    dtype, d = settings.rerank_dtype, cfg.embed_dim
+    with _index_lock(root, name) as guard:
         key = plan_hash(
             items,
             fingerprint=fingerprint,
-            rerank_dtype=settings.rerank_dtype,
+            rerank_dtype=dtype,
             shard_size=settings.shard_size,
             max_pixels=settings.max_image_pixels,
         )
-        work_dir = fmt.index_dir(root, name) / fmt.BUILDS_DIR / f"build-{key}"
-        encoded, encoder = _encode(items, work_dir, model_dir, settings, cfg, settings.rerank_dtype, progress)
+        work_dir = base / fmt.BUILDS_DIR / f"build-{key}"
+        result_key = build_key(key, items, settings=settings, index_factory=index_factory)
+        same = None if force else published_as(root, name, result_key)
+        if same is not None:
+            # E.g. a re-run after a kill just after publishing: that run's work folder is all that is left.
+            shutil.rmtree(work_dir, ignore_errors=True)
+            return _already_current(report, base, same)
+
+        def preflight(encoder: Encoder, store: ShardStore) -> None:
+            tokens, width = disk.token_shape(encoder, cfg.vision.image_size)
+            index = disk.index_bytes(len(items), d, settings, index_factory)
+            guard.need = disk.version_need(
+                items,
+                d=d,
+                tokens=tokens,
+                width=width,
+                rerank_dtype=dtype,
+                index=index,
+                pending=store.pending(),
+            )
+            disk.check_free_space(base, guard.need, f"the build of {name!r}")
+
+        encoded, encoder = _encode(items, work_dir, model_dir, settings, cfg, dtype, progress, preflight)
         report.resumed_shards, report.shards = encoded.resumed, encoded.store.count
         report.skipped, report.encode_seconds = encoded.skipped, encoded.seconds
         _check_bad_share(len(items), encoded.skipped, settings.max_bad_fraction, f"build of {name!r}")
@@ -431,14 +490,20 @@ def build(
         if n == 0:
             raise BuildError(f"build of {name!r}: no item could be decoded; nothing was published")
         tokens, width = _token_shape(encoded.store)
-        d = cfg.embed_dim
+        # Again with the items that decoded, now that the shards are written (and others wrote meanwhile).
+        index = disk.index_bytes(n, d, settings, index_factory)
+        guard.need = disk.version_need(
+            encoded.ok_items, d=d, tokens=tokens, width=width, rerank_dtype=dtype, index=index
+        )
+        disk.check_free_space(base, guard.need, f"the new version of {name!r}")
         version = fmt.new_version_name(root, name)
         stage = _stage_dir(root, name, version)
-        _write_arrays(stage, [(encoded.store, None)], n, d, tokens, width, settings.rerank_dtype)
-        fmt.write_metadata(
-            stage / fmt.METADATA_FILE,
-            ((row, it.id, str(it.path), it.fields, False) for row, it in enumerate(encoded.ok_items)),
-        )
+        _write_arrays(stage, [(encoded.store, None)], n, d, tokens, width, dtype)
+        with disk.names_full_disk(stage / fmt.METADATA_FILE):
+            fmt.write_metadata(
+                stage / fmt.METADATA_FILE,
+                ((row, it.id, str(it.path), it.fields, False) for row, it in enumerate(encoded.ok_items)),
+            )
         try:
             plan = choose_index(
                 n,
@@ -451,7 +516,7 @@ def build(
             index, notes = build_faiss_index(embeds, plan)
         except (ValueError, RuntimeError) as exc:
             raise BuildError(f"cannot build index {index_factory or ''}: {str(exc).splitlines()[0]}") from exc
-        faiss.write_index(index, str(stage / fmt.INDEX_FILE))
+        _write_index(index, stage / fmt.INDEX_FILE)
         del index, embeds
         manifest = IndexManifest(
             format_version=fmt.FORMAT_VERSION,
@@ -474,10 +539,16 @@ def build(
             build_seconds=0.0,
             skipped=encoded.skipped,
             checksums={},
-            rerank=_rerank_info(settings.rerank_dtype, tokens, width),
+            rerank=_rerank_info(dtype, tokens, width),
             parent_version=fmt.current_version(root, name),
             total_rows=n,
-            build_params={**plan.build_params, **notes, "estimated_index_bytes": plan.estimated_bytes},
+            build_params={
+                **plan.build_params,
+                **notes,
+                "estimated_index_bytes": plan.estimated_bytes,
+                PLAN_HASH: key,
+                BUILD_KEY: result_key,
+            },
         )
         captioned = [(row, it) for row, it in enumerate(encoded.ok_items) if it.captions]
         _finalise_index(stage, manifest, plan, encoder, captioned, settings, report)
@@ -504,9 +575,9 @@ def add(
     started = time.perf_counter()
     root = settings.index_root
     model_dir = Path(model_dir or settings.model_dir)
-    scan = read_sources(sources)
+    scan = read_sources(sources, follow_external_links=settings.follow_external_links)
     fingerprint = fmt.model_fingerprint(model_dir)
-    with _index_lock(root, name):
+    with _index_lock(root, name) as guard:
         parent = IndexVersion.open(root, name, expect_fingerprint=fingerprint)
         try:
             rows = fmt.read_metadata(parent.path / fmt.METADATA_FILE)
@@ -519,6 +590,7 @@ def add(
                 False,
                 items_total=len(new_items),
                 ignored_files=scan.ignored,
+                skipped_links=scan.skipped_links,
                 already_indexed=len(scan.items) - len(new_items),
             )
             if not new_items:
@@ -535,23 +607,42 @@ def add(
                 max_pixels=settings.max_image_pixels,
             )
             work_dir = fmt.index_dir(root, name) / fmt.BUILDS_DIR / f"add-{key}"
-            encoded, encoder = _encode(new_items, work_dir, model_dir, settings, cfg, dtype, progress)
+            n_old = parent.total_rows
+            d, tokens, width = pm.embed_dim, int(pm.rerank["tokens"]), int(pm.rerank["width"])
+            parent_index = (parent.path / fmt.INDEX_FILE).stat().st_size
+            parent_meta = (parent.path / fmt.METADATA_FILE).stat().st_size
+
+            def need(added: Sequence[SourceItem], pending: tuple[int, int] | None = None) -> disk.SpaceNeed:
+                # A new version copies every parent row; the index grows by the parent's bytes per row.
+                index = parent_index * (n_old + len(added)) // max(1, n_old)
+                return disk.version_need(
+                    added,
+                    d=d,
+                    tokens=tokens,
+                    width=width,
+                    rerank_dtype=dtype,
+                    index=index,
+                    pending=pending,
+                    parent_rows=n_old,
+                    parent_metadata=parent_meta,
+                )
+
+            def preflight(_: Encoder, store: ShardStore) -> None:
+                guard.need = need(new_items, store.pending())
+                disk.check_free_space(fmt.index_dir(root, name), guard.need, f"the addition to {name!r}")
+
+            encoded, encoder = _encode(
+                new_items, work_dir, model_dir, settings, cfg, dtype, progress, preflight
+            )
             report.resumed_shards, report.shards = encoded.resumed, encoded.store.count
             report.skipped, report.encode_seconds = encoded.skipped, encoded.seconds
             _check_bad_share(len(new_items), encoded.skipped, settings.max_bad_fraction, f"add to {name!r}")
-            n_old = parent.total_rows
             n = n_old + len(encoded.ok_items)
+            guard.need = need(encoded.ok_items)
+            disk.check_free_space(fmt.index_dir(root, name), guard.need, f"the new version of {name!r}")
             version = fmt.new_version_name(root, name)
             stage = _stage_dir(root, name, version)
-            _write_arrays(
-                stage,
-                [(encoded.store, parent.path)],
-                n,
-                pm.embed_dim,
-                int(pm.rerank["tokens"]),
-                int(pm.rerank["width"]),
-                dtype,
-            )
+            _write_arrays(stage, [(encoded.store, parent.path)], n, d, tokens, width, dtype)
             readded = {it.id for it in encoded.ok_items}
 
             def meta() -> Iterator[tuple[int, str, str | None, dict[str, Any], bool]]:
@@ -567,11 +658,12 @@ def add(
                 for offset, it in enumerate(encoded.ok_items):
                     yield n_old + offset, it.id, str(it.path), it.fields, False
 
-            fmt.write_metadata(stage / fmt.METADATA_FILE, meta())
+            with disk.names_full_disk(stage / fmt.METADATA_FILE):
+                fmt.write_metadata(stage / fmt.METADATA_FILE, meta())
             index = faiss.read_index(str(parent.path / fmt.INDEX_FILE))
             embeds = np.load(stage / fmt.EMBEDDINGS_FILE, mmap_mode="r")
             index.add(np.ascontiguousarray(embeds[n_old:], dtype=np.float32))
-            faiss.write_index(index, str(stage / fmt.INDEX_FILE))
+            _write_index(index, stage / fmt.INDEX_FILE)
             del index, embeds
             manifest = dataclasses.replace(
                 pm,
@@ -582,6 +674,7 @@ def add(
                 skipped=encoded.skipped,
                 parent_version=pm.version,
                 checksums={},
+                build_params=without_key(pm.build_params),
             )
             plan = IndexPlan(
                 pm.index_factory, "parent", rescore_factor=int(pm.search_params.get("rescore_factor", 0))
@@ -615,7 +708,7 @@ def delete(name: str, ids: Sequence[str], *, settings: Settings) -> BuildReport:
     root = settings.index_root
     if not ids:
         raise BuildError("no id given to delete")
-    with _index_lock(root, name):
+    with _index_lock(root, name) as guard:
         with IndexVersion.open(root, name) as parent:
             pm = parent.manifest
             rows = fmt.read_metadata(parent.path / fmt.METADATA_FILE)
@@ -628,18 +721,23 @@ def delete(name: str, ids: Sequence[str], *, settings: Settings) -> BuildReport:
                 f"{', '.join(map(repr, unknown[:20]))}; nothing was published"
             )
         doomed = {live[i] for i in ids}
+        # The large files are hard links: only the metadata is written again.
+        meta_bytes = (parent.path / fmt.METADATA_FILE).stat().st_size
+        guard.need = disk.SpaceNeed({"metadata": meta_bytes, "manifest": disk.MANIFEST_BYTES})
+        disk.check_free_space(fmt.index_dir(root, name), guard.need, f"the deletion from {name!r}")
         version = fmt.new_version_name(root, name)
         stage = _stage_dir(root, name, version)
         for fname in pm.checksums:
             if fname != fmt.METADATA_FILE:
                 _link_or_copy(parent.path / fname, stage / fname)
-        fmt.write_metadata(
-            stage / fmt.METADATA_FILE,
-            (
-                (row, item_id, path, fields, deleted or row in doomed)
-                for row, item_id, path, fields, deleted in rows
-            ),
-        )
+        with disk.names_full_disk(stage / fmt.METADATA_FILE):
+            fmt.write_metadata(
+                stage / fmt.METADATA_FILE,
+                (
+                    (row, item_id, path, fields, deleted or row in doomed)
+                    for row, item_id, path, fields, deleted in rows
+                ),
+            )
         manifest = dataclasses.replace(
             pm,
             version=version,
@@ -648,6 +746,7 @@ def delete(name: str, ids: Sequence[str], *, settings: Settings) -> BuildReport:
             skipped=[],
             parent_version=pm.version,
             checksums={},
+            build_params=without_key(pm.build_params),
         )
         manifest.build_seconds = round(time.perf_counter() - started, 3)
         report = BuildReport("delete", name, None, False)

@@ -100,15 +100,19 @@ def _errors() -> Iterator[None]:
     except (IndexerError, fmt.IndexFormatError, EncoderError, ConfigError) as exc:
         # EncoderError/ConfigError: the model directory cannot be opened (damaged, wrong package version).
         raise _fail(str(exc)) from None
+    except OSError as exc:
+        # E.g. an index root that cannot be created or written: the path and the reason, not a traceback.
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise _fail(f"{where}{exc.strerror or exc}") from None
 
 
 def _summary(report: Any, json_report: Path | None) -> None:
     table = Table(title=f"ccrk index {report.operation}: {report.name}", show_header=False)
+    state = " (published)" if report.published else " (nothing published)"
+    if report.already_current:
+        state = " (already CURRENT: nothing built or published)"
     rows: list[tuple[str, str]] = [
-        (
-            "version",
-            f"{report.version or '-'}" + (" (published)" if report.published else " (nothing published)"),
-        ),
+        ("version", f"{report.version or '-'}{state}"),
         ("live items", f"{report.count:,}"),
     ]
     if report.operation in ("build", "add"):
@@ -125,6 +129,8 @@ def _summary(report: Any, json_report: Path | None) -> None:
         ]
         if report.ignored_files:
             rows.append(("ignored files", f"{report.ignored_files} (not images by suffix)"))
+        if report.skipped_links:
+            rows.append(("skipped links", f"{len(report.skipped_links)} (symbolic links not followed)"))
     rows += [
         ("index", f"{report.index_factory} {json.dumps(report.search_params)}"),
         (
@@ -151,6 +157,14 @@ def _summary(report: Any, json_report: Path | None) -> None:
         console.print(
             f"  ... and {len(report.skipped) - 20} more (all listed in the version's manifest.json)"
         )
+    for link in report.skipped_links[:20]:
+        console.print(
+            f"  skipped link {link['path']} -> {link['target']}: {link['reason']}",
+            highlight=False,
+            markup=False,
+        )
+    if len(report.skipped_links) > 20:
+        console.print(f"  ... and {len(report.skipped_links) - 20} more links (all in --json-report)")
     for note in report.notes:
         console.print(f"note: {note}", highlight=False)
     if json_report is not None:
@@ -175,8 +189,15 @@ def build_command(
     threads: Threads = None,
     batch_size: BatchSize = None,
     json_report: ReportOut = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Build and publish even when CURRENT already holds this build's result."
+        ),
+    ] = False,
 ) -> None:
-    """Embed the sources into a new version and publish it (re-run after a crash to resume)."""
+    """Embed the sources into a new version and publish it (re-run after a crash to resume; a build whose
+    result is CURRENT already publishes nothing)."""
     from indexer.build import build
 
     if rerank_dtype not in (None, "fp16", "int8"):
@@ -190,7 +211,13 @@ def build_command(
     )
     with _errors(), _progress("encoding") as progress:
         report = build(
-            name, sources, settings=settings, model_dir=model, index_factory=index_factory, progress=progress
+            name,
+            sources,
+            settings=settings,
+            model_dir=model,
+            index_factory=index_factory,
+            progress=progress,
+            force=force,
         )
     _summary(report, json_report)
     if report.gate is not None and not report.published:

@@ -17,3 +17,8 @@ class BuildError(IndexerError):
 
 class TooManyBadItemsError(BuildError):
     """The share of bad items passed the threshold; nothing was published."""
+
+
+class DiskSpaceError(BuildError):
+    """The index's filesystem has too little free space for an operation; the message names the path, the
+    space needed and the space free. Nothing was published."""

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from indexer.decode import DecodePool, DecodeResult
+from indexer.disk import names_full_disk
 from indexer.sources import SourceItem
 from model.runtime import Encoder
 
@@ -75,6 +76,11 @@ class ShardStore:
     def bounds(self, index: int) -> tuple[int, int]:
         return index * self.shard_size, min(self.total, (index + 1) * self.shard_size)
 
+    def pending(self) -> tuple[int, int]:
+        """(items, shards) not encoded yet: what a (resumed) build still has to write here."""
+        done = self.done()
+        return self.total - sum(hi - lo for lo, hi in map(self.bounds, done)), self.count - len(done)
+
     def write(self, index: int, shard: Shard) -> None:
         tmp = self.dir / f".shard-{index:06d}.{os.getpid()}.tmp"
         arrays: dict[str, np.ndarray] = {
@@ -86,10 +92,14 @@ class ShardStore:
         }
         if shard.scales is not None:
             arrays["scales"] = shard.scales
-        with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)
-            fh.flush()
-            os.fsync(fh.fileno())
+        try:
+            with names_full_disk(self.path(index)), open(tmp, "wb") as fh:
+                np.savez(fh, **arrays)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a half-written shard would hold the space a re-run needs
+            raise
         os.replace(tmp, self.path(index))
 
     def read(self, index: int) -> Shard:

@@ -37,6 +37,15 @@ class SourceItem:
 class SourceScan:
     items: list[SourceItem]
     ignored: int = 0  # files in folders that are not images by suffix
+    # Symbolic links in folders that were not followed: {"path", "target", "reason"} (the build report).
+    skipped_links: list[dict[str, str]] = field(default_factory=list)
+
+
+LINK_OUTSIDE = "leads outside the source folder (CCRK_FOLLOW_EXTERNAL_LINKS=true indexes it)"
+LINK_TO_INSIDE_FOLDER = (
+    "a link to a folder inside the source folder: its images are indexed under their own paths"
+)
+LINK_LOOP = "a link to a folder that is indexed already"
 
 
 def _absolute(base: Path, value: str) -> Path:
@@ -63,23 +72,69 @@ def _check_field_names(names: Sequence[str], where: str) -> None:
             raise SourceError(f"{where}: invalid metadata field name {name!r}")
 
 
-def scan_folder(folder: Path) -> SourceScan:
-    """Every image (by suffix) under ``folder``, recursively, in sorted order; id = relative posix path."""
+def _inside(target: str, root: str) -> bool:
+    return target == root or target.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def scan_folder(folder: Path, *, follow_external_links: bool = False) -> SourceScan:
+    """Every image (by suffix) under ``folder``, recursively, in sorted order (a folder's files, then its
+    subfolders, depth first); id = relative posix path. Hidden files and folders are left out.
+
+    Symbolic links are resolved and judged by where they lead. A link to a file inside ``folder`` is
+    indexed under the link's own path; a link that leads outside is skipped and listed in
+    ``skipped_links`` unless ``follow_external_links``: indexing a folder must not expose other files of
+    the machine (the service serves indexed images by path). A link to a folder inside is not followed
+    (its images are indexed under their own paths; following it would index them twice, or loop); one to
+    a folder outside is followed only with ``follow_external_links``, each folder once."""
     folder = Path(folder)
+    root = os.path.realpath(folder)
     items: list[SourceItem] = []
+    links: list[dict[str, str]] = []
     ignored = 0
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            if name.startswith("."):
+    followed = {root}
+
+    def skip_link(path: Path, target: str, reason: str) -> None:
+        links.append({"path": str(path), "target": target, "reason": reason})
+
+    stack = [folder]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue  # an unreadable folder yields nothing (as os.walk did)
+        subdirs: list[Path] = []
+        for entry in entries:
+            if entry.name.startswith("."):
                 continue
-            path = Path(dirpath) / name
+            path = Path(entry.path)
+            if entry.is_symlink():
+                target = os.path.realpath(path)
+                inside = _inside(target, root)
+                if os.path.isdir(target):
+                    if inside:
+                        skip_link(path, target, LINK_TO_INSIDE_FOLDER)
+                    elif not follow_external_links:
+                        skip_link(path, target, LINK_OUTSIDE)
+                    elif target in followed:
+                        skip_link(path, target, LINK_LOOP)
+                    else:
+                        followed.add(target)
+                        subdirs.append(path)
+                    continue
+                if path.suffix.lower() in IMAGE_SUFFIXES and not inside and not follow_external_links:
+                    skip_link(path, target, LINK_OUTSIDE)
+                    continue
+            elif entry.is_dir(follow_symlinks=False):
+                subdirs.append(path)
+                continue
             if path.suffix.lower() not in IMAGE_SUFFIXES:
                 ignored += 1
                 continue
             rel = path.relative_to(folder).as_posix()
             items.append(SourceItem(id=rel, path=path.absolute(), source=str(path)))
-    return SourceScan(items, ignored)
+        stack.extend(reversed(subdirs))
+    return SourceScan(items, ignored, links)
 
 
 def _item_from_object(obj: dict[str, Any], path: Path, lineno: int) -> SourceItem:
@@ -151,18 +206,22 @@ def read_csv(path: Path) -> Iterator[SourceItem]:
             yield _item_from_object({"id": row["id"], "path": row["path"], **fields}, path, lineno)
 
 
-def read_sources(sources: Sequence[Path]) -> SourceScan:
-    """All items of all sources, in order; duplicate ids across or within sources are an error."""
+def read_sources(sources: Sequence[Path], *, follow_external_links: bool = False) -> SourceScan:
+    """All items of all sources, in order; duplicate ids across or within sources are an error.
+
+    ``follow_external_links`` applies to folders (``scan_folder``); a manifest names its files itself."""
     if not sources:
         raise SourceError("no source given: pass image folders, manifests (.jsonl/.csv) or a catalogue jsonl")
     items: list[SourceItem] = []
     ignored = 0
+    links: list[dict[str, str]] = []
     for source in sources:
         source = Path(source)
         if source.is_dir():
-            scan = scan_folder(source)
+            scan = scan_folder(source, follow_external_links=follow_external_links)
             items.extend(scan.items)
             ignored += scan.ignored
+            links.extend(scan.skipped_links)
         elif not source.exists():
             raise SourceError(f"source not found: {source}")
         elif source.suffix.lower() == ".jsonl":
@@ -176,4 +235,4 @@ def read_sources(sources: Sequence[Path]) -> SourceScan:
         if item.id in seen:
             raise SourceError(f"duplicate id {item.id!r}: {seen[item.id]} and {item.source}")
         seen[item.id] = item.source
-    return SourceScan(items, ignored)
+    return SourceScan(items, ignored, links)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from ccrk_cli.main import app
-from ccrk_settings import Settings
+from ccrk_settings import Settings, get_settings
 from indexer import index_format as fmt
 from indexer.build import build
+from indexer.index_format import IndexVersion
+from tests.indexer.files import write_photo
 
 runner = CliRunner()
 
@@ -86,6 +90,18 @@ def test_bad_sources_name_the_file(tmp_path: Path) -> None:
     assert code == 2 and "source not found" in out
     code, out = _run("list", "--name", "x", "--index-root", str(tmp_path))
     assert code == 2 and "no versions" in out
+    # An index root that cannot be created: the path and the reason, not a traceback.
+    (tmp_path / "taken").write_text("a file, not a folder")
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    (photos / "a.jpg").write_bytes(b"")
+    result = runner.invoke(
+        app,
+        ["index", "build", "--name", "x", "--index-root", str(tmp_path / "taken"), str(photos)],
+        env={"COLUMNS": "300"},
+    )
+    assert result.exit_code == 2, result.output
+    assert f"error: {tmp_path / 'taken' / 'x' / '.builds'}: Not a directory" in result.output
 
 
 def test_refused_build_is_marked_and_not_rolled_back_to(
@@ -108,7 +124,10 @@ def test_refused_build_is_marked_and_not_rolled_back_to(
     good_src = _shifted_catalogue(catalogue, tmp_path / "good.jsonl", 0)
     good = build("shop", [good_src], settings=gated)
     bad = build("shop", [_shifted_catalogue(catalogue, tmp_path / "bad.jsonl", 7)], settings=gated)
-    again = build("shop", [good_src], settings=gated)
+    # The good build's result is still CURRENT: re-running it is a no-op, --force builds a new version.
+    same = build("shop", [good_src], settings=gated)
+    assert same.already_current and not same.published and same.version == good.version
+    again = build("shop", [good_src], settings=gated, force=True)
     assert good.published and not bad.published and again.published, (good.notes, bad.notes)
     root = gated.index_root
     assert fmt.list_versions(root, "shop") == [good.version, bad.version, again.version]
@@ -133,3 +152,40 @@ def test_refused_build_is_marked_and_not_rolled_back_to(
     code, out = _run("rollback", *common, "--to", bad.version, "--force")
     assert code == 0 and fmt.current_version(root, "shop") == bad.version
     assert "published with --force" in " ".join(out.split())
+
+
+def test_links_out_of_a_folder_are_reported_not_indexed(
+    tmp_path: Path, photo_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A link to a file outside the indexed folder is listed in the summary and the JSON report, and is
+    not in the index (the service would serve it); CCRK_FOLLOW_EXTERNAL_LINKS=true indexes it."""
+    secret = write_photo(tmp_path / "private" / "secret.jpg", 7)
+    (photo_folder / "sub" / "out.jpg").symlink_to(secret)
+    root = tmp_path / "idx"
+    common = ["build", "--name", "shop", "--index-root", str(root), "--threads", "1", "--workers", "0"]
+    result = runner.invoke(
+        app,
+        ["index", *common, "--json-report", str(tmp_path / "r.json"), str(photo_folder)],
+        env={"COLUMNS": "250"},
+    )
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert "skipped links │ 1 (symbolic links not followed)" in out
+    link = photo_folder / "sub" / "out.jpg"
+    assert f"skipped link {link} -> {os.path.realpath(secret)}: leads outside the source folder" in out
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [s["path"] for s in report["skipped_links"]] == [str(link)] and report["count"] == 12
+    with IndexVersion.open(root, "shop") as idx:
+        assert idx.row_of("sub/out.jpg") is None
+
+    monkeypatch.setenv("CCRK_FOLLOW_EXTERNAL_LINKS", "true")
+    get_settings.cache_clear()
+    try:
+        code, out = _run(*common, "--json-report", str(tmp_path / "r2.json"), str(photo_folder))
+    finally:
+        get_settings.cache_clear()
+    assert code == 0, out
+    report = json.loads((tmp_path / "r2.json").read_text())
+    assert report["skipped_links"] == [] and report["count"] == 13
+    with IndexVersion.open(root, "shop") as idx:
+        assert idx.items([idx.row_of("sub/out.jpg")])[0]["path"] == str(link)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from indexer.errors import SourceError
-from indexer.sources import read_sources
+from indexer.sources import LINK_LOOP, LINK_OUTSIDE, LINK_TO_INSIDE_FOLDER, read_sources
+from tests.indexer.files import write_photo
 
 
 def test_folder_is_recursive_sorted_and_ignores_non_images(photo_folder: Path) -> None:
@@ -92,3 +94,57 @@ def test_missing_or_unknown_source(tmp_path: Path) -> None:
     (tmp_path / "x.txt").write_text("")
     with pytest.raises(SourceError, match=r"not a folder, \.jsonl or \.csv"):
         read_sources([tmp_path / "x.txt"])
+
+
+def test_links_out_of_the_folder_are_skipped_and_reported(tmp_path: Path) -> None:
+    """Links are judged by where they resolve to: inside the source folder they are indexed (under the
+    link's path), out of it they are skipped and listed unless follow_external_links; folder links inside
+    are never followed (their images are indexed under their own paths), and no folder is walked twice."""
+    root = tmp_path / "photos"
+    write_photo(root / "a.jpg", 1)
+    write_photo(root / "sub" / "b.jpg", 2)
+    outside = tmp_path / "private"
+    write_photo(outside / "secret.jpg", 3)
+    write_photo(outside / "album" / "c.jpg", 4)
+    (root / "inside.jpg").symlink_to(root / "sub" / "b.jpg")
+    (root / "relative.jpg").symlink_to("sub/b.jpg")
+    (root / "out.jpg").symlink_to(outside / "secret.jpg")
+    (root / "sneaky.jpg").symlink_to("sub/../../private/secret.jpg")
+    (root / "hop.jpg").symlink_to(root / "out.jpg")  # a link inside to a link that leads out
+    (root / "album").symlink_to(outside / "album", target_is_directory=True)
+    (root / "again").symlink_to(root / "sub", target_is_directory=True)
+    (outside / "album" / "loop").symlink_to(outside / "album", target_is_directory=True)
+    (outside / "album" / "home").symlink_to(root, target_is_directory=True)
+    secret = os.path.realpath(outside / "secret.jpg")
+
+    scan = read_sources([root])
+    assert [it.id for it in scan.items] == ["a.jpg", "inside.jpg", "relative.jpg", "sub/b.jpg"]
+    assert next(it for it in scan.items if it.id == "inside.jpg").path == root / "inside.jpg"
+    links = {Path(s["path"]).name: (s["target"], s["reason"]) for s in scan.skipped_links}
+    assert links == {
+        "album": (os.path.realpath(outside / "album"), LINK_OUTSIDE),
+        "again": (os.path.realpath(root / "sub"), LINK_TO_INSIDE_FOLDER),
+        "hop.jpg": (secret, LINK_OUTSIDE),
+        "out.jpg": (secret, LINK_OUTSIDE),
+        "sneaky.jpg": (secret, LINK_OUTSIDE),
+    }
+    assert "CCRK_FOLLOW_EXTERNAL_LINKS" in LINK_OUTSIDE  # the message says how to index them
+
+    scan = read_sources([root], follow_external_links=True)
+    assert [it.id for it in scan.items] == [
+        "a.jpg",
+        "hop.jpg",
+        "inside.jpg",
+        "out.jpg",
+        "relative.jpg",
+        "sneaky.jpg",
+        "album/c.jpg",
+        "sub/b.jpg",
+    ]
+    assert next(it for it in scan.items if it.id == "album/c.jpg").path == root / "album" / "c.jpg"
+    links = {s["path"]: s["reason"] for s in scan.skipped_links}
+    assert links == {
+        str(root / "album" / "home"): LINK_TO_INSIDE_FOLDER,
+        str(root / "album" / "loop"): LINK_LOOP,
+        str(root / "again"): LINK_TO_INSIDE_FOLDER,
+    }

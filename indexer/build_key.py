@@ -1,0 +1,73 @@
+"""Whether a full build's result is already CURRENT, so that re-running it publishes nothing.
+
+A build killed just after publishing (before its work folder was removed) used to publish the same content
+again when re-run, and pruning then dropped an older, distinct version to make room for the duplicate.
+Every full build now records its *build key* in the manifest (``build_params``): the shard plan hash
+(``indexer.shards.plan_hash``: items, model fingerprint, storage options) extended with what else decides
+the result: each image file's size and modification time (an image replaced under the same path must be
+encoded again), and the index options. A build whose key equals CURRENT's is a no-op.
+
+``add`` and ``delete`` derive their manifests from their parent's: they drop the key (``without_key``),
+since their result is no longer what the parent's build produced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ccrk_settings import Settings
+from indexer import index_format as fmt
+from indexer.sources import SourceItem
+
+BUILD_KEY = "build_key"
+PLAN_HASH = "plan_hash"
+
+
+def build_key(
+    plan: str, items: Sequence[SourceItem], *, settings: Settings, index_factory: str | None
+) -> str:
+    """The key of a full build: ``plan`` (the shard plan hash) + file sizes and times + index options.
+
+    One ``stat`` per item (0.29 s for 100,000 files on a local disk with a warm cache); a missing file
+    counts as such, so it appearing later changes the key."""
+    digest = hashlib.sha256()
+    options = [
+        plan,
+        index_factory,
+        settings.exact_max_items,
+        settings.memory_budget_mb,
+        settings.target_recall,
+        settings.backend,  # the runtimes' embeddings differ in the last bits
+        settings.int8,  # int8 graphs encode images differently
+    ]
+    digest.update(json.dumps(options).encode())
+    for item in items:
+        try:
+            st = os.stat(item.path)
+            digest.update(f"{st.st_size}:{st.st_mtime_ns}\n".encode())
+        except OSError:
+            digest.update(b"-\n")
+    return digest.hexdigest()[:16]
+
+
+def published_as(root: Path, name: str, key: str) -> str | None:
+    """CURRENT's version when its manifest records ``key`` (the build would publish the same content
+    again), else None; an unreadable CURRENT never matches, so the build goes ahead."""
+    current = fmt.current_version(root, name)
+    if current is None:
+        return None
+    try:
+        manifest = fmt.IndexManifest.load(fmt.index_dir(root, name) / current / fmt.MANIFEST_FILE)
+    except fmt.IndexFormatError:
+        return None
+    return current if manifest.build_params.get(BUILD_KEY) == key else None
+
+
+def without_key(build_params: dict[str, Any]) -> dict[str, Any]:
+    """A parent's build parameters for a derived version (add, delete): without its build's key."""
+    return {k: v for k, v in build_params.items() if k not in (BUILD_KEY, PLAN_HASH)}

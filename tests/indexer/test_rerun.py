@@ -1,0 +1,107 @@
+"""Re-running a full build whose result is CURRENT already publishes nothing: after a real ``kill -9`` just
+after publishing, and in process; a changed image file or a delete since makes it a real build again."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ccrk_settings import Settings
+from indexer import index_format as fmt
+from indexer.build import build, delete
+from indexer.build_key import BUILD_KEY, PLAN_HASH
+from indexer.index_format import IndexManifest
+from tests.conftest import REPO_ROOT
+from tests.indexer.files import write_photo
+
+# `ccrk` with publish_version replaced: the real one, then SIGKILL, i.e. killed after CURRENT switched but
+# before pruning and removing the work folder. Arguments after the code go to `ccrk`.
+KILLED_AFTER_PUBLISH = (
+    "import os, runpy, signal, sys\n"
+    "from indexer import index_format as fmt\n"
+    "publish = fmt.publish_version\n"
+    "def publish_then_die(*args):\n"
+    "    publish(*args)\n"
+    "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    "fmt.publish_version = publish_then_die\n"
+    "sys.argv[0] = 'ccrk'\n"
+    "runpy.run_module('ccrk_cli.main', run_name='__main__')\n"
+)
+
+
+def _photos(folder: Path, count: int, first_seed: int) -> Path:
+    for i in range(count):
+        write_photo(folder / f"{i:03d}.jpg", first_seed + i)
+    return folder
+
+
+def _ccrk(code: list[str], root: Path, folder: Path) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "CCRK_SHARD_SIZE": "4",
+        "CCRK_KEEP_VERSIONS": "2",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(REPO_ROOT),
+        "COLUMNS": "300",
+    }
+    args = ["index", "build", "--name", "shop", "--index-root", str(root), "--threads", "1", "--workers", "0"]
+    return subprocess.run(
+        [sys.executable, *code, *args, str(folder)], cwd=REPO_ROOT, env=env, capture_output=True, text=True
+    )
+
+
+def test_rerun_after_kill_just_after_publishing_publishes_nothing(settings: Settings, tmp_path: Path) -> None:
+    keep2 = settings.model_copy(update={"keep_versions": 2, "shard_size": 4})
+    root = keep2.index_root
+    older = build("shop", [_photos(tmp_path / "a", 6, 0)], settings=keep2).version
+    old = build("shop", [_photos(tmp_path / "b", 7, 50)], settings=keep2).version
+    folder = _photos(tmp_path / "c", 8, 100)
+    killed = _ccrk(["-c", KILLED_AFTER_PUBLISH], root, folder)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    new = fmt.current_version(root, "shop")
+    assert new not in (older, old) and fmt.list_versions(root, "shop") == [older, old, new]  # not pruned yet
+    assert list((root / "shop" / fmt.BUILDS_DIR).glob("build-*/shards/shard-*.npz"))  # not cleaned up yet
+
+    rerun = _ccrk(["-m", "ccrk_cli.main"], root, folder)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    out = " ".join(rerun.stdout.split())
+    assert f"{new} (already CURRENT: nothing built or published)" in out
+    assert f"note: already published as {new}" in out
+    # Nothing published, nothing pruned (a duplicate used to push `old` out); the killed run's work folder
+    # is gone.
+    assert fmt.current_version(root, "shop") == new
+    assert fmt.list_versions(root, "shop") == [older, old, new]
+    assert list((root / "shop" / fmt.BUILDS_DIR).glob("build-*")) == []
+
+
+def test_rerun_in_process_and_what_makes_it_a_new_build(settings: Settings, tmp_path: Path) -> None:
+    keep2 = settings.model_copy(update={"keep_versions": 2})
+    root = keep2.index_root
+    first = build("shop", [_photos(tmp_path / "a", 6, 0)], settings=keep2)
+    folder = _photos(tmp_path / "b", 9, 50)
+    second = build("shop", [folder], settings=keep2)
+    manifest = IndexManifest.load(root / "shop" / (second.version or "") / fmt.MANIFEST_FILE)
+    assert len(manifest.build_params[PLAN_HASH]) == len(manifest.build_params[BUILD_KEY]) == 16
+
+    same = build("shop", [folder], settings=keep2)
+    assert same.already_current and not same.published and same.pruned == []
+    assert same.version == second.version and same.count == 9
+    assert any(f"already published as {second.version}" in n for n in same.notes)
+    assert fmt.list_versions(root, "shop") == [first.version, second.version]
+
+    # Other index options are another result.
+    other = build("shop", [folder], settings=keep2, index_factory="HNSW16,Flat")
+    assert other.published and other.version != second.version
+    # So is an image replaced under the same path (the file's size and time are in the key).
+    write_photo(folder / "004.jpg", 999, size=(100, 80))
+    replaced = build("shop", [folder], settings=keep2, index_factory="HNSW16,Flat")
+    assert replaced.published and replaced.version != other.version
+    # A delete since: the same build is a compaction, not a no-op.
+    delete("shop", ["000.jpg"], settings=keep2)
+    compacted = build("shop", [folder], settings=keep2, index_factory="HNSW16,Flat")
+    assert compacted.published and compacted.count == 9
+    # --force builds even when CURRENT holds the result.
+    forced = build("shop", [folder], settings=keep2, index_factory="HNSW16,Flat", force=True)
+    assert forced.published and forced.version != compacted.version
