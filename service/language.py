@@ -1,32 +1,108 @@
-"""Query language identification: py3langid (offline, no torch), with confidence; a hint overrides.
+"""Query language identification for short shop queries, offline; a hint overrides.
 
-Short shop queries are hard for a general identifier. Measured on captions of the synthetic catalogue in
-the model's ten languages cut to 2 / 3 words / whole: py3langid over all its languages was right 61 / 73 /
-99.7 % of the time; the rule here 88.5 / 95 / 99.4 %. The decision is made among the model's languages,
-unless an unsupported language is clearly more likely than all of them together (Polish, Korean, Greek...):
-then the query is still served, labelled with that language and ``supported: false``.
+Three kinds of evidence, each where it is strong:
+
+1. The writing system. Hangul is Korean, kana Japanese, Thai Thai, Greek Greek, Hebrew Hebrew, and so on:
+   a query in such a script needs no statistics. Only scripts that several languages write (Latin, Cyrillic,
+   Arabic, Devanagari, Han) go on to a choice between that script's languages.
+2. Word frequencies (wordfreq's "small" lists, installed with the package: every word at or above one in a
+   million tokens; 35 of its languages). Short queries are mostly common words ("a man", "tiga payung"), and
+   whole-word frequencies tell languages apart where character n-grams cannot: py3langid alone put "A man"
+   in Czech and "a set" in Indonesian.
+3. py3langid's character n-gram scores, for words that the lists do not hold (inflected forms, rare words).
+
+The scores of the script's languages add up (naive Bayes over words, plus the character scores at a tuned
+weight, plus a prior that favours the model's own languages: a shop's queries come mostly in the languages it
+serves) and are normalised into probabilities. The label is the most probable language, its probability the
+confidence; close relatives of a supported language count for it (Malay for Indonesian, Slovak for Czech).
+A query none of whose words the winning language knows gets at most ``UNKNOWN_WORDS_CONFIDENCE``: it is in a
+language or a spelling the lists miss (romanised Hindi, Estonian), and the label is a guess.
+
+Measured by bench/language_id.py (bench/results/language_id-2026-11-24.json) on held-out captions of the
+synthetic catalogue (seed 123) and on Multi30K lines; the constants below were tuned on other data (synthetic
+train captions of seed 7 and Multi30K train lines) by its ``--tune``.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import re
+import threading
 import unicodedata
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
-from py3langid.langid import MODEL_FILE, LanguageIdentifier
+import regex
+from py3langid.langid import MODEL_FILE, LanguageIdentifier, visit_counts
 
 from service.schemas import LanguageInfo
 
-# An unsupported language wins only above this probability and when it outweighs the supported ones.
-UNSUPPORTED_MIN_P = 0.4
-# Close relatives the identifier confuses with a supported language on short queries (on 2-3 word captions
-# Indonesian came out Malay, Czech Slovak, Chinese Wu more often than any other error): their probability
-# counts for the supported language, and they are never the label.
-RELATIVES = {"ms": "id", "sk": "cs", "wuu": "zh", "yue": "zh"}
-# Both halves of a query confidently in different languages -> "mixed".
-MIXED_HALF_P = 0.9
-_WORD = re.compile(r"\w+", re.UNICODE)
+# Close relatives the service treats as one market with a supported language: their probability counts for
+# it, and they are never the label while it is supported.
+RELATIVES = {"ms": "id", "sk": "cs"}
+
+# Scripts written by one language (of those a shop sees): the script is the answer.
+SCRIPT_LANGUAGE = {
+    "HANGUL": "ko",
+    "KANA": "ja",
+    "THAI": "th",
+    "GREEK": "el",
+    "HEBREW": "he",
+    "GEORGIAN": "ka",
+    "ARMENIAN": "hy",
+    "BENGALI": "bn",
+    "TAMIL": "ta",
+    "TELUGU": "te",
+    "KANNADA": "kn",
+    "MALAYALAM": "ml",
+    "GUJARATI": "gu",
+    "GURMUKHI": "pa",
+    "ORIYA": "or",
+    "SINHALA": "si",
+    "KHMER": "km",
+    "LAO": "lo",
+    "MYANMAR": "my",
+    "ETHIOPIC": "am",
+    "TIBETAN": "bo",
+}
+# Scripts several languages write: the languages compared (py3langid codes). Latin and Cyrillic hold the
+# languages with a word list plus a few widely used ones without (scored by characters alone).
+# fmt: off
+SCRIPT_CANDIDATES = {
+    "LATIN": (
+        "en", "de", "fr", "es", "it", "pt", "nl", "ca", "pl", "cs", "sk", "sl", "hr", "hu", "ro", "fi", "sv",
+        "da", "no", "is", "lv", "lt", "tr", "id", "ms", "tl", "vi",
+    ),
+    "CYRILLIC": ("ru", "uk", "bg", "mk", "be", "sr", "kk"),
+    "ARABIC": ("ar", "fa", "ur"),
+    "DEVANAGARI": ("hi", "mr", "ne"),
+    "HAN": ("zh", "ja"),
+}
+# fmt: on
+# A supported language none of the above holds joins its script's group (Latin unless listed here), scored
+# by characters alone: py3langid knows ~140 languages, wordfreq's lists 40.
+OTHER_SCRIPT = (
+    dict.fromkeys(("ky", "mn", "tg", "tt", "ba"), "CYRILLIC")
+    | dict.fromkeys(("ps", "ug", "sdh", "ary", "arz"), "ARABIC")
+    | dict.fromkeys(("sa", "gom"), "DEVANAGARI")
+)
+SCRIPTS = {*SCRIPT_LANGUAGE, *SCRIPT_CANDIDATES}
+# Our code -> wordfreq's, where they differ (wordfreq's "sh" is Serbo-Croatian written in Latin letters).
+WORDFREQ_CODE = {"hr": "sh", "no": "nb", "tl": "fil"}
+
+# Tuned on synthetic train captions (seed 7) and Multi30K train lines: ``bench/language_id.py --tune``.
+CHAR_WEIGHT = 0.5  # weight of py3langid's length-normalised character log-likelihood
+OOV_LOG10 = -6.0  # log10 frequency of a word a language's list does not hold (the lists stop at 1e-6)
+SUPPORTED_PRIOR = 2.0  # log prior odds of a supported language against an unsupported one
+UNKNOWN_WORDS_CONFIDENCE = 0.45  # the most confidence a label gets when the query has no word it knows
+MIXED_HALF_P = 0.9  # both halves of a query confidently in different languages -> "mixed"
+
+_LN10 = math.log(10.0)
+_ASCII_WORD = re.compile(r"[a-z]+")
+_WORD = regex.compile(r"[\p{L}\p{M}]+")  # letters with their combining marks (Devanagari vowel signs)
 
 
 def normalise_code(code: str) -> str:
@@ -34,88 +110,267 @@ def normalise_code(code: str) -> str:
     return re.split(r"[-_]", code.strip(), maxsplit=1)[0].lower()
 
 
-def _scripts(text: str) -> set[str]:
-    """Coarse writing systems of the letters (Han and Kana count as one: Japanese uses both)."""
+@functools.lru_cache(maxsize=8192)  # a name lookup per letter would be most of a query's cost
+def _script(char: str) -> str:
+    """Writing system of a letter: the first word of its Unicode name, Han and kana named as such."""
+    name = unicodedata.name(char, "")
+    if name.startswith(("CJK", "IDEOGRAPHIC")):
+        return "HAN"
+    if name.startswith(("HIRAGANA", "KATAKANA")):
+        return "KANA"
+    return name.split(" ", 1)[0]  # LATIN, CYRILLIC, GREEK, ARABIC, HANGUL, ...
+
+
+def script_counts(text: str) -> Counter[str]:
+    """Letters per writing system."""
     if text.isascii():  # the common case, without a Unicode name lookup per character
-        return {"LATIN"} if any(char.isalpha() for char in text) else set()
-    found: set[str] = set()
-    for char in text:
-        if not char.isalpha():
-            continue
-        name = unicodedata.name(char, "")
-        if name.startswith(("CJK", "HIRAGANA", "KATAKANA", "HANGUL")):
-            found.add("cjk")
-        else:
-            found.add(name.split(" ", 1)[0])  # LATIN, CYRILLIC, GREEK, ARABIC, ...
-    return found
+        letters = sum(char.isalpha() for char in text)
+        return Counter(LATIN=letters) if letters else Counter()
+    return Counter(map(_script, filter(str.isalpha, text)))
+
+
+def words(text: str) -> list[str]:
+    """Case-folded words as the frequency lists hold them (apostrophes split, like wordfreq's ``l'homme``)."""
+    if text.isascii():
+        return _ASCII_WORD.findall(text.lower())
+    return _WORD.findall(text.casefold())
+
+
+class WordTable:
+    """Word -> log10 frequency in each of ``languages``, from wordfreq's small lists.
+
+    Stored as sorted 64-bit hashes (Python's ``hash``, so built in each process) and a sparse row per word:
+    the ~1.4 million (word, language) pairs of the 35 lists take ~16 MB, against ~150 MB as dicts of strings.
+    """
+
+    def __init__(self, languages: Sequence[str]) -> None:
+        import wordfreq  # only here: importing it pulls in ftfy, langcodes and regex tables
+
+        self.languages = tuple(languages)
+        available = wordfreq.available_languages("small")
+        hashes, langs, centibels = [], [], []
+        for index, code in enumerate(self.languages):
+            # read_cBpack, not get_frequency_list: that one caches every list's strings for the process.
+            # The list at index i holds the words of frequency 10 ** (-i / 100).
+            buckets = wordfreq.read_cBpack(available[WORDFREQ_CODE.get(code, code)])
+            sizes = [len(bucket) for bucket in buckets]
+            hashes.append(
+                np.fromiter((hash(w) for b in buckets for w in b), dtype=np.int64, count=sum(sizes))
+            )
+            centibels.append(np.repeat(np.arange(len(buckets), dtype=np.uint16), sizes))
+            langs.append(np.full(sum(sizes), index, dtype=np.int16))
+        all_hashes = np.concatenate(hashes)
+        order = np.argsort(all_hashes, kind="stable")
+        all_hashes = all_hashes[order]
+        starts = np.flatnonzero(np.r_[True, all_hashes[1:] != all_hashes[:-1]])
+        self._hashes = all_hashes[starts]
+        self._bounds = np.r_[starts, len(all_hashes)].astype(np.int32)
+        self._langs = np.concatenate(langs)[order]
+        self._centibels = np.concatenate(centibels)[order]
+
+    def totals(self, query_words: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Per language: the sum of the log10 frequencies of the words its list holds, and how many it holds
+        (one ``searchsorted`` for all the words of a query)."""
+        n = len(self.languages)
+        keys = np.fromiter((hash(word) for word in query_words), dtype=np.int64, count=len(query_words))
+        at = np.minimum(np.searchsorted(self._hashes, keys), len(self._hashes) - 1)
+        hits = at[self._hashes[at] == keys]
+        if not hits.size:
+            return np.zeros(n), np.zeros(n)
+        pairs = np.concatenate([np.arange(self._bounds[i], self._bounds[i + 1]) for i in hits.tolist()])
+        langs = self._langs[pairs]
+        log10 = self._centibels[pairs] * -0.01
+        return np.bincount(langs, weights=log10, minlength=n), np.bincount(langs, minlength=n)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self._hashes, self._bounds, self._langs, self._centibels))
+
+
+_TABLE: WordTable | None = None
+_TABLE_LOCK = threading.Lock()
+
+
+def word_table() -> WordTable:
+    """The process's word table (built once, ~1 s; every detector shares it)."""
+    global _TABLE
+    with _TABLE_LOCK:
+        if _TABLE is None:
+            import wordfreq
+
+            available = wordfreq.available_languages("small")
+            codes = dict.fromkeys(c for group in SCRIPT_CANDIDATES.values() for c in group)
+            _TABLE = WordTable(
+                [c for c in codes if WORDFREQ_CODE.get(c, c) in available and c not in ("zh", "ja")]
+            )
+        return _TABLE
+
+
+@dataclass(frozen=True)
+class _Group:
+    """The languages one script is decided among, as column indexes into the tables."""
+
+    codes: tuple[str, ...]
+    char_columns: np.ndarray  # py3langid columns
+    word_columns: np.ndarray  # word table columns, -1 where the language has no list
+    supported: np.ndarray  # counts for a supported language (itself or the relative it folds into)
+    fold: np.ndarray  # index of the language each one counts for (itself, or its supported relative)
+    log_family: np.ndarray  # log of how many languages count for that one (its prior is shared among them)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a query says about each language of its script (the parts ``LanguageDetector`` weighs)."""
+
+    char: np.ndarray  # py3langid's character log-likelihood over sqrt(bytes), as its norm_probs uses
+    known_log10: np.ndarray  # sum of log10 frequencies of the words the language's list holds
+    unknown: np.ndarray  # how many of the query's words the language's list lacks
+    any_known: np.ndarray  # whether the list holds any of them (a language without a list: True)
 
 
 class LanguageDetector:
-    """Thread-safe after construction (classification only reads the model)."""
+    """Thread-safe after construction (classification only reads the tables).
 
-    def __init__(self, supported: Sequence[str]) -> None:
+    The keyword arguments exist for tuning and the bench; the service uses the module's constants.
+    """
+
+    def __init__(
+        self,
+        supported: Sequence[str],
+        *,
+        char_weight: float = CHAR_WEIGHT,
+        oov_log10: float = OOV_LOG10,
+        supported_prior: float = SUPPORTED_PRIOR,
+        unknown_words_confidence: float = UNKNOWN_WORDS_CONFIDENCE,
+    ) -> None:
         self.supported = tuple(dict.fromkeys(normalise_code(c) for c in supported))
-        self._full = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
-        known = set(self._full.labels)
-        self._restricted = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
-        restricted = [c for c in self.supported if c in known]
-        if restricted:
-            self._restricted.set_languages(restricted)
-        # One column per label (py3langid folds a label's alias columns into its first one), in the
-        # identifier's order: the order ``rank`` breaks ties in, which argmax over these columns keeps.
-        first: dict[str, int] = {}
-        for column, code in enumerate(self._full.nb_classes):
-            first.setdefault(code, column)
-        self._codes = list(first)
-        self._columns = np.fromiter(first.values(), dtype=np.intp, count=len(first))
-        self._counts_as_supported = np.array([RELATIVES.get(c, c) in self.supported for c in self._codes])
-        self._is_supported = np.array([c in self.supported for c in self._codes])
-
-    def _probabilities(self, text: str) -> np.ndarray:
-        """Probability of each label (``self._codes``) as ``rank`` gives them, without building and sorting
-        ~140 (code, p) tuples per query: ``_decide`` is what ``rank`` and ``classify`` call (py3langid is
-        pinned in constraints.txt; tests/service/test_language.py checks the result against ``rank``)."""
-        return self._full._decide(text)[self._columns].astype(np.float64)
+        self.char_weight, self.oov_log10 = char_weight, oov_log10
+        self.supported_prior, self.unknown_words_confidence = supported_prior, unknown_words_confidence
+        ident = LanguageIdentifier.from_model_file(MODEL_FILE)
+        # The byte automaton that finds py3langid's features; its full table (~28 MB) is not kept.
+        self._automaton = (ident.tk_nextmove, ident._rowbase, ident.tk_output)
+        self._words = word_table()
+        column: dict[str, int] = {}
+        for i, code in enumerate(ident.nb_classes):
+            column.setdefault(code, i)  # py3langid folds an alias column into the label's first one
+        word_column = {code: i for i, code in enumerate(self._words.languages)}
+        self._groups: dict[str, _Group] = {}
+        listed = {c for group in SCRIPT_CANDIDATES.values() for c in group} | set(SCRIPT_LANGUAGE.values())
+        extra = [c for c in self.supported if c in column and c not in listed]
+        for script, group in SCRIPT_CANDIDATES.items():
+            joining = [c for c in extra if OTHER_SCRIPT.get(c, "LATIN") == script]
+            codes = tuple(c for c in (*group, *joining) if c in column)
+            target = {c: RELATIVES.get(c, c) for c in codes}
+            target = {c: t if t in self.supported and t in codes else c for c, t in target.items()}
+            self._groups[script] = _Group(
+                codes=codes,
+                char_columns=np.array([column[c] for c in codes], dtype=np.intp),
+                word_columns=np.array([word_column.get(c, -1) for c in codes], dtype=np.intp),
+                supported=np.array([target[c] in self.supported for c in codes]),
+                fold=np.array([codes.index(target[c]) for c in codes], dtype=np.intp),
+                log_family=np.log([Counter(target.values())[target[c]] for c in codes]),
+            )
+        # py3langid's feature table (float16) restricted to each group's columns: the rows a query visits.
+        self._char_tables = {
+            script: np.ascontiguousarray(ident.nb_ptc[:, group.char_columns])
+            for script, group in self._groups.items()
+        }
 
     def hinted(self, hint: str) -> LanguageInfo:
         code = normalise_code(hint)
         return LanguageInfo(code=code, confidence=1.0, source="hint", supported=code in self.supported)
 
     def detect(self, text: str) -> LanguageInfo:
-        if not any(char.isalpha() for char in text):  # digits, symbols: no language to tell
+        counts = script_counts(text)
+        if not counts:  # digits, symbols: no language to tell
             return LanguageInfo(code="und", confidence=0.0, source="detected", supported=False)
-        probs = self._probabilities(text)
-        supported_mass = float(probs[self._counts_as_supported].sum())
-        outside = np.where(self._counts_as_supported, -1.0, probs)
-        top = int(outside.argmax()) if not self._counts_as_supported.all() else int(probs.argmax())
-        top_code, top_p = self._codes[top], float(probs[top])
-        mixed = self._mixed(text)
-        if top_code not in self.supported and top_p >= UNSUPPORTED_MIN_P and top_p > supported_mass:
-            return LanguageInfo(
-                code=top_code, confidence=round(top_p, 4), source="detected", supported=False, mixed=mixed
-            )
-        # Restricting the identifier to the supported languages = renormalising its probabilities over them
-        # (same raw scores, same temperature), so the full distribution already holds the answer.
-        strict = np.where(self._is_supported, probs, -1.0)
-        best = int(strict.argmax())
-        p = probs[best] / max(float(probs[self._is_supported].sum()), 1e-12)
+        # Han, kana and Hangul count as one (Japanese writes Han and kana together); letters outside the
+        # scripts above (modifier letters such as Ukrainian's apostrophe ʼ) mix nothing.
+        systems = {"HAN" if s in ("KANA", "HANGUL") else s for s in counts if s in SCRIPTS}
+        mixed = len(systems) > 1 or self._mixed(text)
+        code, confidence = self.classify(text, counts)
         return LanguageInfo(
-            code=self._codes[best],
-            confidence=round(float(p), 4),
+            code=code,
+            confidence=round(confidence, 4),
             source="detected",
-            supported=self._codes[best] in self.supported,
+            supported=code in self.supported,
             mixed=mixed,
         )
 
+    def script(self, counts: Counter[str]) -> tuple[str, float]:
+        """The script a query is decided by and the share of its letters that script (with Han, for
+        Japanese and Korean) covers."""
+        total = sum(counts.values())
+        if counts["KANA"]:  # kana are Japanese only, even beside many Han characters
+            return "KANA", (counts["KANA"] + counts["HAN"]) / total
+        if counts["HANGUL"]:
+            return "HANGUL", (counts["HANGUL"] + counts["HAN"]) / total
+        script = max(counts, key=lambda s: (s in SCRIPTS, counts[s]))
+        return script, counts[script] / total
+
+    def classify(self, text: str, counts: Counter[str] | None = None) -> tuple[str, float]:
+        """(code, confidence) of a text with letters."""
+        script, share = self.script(script_counts(text) if counts is None else counts)
+        group = self._groups.get(script)
+        if group is None:  # the script decides (or, one we do not know, leaves it undetermined)
+            code = SCRIPT_LANGUAGE.get(script, "und")
+            return code, share if code != "und" else 0.0
+        probs, knows = self.weigh(self.evidence(text, script), group)
+        best = int(probs.argmax())
+        confidence = float(probs[best]) * share
+        if not knows[best]:
+            confidence = min(confidence, self.unknown_words_confidence)
+        return group.codes[best], confidence
+
+    def evidence(self, text: str, script: str) -> Evidence:
+        """Character and word evidence for each language of the script's group."""
+        group = self._groups[script]
+        n = len(group.codes)
+        encoded = LanguageIdentifier._encode(text)
+        visits = visit_counts(*self._automaton, encoded)
+        char = np.zeros(n, dtype=np.float32)
+        if visits:
+            idx = np.fromiter(visits.keys(), dtype=np.intp, count=len(visits))
+            counts = np.fromiter(visits.values(), dtype=np.float32, count=len(visits))
+            rows = self._char_tables[script][idx].astype(np.float32)  # float16 as stored: no BLAS for it
+            char = (np.log1p(counts) @ rows) / math.sqrt(len(encoded))
+        has_list = group.word_columns >= 0
+        query_words = words(text) if script != "HAN" else []  # Chinese, Japanese: no spaces between words
+        if query_words:
+            log_sum, held = self._words.totals(query_words)
+            known_log10 = np.where(has_list, log_sum[group.word_columns], 0.0)
+            held_here = np.where(has_list, held[group.word_columns], 0)
+            unknown = np.where(has_list, len(query_words) - held_here, len(query_words)).astype(np.float64)
+            any_known = ~has_list | (held_here > 0)
+        else:
+            known_log10, unknown, any_known = np.zeros(n), np.zeros(n), np.ones(n, dtype=bool)
+        return Evidence(char=char, known_log10=known_log10, unknown=unknown, any_known=any_known)
+
+    def weigh(self, evidence: Evidence, group: _Group) -> tuple[np.ndarray, np.ndarray]:
+        """Probability of each language (relatives folded into the supported language they count for) and
+        whether the language, or a relative folded into it, knows a word of the query."""
+        # A folded family (Indonesian with Malay) shares one language's prior: on evidence that favours no
+        # language it must not win twice as often.
+        scores = (
+            self.supported_prior * group.supported
+            - group.log_family
+            + self.char_weight * evidence.char
+            + _LN10 * (evidence.known_log10 + self.oov_log10 * evidence.unknown)
+        )
+        probs = np.exp(scores - scores.max())
+        probs /= probs.sum()
+        n = len(group.codes)
+        folded = np.bincount(group.fold, weights=probs, minlength=n)
+        knows = np.bincount(group.fold, weights=evidence.any_known, minlength=n) > 0
+        return folded, knows
+
     def _mixed(self, text: str) -> bool:
-        if len(_scripts(text) - {"DIGIT"}) > 1:
-            return True
-        words = _WORD.findall(text)
-        if len(words) < 4:
+        parts = text.split()
+        if len(parts) < 4:
             return False
-        half = len(words) // 2
-        first = self._restricted.classify(" ".join(words[:half]))
-        second = self._restricted.classify(" ".join(words[half:]))
+        half = len(parts) // 2
+        first = self.classify(" ".join(parts[:half]))
+        second = self.classify(" ".join(parts[half:]))
         return first[0] != second[0] and min(first[1], second[1]) >= MIXED_HALF_P
 
     def resolve(self, text: str, hint: str | None) -> LanguageInfo:
