@@ -100,7 +100,7 @@ class Settings(BaseSettings):
         10.0, gt=0.0, description="A connection must send its request head within this (else closed)."
     )
     http_body_timeout_s: float = Field(
-        30.0, gt=0.0, description="A request body must arrive within this after the head (else closed)."
+        30.0, gt=0.0, description="Longest pause in a request body's bytes (else the connection is closed)."
     )
     http_keep_alive_s: float = Field(5.0, gt=0.0, description="Idle keep-alive connections close after this.")
     max_connections: int = Field(

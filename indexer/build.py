@@ -36,7 +36,7 @@ from indexer.build_key import BUILD_KEY, PLAN_HASH, build_key, published_as, wit
 from indexer.decode import DecodePool, Decoder
 from indexer.errors import BuildError, TooManyBadItemsError
 from indexer.index_format import IndexManifest, IndexVersion
-from indexer.match_calibration import calibrate_version
+from indexer.match_calibration import RECALIBRATE_MIN_CAPTIONED, calibrate_version
 from indexer.shards import ShardStore, encode_shards, plan_hash
 from indexer.sources import SourceItem, read_sources
 from model.model_dir import ModelConfig, load_model_config
@@ -360,7 +360,10 @@ def _finalise_index(
         for _, item in captioned:
             for lang, texts in item.captions.items():
                 captions.setdefault(lang, []).extend(texts[:1])
-        manifest.match_calibration = calibrate_version(staged, encoder, captions).to_dict()
+        # An add with few captioned items keeps the parent's thresholds (a handful of captions, or none,
+        # would replace caption-calibrated thresholds by a tiny sample or by noise-only ones).
+        if not manifest.match_calibration or len(captioned) >= RECALIBRATE_MIN_CAPTIONED:
+            manifest.match_calibration = calibrate_version(staged, encoder, captions).to_dict()
 
 
 def _quality_gate(

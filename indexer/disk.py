@@ -158,13 +158,16 @@ def token_shape(encoder: Encoder, image_size: int) -> tuple[int, int]:
 
 def index_bytes(n: int, d: int, settings: Settings, factory: str | None) -> int:
     """The faiss index file for ``n`` vectors as ``choose_index`` plans it."""
-    plan = choose_index(
-        n,
-        d,
-        exact_max_items=settings.exact_max_items,
-        memory_budget_mb=settings.memory_budget_mb,
-        factory=factory,
-    )
+    try:
+        plan = choose_index(
+            n,
+            d,
+            exact_max_items=settings.exact_max_items,
+            memory_budget_mb=settings.memory_budget_mb,
+            factory=factory,
+        )
+    except ValueError as exc:  # e.g. over the memory budget: the build's own message, not a traceback
+        raise BuildError(f"cannot build index {factory or ''}: {str(exc).splitlines()[0]}") from exc
     return plan.estimated_bytes or 4 * n * d  # a factory override has no estimate: a flat index's size
 
 

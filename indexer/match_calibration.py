@@ -10,9 +10,9 @@ queries ("赤いカップ") reach only 0.80-0.90, inside the noise range: labels
 default (``bench/match_quality.py``).
 
 Thresholds, per language L with captions: ``strong_from[L]`` = the 10th percentile of L's caption
-queries' top-1 scores (90 % of full in-domain queries are strong); ``none_below`` = the 99th percentile of
-the no-match queries' top-1 scores, but never above ``strong_from[L]``. Without captions (a folder of
-photos) only the no-match side is known: ``none_below`` = its 95th percentile, ``strong_from`` = its
+queries' top-1 scores (90 % of full in-domain queries are strong); ``none_below`` = the 95th percentile of
+the no-match queries' top-1 scores in L's script, but never above ``strong_from[L]``. Without captions (a
+folder of photos) only the no-match side is known: ``none_below`` = its 95th percentile, ``strong_from`` = its
 maximum (a result above every noise query). Half of each query set fits, the other half measures
 (``measured``: the share of held-out caption queries labelled strong and none, of no-match queries labelled
 none and not strong).
@@ -32,6 +32,7 @@ from model.runtime import Encoder
 
 MatchLabel = Literal["strong", "weak", "none"]
 CAPTIONS_PER_LANGUAGE = 200
+RECALIBRATE_MIN_CAPTIONED = 200  # an ``add`` recalibrates only when it brings this many captioned items
 IN_DOMAIN_STRONG_QUANTILE = 0.10
 OOD_NONE_QUANTILE = 0.95
 MIN_OWN_NOISE = 8  # no-match queries of a language's own script needed to calibrate on them alone
@@ -105,6 +106,9 @@ def calibrate(
     noise_queries = ood_queries(seed=seed)
     kinds = np.array([kind for kind, _ in noise_queries])
     noise = top_scores([text for _, text in noise_queries])
+    if not np.isfinite(noise).all():  # an empty version (everything deleted) answers nothing
+        empty = MatchThresholds(1.0, 1.0)
+        return MatchCalibration(empty, {}, "empty", {"ood_queries": len(noise)})
     is_fit = np.zeros(len(noise), dtype=bool)
     is_fit[_halves(len(noise), rng)[0]] = True
     usable = {lang: list(texts) for lang, texts in captions.items() if len(texts) >= 4}
@@ -122,6 +126,7 @@ def calibrate(
         if lang in usable:
             picked = [usable[lang][i] for i in rng.permutation(len(usable[lang]))[:CAPTIONS_PER_LANGUAGE]]
             scores = top_scores(picked)
+            scores = scores[np.isfinite(scores)]
             lang_fit, lang_held = _halves(len(scores), rng)
             strong = float(np.quantile(scores[lang_fit], IN_DOMAIN_STRONG_QUANTILE))
             none_below = min(none_below, strong)

@@ -4,8 +4,10 @@ and a cap on open connections, for uvicorn's httptools protocol.
 uvicorn times out idle keep-alive connections only after a response; a connection that never sends a full
 request head (silent, or trickling a byte at a time) was held until the fd limit (an outside test kept 410
 for 45 s). Here every connection must deliver its request head within ``http_header_timeout_s`` of
-connecting (or of the previous response), and the body within ``http_body_timeout_s`` after the head;
-otherwise it is closed. ``max_connections`` is uvicorn's ``limit_concurrency`` (503 beyond it).
+connecting (or of the previous response), and its body must keep arriving: no more than
+``http_body_timeout_s`` without body bytes (an inactivity limit, so a large upload on a slow link is fine;
+the clock stops while the server itself has paused reading); otherwise it is closed. ``max_connections``
+is uvicorn's ``limit_concurrency`` (503 beyond it).
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ def guarded_protocol(header_timeout_s: float, body_timeout_s: float) -> type[asy
 
         def _expire(self, what: str) -> None:
             self._deadline = None
+            if (
+                what == "body" and self.flow.read_paused
+            ):  # waiting on us (a pipelined request), not the client
+                self._arm(body_timeout_s, what)
+                return
             if not self.transport.is_closing():
                 log.info("closing a connection from %s: no complete request %s in time", self.client, what)
                 self.transport.close()
@@ -54,6 +61,10 @@ def guarded_protocol(header_timeout_s: float, body_timeout_s: float) -> type[asy
         def on_headers_complete(self) -> None:
             super().on_headers_complete()
             self._arm(body_timeout_s, "body")
+
+        def on_body(self, body: bytes) -> None:
+            super().on_body(body)
+            self._arm(body_timeout_s, "body")  # bytes keep coming: the inactivity clock restarts
 
         def on_message_complete(self) -> None:
             self._disarm()

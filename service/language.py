@@ -301,6 +301,8 @@ class LanguageDetector:
         """The script a query is decided by and the share of its letters that script (with Han, for
         Japanese and Korean) covers."""
         total = sum(counts.values())
+        if not total:  # no letters (digits, punctuation): nothing to tell
+            return "und", 0.0
         if counts["KANA"]:  # kana are Japanese only, even beside many Han characters
             return "KANA", (counts["KANA"] + counts["HAN"]) / total
         if counts["HANGUL"]:
@@ -369,8 +371,10 @@ class LanguageDetector:
         if len(parts) < 4:
             return False
         half = len(parts) // 2
-        first = self.classify(" ".join(parts[:half]))
-        second = self.classify(" ".join(parts[half:]))
+        halves = [" ".join(parts[:half]), " ".join(parts[half:])]
+        if not all(script_counts(h) for h in halves):  # a half of digits ("red cup 2 3"): not two languages
+            return False
+        first, second = (self.classify(h) for h in halves)
         return first[0] != second[0] and min(first[1], second[1]) >= MIXED_HALF_P
 
     def resolve(self, text: str, hint: str | None) -> LanguageInfo:

@@ -226,7 +226,7 @@ class Monitor:
         """The search route's hook: counters only; now and then an ANN recall sample for the worker."""
         hits = response.results
         top = hits[0].score if hits and request.offset == 0 else None
-        no_match = response.match == "none"
+        no_match = response.match == "none" and request.offset == 0
         self.traffic.record(lang, len(hits), top, response.timings_ms.total, no_match=no_match)
         rate = self.settings.ann_sample_rate
         if rate and not request.filters and random.random() < rate and self._has_sample_credit():

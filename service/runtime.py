@@ -122,7 +122,6 @@ class Runtime:
             default_rerank_k=s.rerank_k,
             rerank_score=s.rerank_score,
             max_query_pixels=s.max_query_pixels,
-            image_search_concurrency=s.image_search_concurrency,
             max_upload_bytes=s.max_upload_mb * 1024 * 1024,
         )
         self.monitor.attach(self._holder, self._searcher)
@@ -144,6 +143,9 @@ class Runtime:
     @asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(self._start)
+        # Decoding an upload takes up to ~100 MB and seconds of CPU: a few at a time; the rest wait on the
+        # event loop (holding no worker thread, so text searches are not queued behind them).
+        self.image_slots = anyio.Semaphore(self.settings.image_search_concurrency)
         # What startup built (libraries, model, index) lives as long as the process: moved out of the
         # collector's way, collections under load scan only request garbage (longest pause at 1M items,
         # 32 clients: 6.5 -> 1.6 ms).

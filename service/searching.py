@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 import time
 import unicodedata
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ import numpy as np
 from model.reranking import MATCH_OUTPUT, RerankScore, rerank_scores
 from model.runtime import EncodedTexts, Encoder, EncoderError
 from service.cache import EMBEDDING, RESULT, Cache, pack_texts, unpack_texts
-from service.errors import BusyError, InvalidInputError
+from service.errors import InvalidInputError
 from service.index_holder import Served
 from service.language import LanguageDetector
 from service.matching import MatchJudge
@@ -40,8 +39,6 @@ from service.schemas import (
     Timings,
 )
 from service.uploads import decode_upload
-
-IMAGE_SLOT_WAIT_S = 10.0  # how long an image search waits for a decoding slot before a 503
 
 
 def image_url(item_id: str) -> str:
@@ -94,7 +91,6 @@ class Searcher:
         max_upload_bytes: int,
         rerank_score: RerankScore = "dual_plus_margin",
         max_query_pixels: int = 24_000_000,
-        image_search_concurrency: int = 2,
     ) -> None:
         self.encoder = encoder
         self.model_name = model_name
@@ -115,8 +111,6 @@ class Searcher:
         self.rerank_score = rerank_score
         self.max_upload_bytes = max_upload_bytes
         self.max_query_pixels = max_query_pixels
-        # Decoding an upload takes up to ~100 MB and seconds of CPU: a few at a time, the rest wait.
-        self._image_slots = threading.BoundedSemaphore(image_search_concurrency)
         self.judge = MatchJudge(encoder)
 
     # -- pieces ---------------------------------------------------------------------------------------------
@@ -369,27 +363,19 @@ class Searcher:
         filters: dict[str, Any] | None,
     ) -> ImageSearchResponse:
         start = time.perf_counter()
-        if not self._image_slots.acquire(timeout=IMAGE_SLOT_WAIT_S):
-            raise BusyError(
-                f"too many image searches at once; retry in a moment (waited {IMAGE_SLOT_WAIT_S:.0f} s)",
-                loc=("body", "file"),
-            )
-        try:
-            image = decode_upload(
-                data,
-                content_type,
-                max_bytes=self.max_upload_bytes,
-                max_pixels=self.max_query_pixels,
-                image_size=self.encoder.config.vision.image_size,
-            )
-            allowed = self.allowed_rows(served, filters)
-            timings = {"encode": 0.0, "search": 0.0, "rerank": 0.0}
-            t0 = time.perf_counter()
-            embeds = self.encoder.encode_images([image]).embeds
-            timings["encode"] = time.perf_counter() - t0
-            del image
-        finally:
-            self._image_slots.release()
+        image = decode_upload(
+            data,
+            content_type,
+            max_bytes=self.max_upload_bytes,
+            max_pixels=self.max_query_pixels,
+            image_size=self.encoder.config.vision.image_size,
+        )
+        allowed = self.allowed_rows(served, filters)
+        timings = {"encode": 0.0, "search": 0.0, "rerank": 0.0}
+        t0 = time.perf_counter()
+        embeds = self.encoder.encode_images([image]).embeds
+        timings["encode"] = time.perf_counter() - t0
+        del image
         query = EncodedTexts(embeds, np.zeros((1, 0, 0), np.float32), np.zeros((1, 0), np.int64))
         ranked = self.rank(
             served,

@@ -10,6 +10,7 @@ gets ``'unsafe-inline'`` scripts.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -64,9 +65,13 @@ class Redactor:
             for form in {str(path), str(Path(path).resolve())}:
                 if form not in ("", ".", "/"):
                     pairs.append((form, label))
-        self._pairs = sorted(pairs, key=lambda pair: -len(pair[0]))  # longest first: nested paths
+        # Longest first (nested paths); whole path components only: "/data" must not touch "/database".
+        self._patterns = [
+            (re.compile(rf"(?<![\w.-]){re.escape(path)}(?![\w.-])"), label)
+            for path, label in sorted(pairs, key=lambda pair: -len(pair[0]))
+        ]
 
     def __call__(self, text: str) -> str:
-        for path, label in self._pairs:
-            text = text.replace(path, label)
+        for pattern, label in self._patterns:
+            text = pattern.sub(label, text)
         return text

@@ -110,3 +110,38 @@ def test_silent_and_trickling_connections_are_closed(index_root: Path) -> None:
         assert time.monotonic() - started < 8
     for conn in sockets:
         conn.close()
+
+
+def test_redactor_replaces_whole_path_components_only(tmp_path: Path) -> None:
+    from service.security import Redactor
+
+    redact = Redactor([(Path("/data"), "<index root>"), (Path("/data/models/m"), "<model dir>")])
+    assert redact("no version under /data/shop") == "no version under <index root>/shop"
+    assert redact("/data/models/m/config.json is damaged") == "<model dir>/config.json is damaged"
+    assert redact("see /database and /data2 and my/data") == "see /database and /data2 and my/data"
+
+
+def test_slow_uploads_pass_and_stalled_ones_are_closed(index_root: Path) -> None:
+    """The body limit is on pauses, not on the whole upload: a body trickling in for 3 s with a 1 s limit
+    is answered; one that stops for 2 s is closed."""
+    index = ("--index-root", str(index_root), "--index-name", "shop")
+    body = b'{"query": "a red mug", "top_k": 3}' + b" " * 300
+    head = (
+        b"POST /v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+    )
+    with ServeProcess(*index, env={"CCRK_HTTP_BODY_TIMEOUT_S": "1"}) as served:
+        with socket.create_connection(("127.0.0.1", served.port), timeout=10) as slow:
+            slow.sendall(head)
+            for start in range(0, len(body), 30):  # 12 chunks, 0.25 s apart: 3 s in all
+                slow.sendall(body[start : start + 30])
+                time.sleep(0.25)
+            answer = slow.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        with socket.create_connection(("127.0.0.1", served.port), timeout=10) as stalled:
+            stalled.sendall(head + body[:20])
+            time.sleep(2.0)
+            with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+                stalled.sendall(body[20:])
+            with contextlib.suppress(ConnectionResetError):
+                assert stalled.recv(65536) == b"", "a stalled upload was answered"

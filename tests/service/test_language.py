@@ -210,3 +210,12 @@ def test_hint_letterless_and_mixed(detector: LanguageDetector) -> None:
 
 def test_normalise_code() -> None:
     assert [normalise_code(c) for c in ("EN", "en-US", "zh_Hans", " pt-BR ")] == ["en", "en", "zh", "pt"]
+
+
+@pytest.mark.parametrize(
+    "query", ["size 42 44 46", "red cup 2 3", "42 44 red cup", "1 2 3 4", "... !!! ?? --", "12 34 56 mug"]
+)
+def test_queries_with_letterless_halves(query: str) -> None:
+    """A 4-word query whose half has no letters is not "mixed" (a half of digits crashed the mixing check)."""
+    info = LanguageDetector(DEMO).resolve(query, None)
+    assert not info.mixed and 0.0 <= info.confidence <= 1.0

@@ -10,7 +10,7 @@ from fastapi import APIRouter, File, Form, Request, Response, UploadFile
 from pydantic import TypeAdapter, ValidationError
 
 from service.api.deps import RuntimeDep, SearcherDep, ServedDep
-from service.errors import InvalidInputError
+from service.errors import BusyError, InvalidInputError
 from service.schemas import MAX_OFFSET, MAX_TOP_K, Filters, ImageSearchResponse, SearchRequest, SearchResponse
 
 router = APIRouter(prefix="/v1/search", tags=["search"])
@@ -21,6 +21,7 @@ ERRORS = {
     503: {"description": "No index loaded (the message says why)."},
 }
 _filters = TypeAdapter(Filters)
+IMAGE_SLOT_WAIT_S = 10.0  # how long an image search waits for a decoding slot before a 503
 
 
 @router.post("", response_model=SearchResponse, responses=ERRORS, max_body_size=JSON_BODY_LIMIT)
@@ -32,7 +33,8 @@ async def search(body: SearchRequest, runtime: RuntimeDep, request: Request) -> 
     result = await anyio.to_thread.run_sync(runtime.search, body, limiter=runtime.limiter)
     request.state.lang = runtime.lang_label(result.language.code)
     runtime.monitor.observe_search(request.state.lang, body, result)  # live traffic per language
-    runtime.metrics.search_match.labels(request.state.lang, result.match or "unknown").inc()
+    if body.offset == 0:  # one count per query, not per page
+        runtime.metrics.search_match.labels(request.state.lang, result.match or "unknown").inc()
     # Serialised here: the model was built by our own code, re-validating it would only cost time.
     return Response(result.model_dump_json(), media_type="application/json")
 
@@ -67,7 +69,25 @@ async def search_image(
                 f"filters must be a JSON object of filters: {exc}", loc=("body", "filters")
             ) from None
     data = await file.read(searcher.max_upload_bytes + 1)
-    result = await anyio.to_thread.run_sync(
-        searcher.search_image, served, data, file.content_type, top_k, offset, parsed, limiter=runtime.limiter
-    )
+    try:
+        with anyio.fail_after(IMAGE_SLOT_WAIT_S):
+            await runtime.image_slots.acquire()
+    except TimeoutError:
+        raise BusyError(
+            f"too many image searches at once; retry in a moment (waited {IMAGE_SLOT_WAIT_S:.0f} s)",
+            loc=("body", "file"),
+        ) from None
+    try:
+        result = await anyio.to_thread.run_sync(
+            searcher.search_image,
+            served,
+            data,
+            file.content_type,
+            top_k,
+            offset,
+            parsed,
+            limiter=runtime.limiter,
+        )
+    finally:
+        runtime.image_slots.release()
     return Response(result.model_dump_json(), media_type="application/json")

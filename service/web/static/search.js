@@ -56,7 +56,9 @@
     for (const hit of data.results) {
       const card = el("figure", { class: "card" + (hit.match && hit.match !== "strong" ? " " + hit.match : ""),
         "data-id": hit.id, "data-match": hit.match || "" });
-      card.append(el("img", { src: hit.image_url + "?size=160", alt: hit.id, loading: "lazy" }));
+      const thumb = new URL(hit.image_url, location.href);  // the link may carry the id as a query already
+      thumb.searchParams.set("size", "160");
+      card.append(el("img", { src: thumb.pathname + thumb.search, alt: hit.id, loading: "lazy" }));
       const score = hit.rerank_score !== null && hit.rerank_score !== undefined
         ? "re-rank " + hit.rerank_score.toFixed(2) + " · cos " + hit.score.toFixed(3)
         : "cos " + hit.score.toFixed(3);
