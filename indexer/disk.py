@@ -313,11 +313,20 @@ class NpyWriter:
 # -- failures --------------------------------------------------------------------------------------------
 
 
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, DiskSpaceError) or (isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS)
+
+
 def explain_failure(
-    exc: BaseException, index_dir: Path, need: SpaceNeed | None, current: str | None, kept: Sequence[Path]
+    exc: BaseException,
+    index_dir: Path,
+    need: SpaceNeed | None,
+    current: str | None,
+    kept: Sequence[Path],
+    freed: int = 0,
 ) -> DiskSpaceError | None:
     """The message for a failure caused by a full disk (None for other failures): what could not be
-    written, the space needed and free, that CURRENT is unchanged, and what was kept for a re-run."""
+    written, the space needed and free, that CURRENT is unchanged, and what was removed or kept."""
     if isinstance(exc, DiskSpaceError):
         head = str(exc)
     elif isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
@@ -331,6 +340,10 @@ def explain_failure(
     tail = "Nothing was published, " + (
         f"CURRENT still names {current}" if current else "the index has no published version"
     )
+    if freed:
+        tail += (
+            f"; its {human(freed)} of encoded shards were removed to free the space (a re-run encodes again)"
+        )
     if kept:
         listing = ", ".join(f"{p} ({human(tree_bytes(p))})" for p in kept)
         tail += (

@@ -1,7 +1,8 @@
-"""What a failed build, add or delete leaves behind: no staged version, no trash; shard work folders with
-shards stay (a re-run resumes from them without encoding again), empty ones go. A failure caused by a full
-disk becomes a ``DiskSpaceError`` saying what could not be written, the space needed and free, that
-CURRENT is unchanged, and which shard folders were kept (``indexer.disk.explain_failure``).
+"""What a failed build, add or delete leaves behind: no staged version, no trash. After a crash the shard
+work folders with shards stay (a re-run resumes from them without encoding again); after a full disk they
+go too, since leftovers would keep the disk full (an outside test saw 26 MB of them keep it at 100 %). A
+failure caused by a full disk becomes a ``DiskSpaceError`` saying what could not be written, the space
+needed and free, that CURRENT is unchanged, and what was removed (``indexer.disk.explain_failure``).
 """
 
 from __future__ import annotations
@@ -51,7 +52,14 @@ def cleaned_on_failure(root: Path, name: str) -> Iterator[Guard]:
         yield guard
     except BaseException as exc:
         kept = remove_unfinished(base / fmt.BUILDS_DIR)  # first: the message reports the space free after
-        explained = disk.explain_failure(exc, base, guard.need, fmt.current_version(root, name), kept)
+        freed = 0
+        if disk.is_disk_full(exc):
+            for folder in kept:
+                freed += disk.tree_bytes(folder)
+                shutil.rmtree(folder, ignore_errors=True)
+            kept = []
+        current = fmt.current_version(root, name)
+        explained = disk.explain_failure(exc, base, guard.need, current, kept, freed)
         if explained is None:
             raise
         raise explained from exc

@@ -120,12 +120,12 @@ def _still_serves(root: Path, version: str, count: int) -> None:
         assert idx.search(q, 1)[1][0, 0] == 0
 
 
-def test_build_that_does_not_fit_fails_cleanly_and_resumes(
+def test_build_that_does_not_fit_fails_cleanly_and_leaves_nothing(
     tmpfs: Callable[[int], Path], settings: Settings, photo_folder: Path, tmp_path: Path
 ) -> None:
-    """Shards fit, the version does not: exit 2 with the path and the space, the staged version removed,
-    the shards kept (deliberately: a re-run resumes from them), CURRENT untouched. After the disk grows the
-    same command resumes and publishes."""
+    """Shards fit, the version does not: exit 2 with the path and the space, the staged version and the
+    shards removed (leftovers would keep the disk full), CURRENT untouched. After the disk grows the same
+    command builds and publishes."""
     mount = tmpfs(int(2.5 * MIB))
     root = mount / "indexes"
     first = _published(settings.model_copy(update={"index_root": root}), photo_folder)
@@ -135,7 +135,7 @@ def test_build_that_does_not_fit_fails_cleanly_and_resumes(
     message = " ".join(result.stderr.split())
     # e.g. "no space left on the device writing .../shop/.builds/<version>/rerank_tokens.npy: this operation
     # needs about 2.5 MiB in .../shop (...), 1.3 MiB is free there now. nothing was published, CURRENT still
-    # names <first>; the encoded shards are kept ...: .../build-<key> (1.4 MiB) (delete to free that space)"
+    # names <first>; its 1.4 MiB of encoded shards were removed to free the space (a re-run encodes again)"
     written = re.search(
         r"no space left on the device writing (\S+): this operation needs about ([\d.]+) MiB", message
     )
@@ -143,16 +143,13 @@ def test_build_that_does_not_fit_fails_cleanly_and_resumes(
     assert Path(written[1]).parent.parent == root / "shop" / fmt.BUILDS_DIR and written[1].endswith(".npy")
     assert re.search(r"[\d.]+ [KM]iB is free there now\. Nothing was published", message), message
     assert f"CURRENT still names {first}" in message
-    left = _leftovers(root)
-    assert len(left) == 1 and left[0].startswith("build-"), left  # no staged version, no trash
-    assert f"{root / 'shop' / fmt.BUILDS_DIR / left[0]} (" in message
-    assert len(list((root / "shop" / fmt.BUILDS_DIR / left[0] / "shards").glob("shard-*.npz"))) == 10
+    assert re.search(r"its [\d.]+ [KM]iB of encoded shards were removed to free the space", message), message
+    assert _leftovers(root) == []  # no staged version, no trash, no shards
     _still_serves(root, first, 12)
 
     subprocess.run(["mount", "-o", "remount,size=8m", str(mount)], check=True)
     again = _ccrk(root, folder)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "(10 resumed from an earlier run)" in " ".join(again.stdout.split())
     assert fmt.current_version(root, "shop") != first and _leftovers(root) == []
     with IndexVersion.open(root, "shop") as idx:
         assert len(idx) == 80
@@ -244,7 +241,7 @@ def test_failed_publish_removes_the_installed_version(
         build("shop", [photo_folder], settings=settings)
     assert fmt.list_versions(settings.index_root, "shop") == [first]
     assert fmt.current_version(settings.index_root, "shop") == first
-    assert [p[:6] for p in _leftovers(settings.index_root)] == ["build-"]  # only the shards, for a re-run
+    assert _leftovers(settings.index_root) == []  # shards too: a full disk is freed
 
 
 def test_add_is_refused_before_encoding_when_it_cannot_fit(
@@ -264,21 +261,18 @@ def test_add_is_refused_before_encoding_when_it_cannot_fit(
     _still_serves(s.index_root, first, 12)
 
 
-def test_disk_full_while_encoding_keeps_whole_shards_only(
-    tmpfs: Callable[[int], Path], tmp_path: Path
-) -> None:
-    """The shards themselves do not fit: the shard being written is named, its partial temp file removed,
-    the complete shards kept for a re-run."""
+def test_disk_full_while_encoding_leaves_nothing(tmpfs: Callable[[int], Path], tmp_path: Path) -> None:
+    """The shards themselves do not fit: the shard being written is named; it, its partial temp file and the
+    complete shards are removed (the disk is free again)."""
     mount = tmpfs(1 * MIB)
     root = mount / "indexes"
     result = _ccrk(root, _photos(tmp_path / "more", 80), unchecked=True)
     assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
     message = " ".join(result.stderr.split())
-    work = next((root / "shop" / fmt.BUILDS_DIR).glob("build-*"))
-    shard = re.search(rf"no space left on the device writing {work}/shards/shard-(\d+)\.npz: ", message)
+    builds = root / "shop" / fmt.BUILDS_DIR
+    shard = re.search(
+        rf"no space left on the device writing {builds}/build-\w+/shards/shard-(\d+)\.npz: ", message
+    )
     assert shard, message
     assert "Nothing was published, the index has no published version" in message
-    assert sorted(p.name for p in (work / "shards").iterdir()) == [
-        f"shard-{i:06d}.npz" for i in range(int(shard[1]))
-    ]
-    assert _leftovers(root) == [work.name]
+    assert _leftovers(root) == []
