@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from ccrk_cli.wiring import wire
 from ccrk_settings.cli import config_app
 from indexer.cli import index_app
 from model.cli import data_app, eval_command, experiment_app, export_app, model_app, train_command
@@ -16,6 +17,14 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def ccrk() -> None:
+    """ccrk-search: multilingual image search with CCRk (train, evaluate, index, serve)."""
+    wire()  # builds run monitoring's quality gate, handed to the indexer here (ccrk_cli.wiring)
+
+
 app.add_typer(data_app, name="data")
 app.add_typer(model_app, name="model")
 app.add_typer(export_app, name="export")

@@ -7,11 +7,13 @@ in-process cache), so a fresh machine needs no configuration.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # The embedded default model shipped inside the ``model`` package.
@@ -197,3 +199,63 @@ class Settings(BaseSettings):
 def get_settings() -> Settings:
     """The process's settings, read once from the environment."""
     return Settings()
+
+
+@dataclass(frozen=True)
+class SettingProblem:
+    """One value the ``Settings`` model rejects: the field, pydantic's reason, and the value given."""
+
+    field: str
+    message: str
+    value: object
+    from_override: bool  # a command-line option (else the environment or .env)
+
+
+class SettingsError(ValueError):
+    """Settings that do not validate, from an override or from the environment, each problem by field."""
+
+    def __init__(self, problems: list[SettingProblem]) -> None:
+        self.problems = tuple(problems)
+        super().__init__(self.describe())
+
+    @classmethod
+    def from_validation(cls, exc: ValidationError, overrides: Mapping[str, object]) -> SettingsError:
+        problems = []
+        for err in exc.errors():
+            field = str(err["loc"][0]) if err["loc"] else "?"
+            problems.append(SettingProblem(field, err["msg"], err.get("input"), field in overrides))
+        return cls(problems)
+
+    def describe(self, options: Mapping[str, str] | None = None) -> str:
+        """One line per problem, named the way the user gave the value: the command-line option
+        (``options`` maps a field to its flag, else ``--field-name``) or the ``CCRK_`` variable."""
+        from ccrk_settings.reference import env_name, masked  # reference imports this module
+
+        lines = []
+        for p in self.problems:
+            if p.from_override:
+                where = (options or {}).get(p.field, "--" + p.field.replace("_", "-"))
+            else:
+                where = env_name(p.field)
+            lines.append(f"{where}: {p.message} (got {masked(p.field, p.value)!r})")
+        return "\n".join(lines)
+
+
+def settings_with(overrides: Mapping[str, object], base: Settings | None = None) -> Settings:
+    """The process's settings (or ``base``) with per-run overrides applied and validated like the
+    environment is: the one way a command line changes settings.
+
+    None values are left out (an option not given keeps the configured value). Raises ``SettingsError``
+    naming every rejected field, whether its value came from ``overrides`` or from the environment;
+    ``TypeError`` for a name that is no setting (a caller's typo would otherwise be ignored silently,
+    as the model ignores extra keys)."""
+    update = {key: value for key, value in overrides.items() if value is not None}
+    unknown = sorted(set(update) - set(Settings.model_fields))
+    if unknown:
+        raise TypeError(f"not settings: {', '.join(unknown)}")
+    try:
+        current = get_settings() if base is None else base
+        # model_copy(update=...) would skip validation: a --threads 1000 would reach the runtime.
+        return Settings.model_validate({**current.model_dump(), **update})
+    except ValidationError as exc:
+        raise SettingsError.from_validation(exc, update) from None

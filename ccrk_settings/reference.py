@@ -148,7 +148,8 @@ def reference(fmt: Format = "markdown") -> str:
     return markdown_reference() if fmt == "markdown" else env_template()
 
 
-def _masked(name: str, value: Any) -> str:
+def masked(name: str, value: Any) -> str:
+    """``value`` as the environment takes it, with secrets (keys, URL passwords) hidden."""
     text = env_value(value)
     if any(word in name for word in SECRET_WORDS):
         return "****"
@@ -166,4 +167,4 @@ def effective(settings: Settings) -> Iterable[tuple[str, str | None]]:
     """(variable, value) for every setting as this process resolves it (None: unset); secrets masked."""
     for name in Settings.model_fields:
         value = getattr(settings, name)
-        yield env_name(name), None if value is None else _masked(name, value)
+        yield env_name(name), None if value is None else masked(name, value)

@@ -37,6 +37,7 @@ from indexer.decode import DecodePool, Decoder
 from indexer.errors import BuildError, TooManyBadItemsError
 from indexer.index_format import IndexManifest, IndexVersion
 from indexer.match_calibration import RECALIBRATE_MIN_CAPTIONED, calibrate_version
+from indexer.quality_gate import QualityGate, resolve_gate
 from indexer.shards import ShardStore, encode_shards, plan_hash
 from indexer.sources import SourceItem, read_sources
 from model.model_dir import ModelConfig, load_model_config
@@ -74,7 +75,7 @@ class BuildReport:
     build_seconds: float = 0.0
     pruned: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    gate: dict[str, Any] | None = None  # quality gate verdict (monitoring.gate), when on
+    gate: dict[str, Any] | None = None  # quality gate verdict (indexer.quality_gate), when on
 
     @property
     def items_per_second(self) -> float:
@@ -373,12 +374,13 @@ def _quality_gate(
     captioned: Sequence[tuple[int, SourceItem]],
     settings: Settings,
     report: BuildReport,
+    gate: QualityGate | None,
 ) -> bool:
-    """Whether the staged version may be published (monitoring.gate; on when a gate threshold
-    is set). The verdict goes into the manifest and the report."""
-    from monitoring.gate import quality_gate
-
-    verdict = quality_gate(stage, manifest, encoder, settings, [(it.id, it.captions) for _, it in captioned])
+    """Whether the staged version may be published (the injected gate, see ``indexer.quality_gate``; on
+    when a gate threshold is set). The verdict goes into the manifest and the report."""
+    verdict = resolve_gate(gate)(
+        stage, manifest, encoder, settings, [(it.id, it.captions) for _, it in captioned]
+    )
     if verdict is None:
         return True
     report.gate = verdict.to_dict()
@@ -431,10 +433,11 @@ def build(
     index_factory: str | None = None,
     progress: ProgressFn | None = None,
     force: bool = False,
+    gate: QualityGate | None = None,
 ) -> BuildReport:
     """A full build from the sources (deleted items of earlier versions are gone: compaction). When CURRENT
     holds this very build's result already (same sources, files, model and options), nothing is built or
-    published unless ``force``."""
+    published unless ``force``. ``gate`` judges the staged version (default: the installed one)."""
     started = time.perf_counter()
     root = settings.index_root
     model_dir = Path(model_dir or settings.model_dir)
@@ -555,7 +558,7 @@ def build(
         )
         captioned = [(row, it) for row, it in enumerate(encoded.ok_items) if it.captions]
         _finalise_index(stage, manifest, plan, encoder, captioned, settings, report)
-        publish = _quality_gate(stage, manifest, encoder, captioned, settings, report)
+        publish = _quality_gate(stage, manifest, encoder, captioned, settings, report, gate)
         manifest.build_seconds = round(time.perf_counter() - started, 3)
         report.version, report.pruned = _finish(root, name, stage, manifest, settings.keep_versions, publish)
         report.published = publish
@@ -573,8 +576,10 @@ def add(
     settings: Settings,
     model_dir: Path | None = None,
     progress: ProgressFn | None = None,
+    gate: QualityGate | None = None,
 ) -> BuildReport:
-    """Append the sources' new items (ids not live in CURRENT) to a new version; nothing is re-encoded."""
+    """Append the sources' new items (ids not live in CURRENT) to a new version; nothing is re-encoded.
+    ``gate`` judges the staged version (default: the installed one)."""
     started = time.perf_counter()
     root = settings.index_root
     model_dir = Path(model_dir or settings.model_dir)
@@ -693,7 +698,7 @@ def add(
                 )
         finally:
             parent.close()
-        publish = _quality_gate(stage, manifest, encoder, captioned, settings, report)
+        publish = _quality_gate(stage, manifest, encoder, captioned, settings, report, gate)
         manifest.build_seconds = round(time.perf_counter() - started, 3)
         report.version, report.pruned = _finish(root, name, stage, manifest, settings.keep_versions, publish)
         report.published = publish

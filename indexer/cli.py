@@ -24,7 +24,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from ccrk_settings import Settings, get_settings
+from ccrk_settings import Settings, SettingsError, settings_with
 from indexer import index_format as fmt
 from indexer.errors import IndexerError
 from model.configs import ConfigError
@@ -83,14 +83,21 @@ def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
         yield update
 
 
-def _settings(**overrides: Any) -> Settings:
-    update = {k: v for k, v in overrides.items() if v is not None}
-    return get_settings().model_copy(update=update)
-
-
 def _fail(message: str) -> typer.Exit:
     err_console.print(f"[red]error:[/red] {message}", highlight=False)
     return typer.Exit(code=2)
+
+
+# The options of these commands that set a setting of another name, for error messages.
+OPTION_OF_SETTING = {"index_workers": "--workers", "index_batch_size": "--batch-size"}
+
+
+def _settings(**overrides: Any) -> Settings:
+    """The settings with this command's options applied (validated); a bad value exits naming its option."""
+    try:
+        return settings_with(overrides)
+    except SettingsError as exc:
+        raise _fail(exc.describe(OPTION_OF_SETTING)) from None
 
 
 @contextmanager
@@ -200,8 +207,6 @@ def build_command(
     result is CURRENT already publishes nothing)."""
     from indexer.build import build
 
-    if rerank_dtype not in (None, "fp16", "int8"):
-        raise _fail(f"--rerank-dtype must be fp16 or int8, got {rerank_dtype!r}")
     settings = _settings(
         index_root=index_root,
         rerank_dtype=rerank_dtype,

@@ -90,14 +90,18 @@ def run_command(
     json_out: Annotated[Path | None, typer.Option(help="Also write the run record as JSON here.")] = None,
 ) -> None:
     """Run the probe set once and print per-language Recall@1/5/10, MRV, mrv_std, overlap@10, latency."""
-    from ccrk_settings import get_settings
+    from ccrk_settings import SettingsError, settings_with
     from indexer import index_format as fmt
     from monitoring.history import HistoryError, open_history
     from monitoring.probe import HttpSearcher, ProbeError, index_searcher, run_probes, run_record
     from monitoring.probe_set import ProbeSetError, load_probe_set
 
-    overrides = {"index_root": index_root, "index_name": name, "model_dir": model, "probe_set": probe_set}
-    settings = get_settings().model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    try:
+        settings = settings_with(
+            {"index_root": index_root, "index_name": name, "model_dir": model, "probe_set": probe_set}
+        )
+    except SettingsError as exc:
+        raise _fail(exc.describe({"index_name": "--name", "model_dir": "--model"})) from None
     if settings.probe_set is None:
         raise _fail(
             "no probe set: pass --probe-set or set CCRK_PROBE_SET (make one with `ccrk probe make-set`)"

@@ -2,22 +2,25 @@
 
 Thresholds come from the settings (all off by default): every language's recall@10 at least
 ``gate_min_recall_at_10``, MRV at most ``gate_max_mrv``, no language's recall@10 more than
-``gate_max_recall_drop`` below the CURRENT version's on the same probes. The builder calls
-``quality_gate`` on the staged version; a refused version is installed (kept) but not published, and the
-verdict goes to the build report, the manifest and the probe history (where the dashboard shows it).
+``gate_max_recall_drop`` below the CURRENT version's on the same probes. The builder runs
+``quality_gate`` on the staged version; it is injected, since the indexer may not import monitoring
+(``ccrk_cli`` installs it; ``indexer.quality_gate`` holds the thresholds and verdict types). A refused
+version is installed (kept) but not published, and the verdict goes to the build report, the manifest
+and the probe history (where the dashboard shows it).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from ccrk_settings import Settings
 from indexer import index_format as fmt
 from indexer.index_format import IndexManifest, IndexVersion
+from indexer.quality_gate import Captioned, GateThresholds, GateVerdict  # the builder's types, re-exported
 from model.runtime import Encoder
 from monitoring.history import HistoryError, open_history
 from monitoring.probe import ProbeError, index_searcher, run_probes, run_record
@@ -25,33 +28,6 @@ from monitoring.probe_set import Probe, ProbeSetError, load_probe_set, probes_fr
 from monitoring.report import recall_drops
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class GateThresholds:
-    min_recall_at_10: float | None = None
-    max_mrv: float | None = None
-    max_recall_drop: float | None = None
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> GateThresholds:
-        return cls(settings.gate_min_recall_at_10, settings.gate_max_mrv, settings.gate_max_recall_drop)
-
-    @property
-    def enabled(self) -> bool:
-        return any(v is not None for v in (self.min_recall_at_10, self.max_mrv, self.max_recall_drop))
-
-
-@dataclass
-class GateVerdict:
-    passed: bool
-    reasons: list[str]
-    thresholds: dict[str, float | None]
-    baseline_version: str | None = None
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def evaluate_gate(
@@ -82,9 +58,7 @@ def evaluate_gate(
     return GateVerdict(not reasons, reasons, asdict(thresholds), baseline_version)
 
 
-def gate_probes(
-    settings: Settings, captioned: Sequence[tuple[str, Mapping[str, Sequence[str]]]]
-) -> list[Probe]:
+def gate_probes(settings: Settings, captioned: Captioned) -> list[Probe]:
     """The configured probe set, else probes drawn from the build's captioned items."""
     if settings.probe_set is not None:
         return load_probe_set(settings.probe_set)
@@ -96,10 +70,11 @@ def quality_gate(
     manifest: IndexManifest,
     encoder: Encoder,
     settings: Settings,
-    captioned: Sequence[tuple[str, Mapping[str, Sequence[str]]]],
+    captioned: Captioned,
 ) -> GateVerdict | None:
-    """The builder's hook: None when no threshold is set (no gate), else the verdict on the staged
-    version. Fails closed: a gate that cannot measure refuses, saying why."""
+    """The builder's gate (an ``indexer.quality_gate.QualityGate``): None when no threshold is set (no
+    gate), else the verdict on the staged version. Fails closed: a gate that cannot measure refuses, saying
+    why."""
     thresholds = GateThresholds.from_settings(settings)
     if not thresholds.enabled:
         return None

@@ -34,12 +34,12 @@ def serve_command(
     """Serve the search API (OpenAPI at /docs). Options override the CCRK_* settings."""
     # Imported here so that other `ccrk` commands never load the web stack.
     import uvicorn
-    from pydantic import ValidationError
 
-    from ccrk_settings import get_settings
+    from ccrk_settings import SettingsError, settings_with
     from service.app import create_app
     from service.http_guard import uvicorn_options
 
+    # Only the options given: they are also what travels to the worker processes (_serve_workers).
     overrides = {
         key: value
         for key, value in {
@@ -55,10 +55,9 @@ def serve_command(
         if value is not None
     }
     try:
-        settings = get_settings().model_copy(update=overrides)
-        settings = type(settings).model_validate(settings.model_dump())  # validate the overrides too
-    except ValidationError as exc:
-        raise typer.BadParameter(str(exc)) from None
+        settings = settings_with(overrides)
+    except SettingsError as exc:
+        raise typer.BadParameter(exc.describe({"model_dir": "--model"})) from None
     if not settings.model_dir.is_dir():
         raise typer.BadParameter(f"model directory {settings.model_dir} does not exist")
     if settings.workers == 1:

@@ -13,9 +13,9 @@ from ccrk_cli.main import app as ccrk_app
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings, get_settings
 from indexer import index_format as fmt
 from indexer.build import build
-from monitoring.gate import GateThresholds, evaluate_gate
+from monitoring.gate import GateThresholds, evaluate_gate, quality_gate
 from monitoring.history import SqliteHistory
-from tests.service.conftest import Catalogue
+from tests.fixtures import Catalogue
 
 
 def run(per_language: dict[str, float], mrv: float = 1.0) -> dict[str, object]:
@@ -72,11 +72,21 @@ def test_gate_refuses_a_degraded_index(
     catalogue: Catalogue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = gate_settings(tmp_path)
-    good = build("shop", [write_catalogue(catalogue, tmp_path / "good.jsonl", shift=0)], settings=settings)
+    good = build(
+        "shop",
+        [write_catalogue(catalogue, tmp_path / "good.jsonl", shift=0)],
+        settings=settings,
+        gate=quality_gate,
+    )
     assert good.published and good.gate is not None and good.gate["passed"], good.notes
     assert fmt.current_version(settings.index_root, "shop") == good.version
 
-    bad = build("shop", [write_catalogue(catalogue, tmp_path / "bad.jsonl", shift=7)], settings=settings)
+    bad = build(
+        "shop",
+        [write_catalogue(catalogue, tmp_path / "bad.jsonl", shift=7)],
+        settings=settings,
+        gate=quality_gate,
+    )
     assert not bad.published and bad.gate is not None and not bad.gate["passed"]
     # Built and kept, not promoted: CURRENT still names the good version.
     assert fmt.current_version(settings.index_root, "shop") == good.version
@@ -131,6 +141,6 @@ def test_gate_without_probes_refuses(catalogue: Catalogue, tmp_path: Path) -> No
     manifest.write_text(
         "".join(json.dumps({"id": r.id, "path": str(r.image)}) + "\n" for r in catalogue.records[:10])
     )
-    report = build("plain", [manifest], settings=settings)
+    report = build("plain", [manifest], settings=settings, gate=quality_gate)
     assert not report.published and fmt.current_version(settings.index_root, "plain") is None
     assert "no probes" in report.gate["reasons"][0]

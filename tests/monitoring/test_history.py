@@ -13,16 +13,18 @@ import redis
 from monitoring.history import HistoryStore, RedisHistory, SqliteHistory
 from monitoring.report import AlertRules, alerts, markers
 from monitoring.traffic import LATENCY_BOUNDS_MS, Bucket, TrafficAggregator, latency_quantile
-from tests.service.conftest import REDIS_URL
+from tests.fixtures import REDIS_URL
 
 DAY = 86400.0
 
 
 @pytest.fixture(params=["sqlite", "redis"])
-def store(request: pytest.FixtureRequest, tmp_path: Path, redis_prefix: str) -> Iterator[HistoryStore]:
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[HistoryStore]:
     if request.param == "sqlite":
         yield SqliteHistory(tmp_path / "h.sqlite", retention_s=DAY)
     else:
+        # Asked for here only: the SQLite cases must not need a Redis.
+        redis_prefix: str = request.getfixturevalue("redis_prefix")
         s = RedisHistory(REDIS_URL, f"{redis_prefix}{uuid.uuid4().hex[:6]}:", retention_s=DAY)
         yield s
         client = redis.Redis.from_url(REDIS_URL)

@@ -22,7 +22,7 @@ from monitoring.probe_set import (
     probes_from_captions,
     save_probe_set,
 )
-from tests.service.conftest import INDEX_NAME, Catalogue, LiveServer
+from tests.fixtures import INDEX_NAME, Catalogue, LiveServer
 
 LANGS = ["en", "de", "fr", "cs", "ja", "zh", "es", "ru", "tr", "id"]
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from model.metrics import mrv, mrv_std
-from tests.service.conftest import Catalogue
+from tests.fixtures import Catalogue
 
 
 def test_consistency_endpoint(client: httpx.Client, catalogue: Catalogue) -> None:

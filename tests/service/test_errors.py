@@ -10,7 +10,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from tests.service.conftest import Catalogue, LiveServer, make_settings, write_version
+from tests.fixtures import Catalogue, LiveServer, make_settings, write_version
 
 GOOD = {"query": "a red mug"}
 JSON = {"content-type": "application/json"}

@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.service.conftest import Catalogue, LiveServer, ServeProcess, make_settings, write_version
+from tests.fixtures import Catalogue, LiveServer, make_settings, write_version
+from tests.service.conftest import ServeProcess
 
 REPO = Path(__file__).resolve().parents[2]
 ROUTES = [

@@ -9,27 +9,43 @@ import pytest
 
 from indexer import index_format as fmt
 from service.index_holder import IndexHolder, Served
-from tests.service.conftest import INDEX_NAME, Catalogue, write_version
+from tests.fixtures import INDEX_NAME, Catalogue, write_version
 
 
-def test_item_cache_answers_like_sqlite_and_stays_bounded(index_root: Path) -> None:
+def test_item_cache_answers_like_sqlite_and_stays_bounded(
+    index_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     index = fmt.IndexVersion.open(index_root, INDEX_NAME)
     try:
+        sqlite = index.items  # the reference answers, read past the recording below
+        reads: list[list[int]] = []  # every batch of rows the cache had to read from SQLite
+
+        def recording(rows: list[int]) -> list[dict[str, object]]:
+            reads.append(list(rows))
+            return sqlite(rows)
+
+        monkeypatch.setattr(index, "items", recording)
         served = Served(index, item_cache_rows=5)
         rows = [3, 0, 7, 3, 1]
-        assert served.items(rows) == index.items(rows)
-        assert served.items(rows) == index.items(rows)  # now from the cache
+        assert served.items(rows) == sqlite(rows)
+        assert reads == [[3, 0, 7, 1]]  # a repeated row is read once
+        assert served.items(rows) == sqlite(rows)
+        assert reads == [[3, 0, 7, 1]]  # a hit: nothing read again (equal answers alone would not show it)
         assert len(served._items) == 4
 
         first = served.items([3])[0]
         first.pop("id")  # a caller changing its copy (the search route pops id and path)
-        assert served.items([3])[0]["id"] == index.items([3])[0]["id"]
+        assert served.items([3])[0]["id"] == sqlite([3])[0]["id"]
+        assert len(reads) == 1
 
         wide = list(range(10, 22))
-        assert served.items(wide) == index.items(wide)  # more rows than the cache holds: still all right
+        assert served.items(wide) == sqlite(wide)  # more rows than the cache holds: still all right
+        assert reads[1:] == [wide]
         assert len(served._items) == 12  # the older rows made room; one batch may overshoot the bound
         served.items([0, 1])
-        assert list(served._items) == [19, 20, 21, 0, 1] and served.items([2, 1]) == index.items([2, 1])
+        assert reads[2:] == [[0, 1]]  # evicted by the wide batch: read again
+        assert list(served._items) == [19, 20, 21, 0, 1] and served.items([2, 1]) == sqlite([2, 1])
+        assert reads[3:] == [[2]]  # 1 is a hit, 2 is not
 
         with pytest.raises(fmt.IndexFormatError):
             served.items([0, 10**6])

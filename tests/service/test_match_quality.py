@@ -15,7 +15,7 @@ from ccrk_settings import DEFAULT_MODEL_DIR, Settings
 from indexer.build import build
 from model.data.catalogue import load_split
 from model.data.synth import SynthConfig, generate_catalogue
-from tests.service.conftest import LiveServer, make_settings
+from tests.fixtures import LiveServer, make_settings
 
 # Written for this test: other domains, mashes, scripts the demo model does not know, code.
 NO_MATCH = (

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from monitoring.probe_set import probes_from_captions, save_probe_set
-from tests.service.conftest import REDIS_URL, Catalogue, LiveServer, make_settings, write_version
+from tests.fixtures import REDIS_URL, Catalogue, LiveServer, make_settings, write_version
 
 
 def wait_for(fetch: Callable[[], Any], ok: Callable[[Any], bool], what: str, timeout: float = 30.0) -> Any:

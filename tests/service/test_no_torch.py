@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.service.conftest import REDIS_URL, ServeProcess
+from tests.service.conftest import ServeProcess
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,12 +46,12 @@ def test_app_startup_and_search_import_no_torch(index_root: Path) -> None:
     assert line == "TORCH_MODULES=", line
 
 
-def test_ccrk_serve_process_maps_no_torch_library(index_root: Path, redis_prefix: str) -> None:
-    """The real `ccrk serve` process: after a search, no torch shared library is mapped into it."""
+def test_ccrk_serve_process_maps_no_torch_library(index_root: Path, tmp_path: Path) -> None:
+    """The real `ccrk serve` process: after a search, no torch shared library is mapped into it. (Its caches
+    are in-process: the Redis client is imported either way, and this is not a test of Redis.)"""
     index = ("--index-root", str(index_root), "--index-name", "shop")
-    with ServeProcess(
-        *index, "--backend", "onnx", "--redis-url", REDIS_URL, env={"CCRK_CACHE_PREFIX": redis_prefix}
-    ) as served:
+    history = {"CCRK_HISTORY_DB": str(tmp_path / "monitoring.sqlite")}  # not the checkout's artifacts/
+    with ServeProcess(*index, "--backend", "onnx", env=history) as served:
         url = served.url
         r = httpx.post(url + "/v1/search", json={"query": "tři žluté deštníky", "rerank": True}, timeout=30)
         assert r.status_code == 200 and r.json()["language"]["code"] == "cs"

@@ -17,7 +17,7 @@ import pytest
 
 from monitoring.history import SqliteHistory
 from monitoring.traffic import TrafficAggregator
-from tests.service.conftest import Catalogue, LiveServer, make_settings
+from tests.fixtures import Catalogue, LiveServer, make_settings
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
 CHROMIUM_FLAGS = (

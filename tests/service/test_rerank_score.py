@@ -14,7 +14,7 @@ from model.export import export_onnx
 from model.modeling import CCRkModel
 from model.runtime import EncoderError, load_encoder
 from service.app import create_app
-from tests.service.conftest import Catalogue, LiveServer, make_settings
+from tests.fixtures import Catalogue, LiveServer, make_settings
 
 
 @pytest.fixture(scope="module")

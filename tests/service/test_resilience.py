@@ -12,7 +12,8 @@ import redis
 
 from indexer import index_format as fmt
 from service.cache import RESULT, Cache
-from tests.service.conftest import Catalogue, LiveServer, RedisProcess, make_settings, write_version
+from tests.fixtures import Catalogue, LiveServer, make_settings, write_version
+from tests.service.conftest import RedisProcess
 
 QUERIES = [
     "three yellow umbrellas",

@@ -13,7 +13,7 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
-from tests.service.conftest import LiveServer
+from tests.fixtures import LiveServer
 
 EXAMPLES = 40  # per operation and mode; the whole run stays around 10-20 s on 2 cores
 

@@ -13,10 +13,19 @@ from PIL import Image
 from threadpoolctl import threadpool_info
 
 from model.runtime import Encoder
-from tests.service.conftest import Catalogue, LiveServer
+from tests.fixtures import REDIS_URL, Catalogue, LiveServer
 
 LANGS = ("en", "de", "fr", "ja", "zh", "ru", "es", "cs")
 PROBES = (0, 7, 19, 33, 48)  # catalogue rows queried by their own captions
+
+
+def cache_events(server: LiveServer, cache: str, outcome: str) -> float:
+    """The server's own count of cache lookups of one kind (``ccrk_cache_total``)."""
+    return server.app.state.runtime.metrics.cache_events.labels(cache, outcome)._value.get()
+
+
+def embedding_hits(server: LiveServer) -> float:
+    return cache_events(server, "embedding", "hit")
 
 
 def exact_ids(catalogue: Catalogue, encoder: Encoder, text: str, rows: list[int] | None = None) -> list[str]:
@@ -203,29 +212,31 @@ def test_images_route_serves_files_and_thumbnails(client: httpx.Client, catalogu
     assert client.get("/v1/images/no-such-item").status_code == 404
 
 
-def test_results_and_embeddings_are_cached_in_redis(
-    server: LiveServer, client: httpx.Client, redis_prefix: str
-) -> None:
+def test_results_and_embeddings_are_cached_in_redis(redis_server: LiveServer, redis_prefix: str) -> None:
     import redis
 
+    server = redis_server
     query = {"query": "two green hats with dots at the top, grey background", "top_k": 7}
-    first = client.post("/v1/search", json=query).json()
-    second = client.post("/v1/search", json=query).json()
+    with server.client() as client:
+        first = client.post("/v1/search", json=query).json()
+        second = client.post("/v1/search", json=query).json()
+        # Another page of the same query: a result miss, but the query embedding comes from the cache.
+        before = embedding_hits(server)
+        third = client.post("/v1/search", json={**query, "top_k": 3}).json()
+    assert server.app.state.runtime.cache.backend == "redis"
     assert first["cached"] is False and second["cached"] is True
     assert second["results"] == first["results"] and second["language"] == first["language"]
-    # Another page of the same query: a result miss, but the query embedding comes from the cache.
-    before = server.app.state.runtime.metrics.cache_events.labels("embedding", "hit")._value.get()
-    third = client.post("/v1/search", json={**query, "top_k": 3}).json()
     assert third["cached"] is False
     assert [h["id"] for h in third["results"]] == [h["id"] for h in first["results"][:3]]
-    after = server.app.state.runtime.metrics.cache_events.labels("embedding", "hit")._value.get()
-    assert after == before + 1
-    keys = redis.Redis.from_url("redis://127.0.0.1:6379/13").keys(redis_prefix + "*")
+    assert embedding_hits(server) == before + 1
+    keys = redis.Redis.from_url(REDIS_URL).keys(redis_prefix + "*")
     assert any(k.startswith((redis_prefix + "result:").encode()) for k in keys)
     assert any(k.startswith((redis_prefix + "embedding:").encode()) for k in keys)
 
 
-def test_index_languages_health_metrics(client: httpx.Client, catalogue: Catalogue) -> None:
+def test_index_languages_health_metrics(
+    server: LiveServer, client: httpx.Client, catalogue: Catalogue
+) -> None:
     info = client.get("/v1/index").json()
     assert (
         info["name"] == "shop"
@@ -245,11 +256,17 @@ def test_index_languages_health_metrics(client: httpx.Client, catalogue: Catalog
     ready = client.get("/readyz")
     assert ready.status_code == 200 and ready.json()["index_version"] == info["version"]
     client.post("/v1/search", json={"query": "drei gelbe Regenschirme", "rerank": True})
+    # A result-cache hit of this test's own (the in-process cache): a query no other test sends, twice.
+    query = {"query": "vier beige Bälle auf weißem Grund, nur für den Metriktest", "top_k": 3}
+    hits = cache_events(server, "result", "hit")
+    assert client.post("/v1/search", json=query).json()["cached"] is False
+    assert client.post("/v1/search", json=query).json()["cached"] is True
+    assert cache_events(server, "result", "hit") == hits + 1
     text = client.get("/metrics").text
     assert 'ccrk_request_seconds_count{lang="de",method="POST",route="/v1/search",status="2xx"}' in text
     assert 'ccrk_rerank_total{used="yes"}' in text
     assert f"ccrk_index_items {float(len(catalogue.records))}" in text
-    assert 'ccrk_cache_total{cache="result",outcome="hit"}' in text
+    assert f'ccrk_cache_total{{cache="result",outcome="hit"}} {hits + 1}' in text
 
 
 def test_blas_pool_limited(server: LiveServer) -> None:

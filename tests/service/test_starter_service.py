@@ -13,8 +13,8 @@ from PIL import Image
 
 from ccrk_settings import Settings
 from indexer.build import build
+from tests.fixtures import LiveServer, make_settings
 from tests.indexer.files import write_photo
-from tests.service.conftest import LiveServer, make_settings
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 from PIL import Image
 
-from tests.service.conftest import LiveServer, ServeProcess
+from tests.fixtures import LiveServer
+from tests.service.conftest import ServeProcess
 
 REPO = Path(__file__).resolve().parents[2]
 # Measured: four concurrent 19.4 MP PNG uploads (two decode at once, the default) raised the peak RSS of

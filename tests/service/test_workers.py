@@ -26,7 +26,8 @@ import pytest
 from monitoring.history import SqliteHistory
 from monitoring.probe_set import probes_from_captions, save_probe_set
 from service.workers import ConnectionSlots
-from tests.service.conftest import Catalogue, free_port, write_version
+from tests.fixtures import Catalogue, write_version
+from tests.service.conftest import free_port
 
 SEARCHES = 24
 
