@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ccrk_cli.wiring import wire
+from ccrk_cli.wiring import context_object
 from ccrk_settings.cli import config_app
 from indexer.cli import index_app
 from model.cli import data_app, eval_command, experiment_app, export_app, model_app, train_command
@@ -20,9 +20,9 @@ app = typer.Typer(
 
 
 @app.callback()
-def ccrk() -> None:
+def ccrk(ctx: typer.Context) -> None:
     """ccrk-search: multilingual image search with CCRk (train, evaluate, index, serve)."""
-    wire()  # builds run monitoring's quality gate, handed to the indexer here (ccrk_cli.wiring)
+    ctx.obj = context_object()  # index builds get monitoring's quality gate (ccrk_cli.wiring)
 
 
 app.add_typer(data_app, name="data")

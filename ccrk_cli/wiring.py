@@ -1,5 +1,6 @@
-"""What the packages below are handed at start-up, here because only the top layer may import them all: the
-indexer's builds run monitoring's quality gate (``indexer.quality_gate``)."""
+"""What the packages below are handed when a ``ccrk`` command runs, here because only the top layer may
+import them all: the indexer's builds get monitoring's quality gate (``indexer.quality_gate``), through the
+command's context object (nothing global: a build called from Python passes its gate itself)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ccrk_settings import Settings
-from indexer.quality_gate import Captioned, GateVerdict, install_quality_gate
+from indexer.quality_gate import QUALITY_GATE, Captioned, GateVerdict
 
 if TYPE_CHECKING:
     from indexer.index_format import IndexManifest
@@ -24,6 +25,6 @@ def monitoring_quality_gate(
     return quality_gate(stage, manifest, encoder, settings, captioned)
 
 
-def wire() -> None:
-    """Install what the ``ccrk`` command runs with (idempotent)."""
-    install_quality_gate(monitoring_quality_gate)
+def context_object() -> dict[str, object]:
+    """The ``ccrk`` command's context object: what its subcommands hand to the packages below."""
+    return {QUALITY_GATE: monitoring_quality_gate}

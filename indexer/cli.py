@@ -27,6 +27,7 @@ from rich.text import Text
 from ccrk_settings import Settings, SettingsError, settings_with
 from indexer import index_format as fmt
 from indexer.errors import IndexerError
+from indexer.quality_gate import gate_from_context
 from model.configs import ConfigError
 from model.runtime import EncoderError
 
@@ -181,6 +182,7 @@ def _summary(report: Any, json_report: Path | None) -> None:
 
 @index_app.command("build")
 def build_command(
+    ctx: typer.Context,
     name: Name,
     sources: Sources,
     model: ModelDir = None,
@@ -223,6 +225,7 @@ def build_command(
             index_factory=index_factory,
             progress=progress,
             force=force,
+            gate=gate_from_context(ctx.obj),
         )
     _summary(report, json_report)
     if report.gate is not None and not report.published:
@@ -231,6 +234,7 @@ def build_command(
 
 @index_app.command("add")
 def add_command(
+    ctx: typer.Context,
     name: Name,
     sources: Sources,
     model: ModelDir = None,
@@ -247,7 +251,14 @@ def add_command(
         index_root=index_root, index_workers=workers, threads=threads, index_batch_size=batch_size
     )
     with _errors(), _progress("encoding new items") as progress:
-        report = add(name, sources, settings=settings, model_dir=model, progress=progress)
+        report = add(
+            name,
+            sources,
+            settings=settings,
+            model_dir=model,
+            progress=progress,
+            gate=gate_from_context(ctx.obj),
+        )
     _summary(report, json_report)
     if report.gate is not None and not report.published:
         raise typer.Exit(code=1)  # refused by the quality gate (the notes say why)

@@ -83,17 +83,16 @@ def unwired_gate(
     )
 
 
-_installed: QualityGate | None = None
+# The key under which the ``ccrk`` command's context object carries the gate for index commands.
+QUALITY_GATE = "quality_gate"
 
 
-def install_quality_gate(gate: QualityGate | None) -> QualityGate | None:
-    """Make ``gate`` the one builds run when they are passed none (None uninstalls); returns the previous
-    one, so that a caller can put it back."""
-    global _installed
-    previous, _installed = _installed, gate
-    return previous
+def gate_from_context(obj: object) -> QualityGate | None:
+    """The gate a command's context object carries (None: none was handed in)."""
+    return obj.get(QUALITY_GATE) if isinstance(obj, dict) else None
 
 
 def resolve_gate(gate: QualityGate | None) -> QualityGate:
-    """The gate a build runs: the one passed, else the installed one, else ``unwired_gate``."""
-    return gate or _installed or unwired_gate
+    """The gate a build runs: the one passed (the ``ccrk`` command passes monitoring's), else
+    ``unwired_gate``."""
+    return gate if gate is not None else unwired_gate

@@ -14,6 +14,7 @@ from ccrk_settings import Settings, get_settings
 from indexer import index_format as fmt
 from indexer.build import build
 from indexer.index_format import IndexVersion
+from monitoring.gate import quality_gate
 from tests.indexer.files import write_photo
 
 runner = CliRunner()
@@ -122,12 +123,14 @@ def test_refused_build_is_marked_and_not_rolled_back_to(
         }
     )
     good_src = _shifted_catalogue(catalogue, tmp_path / "good.jsonl", 0)
-    good = build("shop", [good_src], settings=gated)
-    bad = build("shop", [_shifted_catalogue(catalogue, tmp_path / "bad.jsonl", 7)], settings=gated)
+    good = build("shop", [good_src], settings=gated, gate=quality_gate)
+    bad = build(
+        "shop", [_shifted_catalogue(catalogue, tmp_path / "bad.jsonl", 7)], settings=gated, gate=quality_gate
+    )
     # The good build's result is still CURRENT: re-running it is a no-op, --force builds a new version.
-    same = build("shop", [good_src], settings=gated)
+    same = build("shop", [good_src], settings=gated, gate=quality_gate)
     assert same.already_current and not same.published and same.version == good.version
-    again = build("shop", [good_src], settings=gated, force=True)
+    again = build("shop", [good_src], settings=gated, force=True, gate=quality_gate)
     assert good.published and not bad.published and again.published, (good.notes, bad.notes)
     root = gated.index_root
     assert fmt.list_versions(root, "shop") == [good.version, bad.version, again.version]

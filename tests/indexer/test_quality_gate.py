@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import indexer.quality_gate as qg
-from ccrk_settings import Settings
+from ccrk_settings import Settings, get_settings
 from indexer import index_format as fmt
 from indexer.build import build
 from indexer.index_format import IndexManifest
@@ -33,7 +32,6 @@ class FakeGate:
 def test_an_injected_gate_decides_the_publish(
     settings: Settings, photo_folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(qg, "_installed", FakeGate(GateVerdict(True, [], {})))  # the passed one wins
     refuse = FakeGate(GateVerdict(False, ["too few cats"], {"max_mrv": 1.0}, notes=["probed 3"]))
     refused = build("photos", [photo_folder], settings=settings, gate=refuse)
     assert refuse.judged == [(True, refused.version, 12)]  # the staged version, before install
@@ -51,7 +49,6 @@ def test_an_injected_gate_decides_the_publish(
 def test_a_configured_gate_not_wired_in_refuses(
     settings: Settings, photo_folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(qg, "_installed", None)
     assert resolve_gate(None) is unwired_gate
     gated = settings.model_copy(update={"gate_max_mrv": 5.0})
     report = build("photos", [photo_folder], settings=gated)
@@ -63,25 +60,40 @@ def test_a_configured_gate_not_wired_in_refuses(
     assert unwired_gate(Path(), None, None, settings, []) is None  # type: ignore[arg-type]
 
 
-def test_the_ccrk_command_wires_in_monitorings_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_ccrk_command_hands_monitorings_gate_to_builds(
+    settings: Settings, photo_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ccrk index build` runs monitoring's gate (through the command's context, nothing global): a
+    configured gate refuses, the command exits 1; a build called from Python without a gate is unwired."""
     from typer.testing import CliRunner
 
     import monitoring.gate
     from ccrk_cli.main import app
-    from ccrk_cli.wiring import monitoring_quality_gate
 
-    monkeypatch.setattr(qg, "_installed", None)  # restored after the test
-    assert resolve_gate(None) is unwired_gate  # importing the command wires nothing
-    assert CliRunner().invoke(app, ["config", "show"]).exit_code == 0  # running a command does
-
-    assert resolve_gate(None) is monitoring_quality_gate
-    verdict = GateVerdict(True, [], {})
     seen = []
 
     def fake(*args: object) -> GateVerdict:
         seen.append(args)
-        return verdict
+        return GateVerdict(False, ["fake probe says no"], {"max_mrv": 5.0})
 
     monkeypatch.setattr(monitoring.gate, "quality_gate", fake)
-    args = (Path("stage"), "manifest", "encoder", "settings", [("a", {"en": ["cat"]})])
-    assert monitoring_quality_gate(*args) is verdict and seen == [args]  # type: ignore[arg-type]
+    monkeypatch.setenv("CCRK_GATE_MAX_MRV", "5")
+    monkeypatch.setenv("CCRK_MODEL_DIR", str(settings.model_dir))
+    monkeypatch.setenv("CCRK_INDEX_WORKERS", "0")
+    root = settings.index_root
+    # The command reads the environment once per process (get_settings is cached): read it afresh here,
+    # and again after the test, when these variables are gone.
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(
+            app, ["index", "build", "--name", "g", "--index-root", str(root), str(photo_folder)]
+        )
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code == 1, result.output
+    assert len(seen) == 1 and "fake probe says no" in " ".join(result.output.split())
+    assert fmt.current_version(root, "g") is None
+    # Importing and running the command left nothing behind for builds called from Python.
+    gated = settings.model_copy(update={"gate_max_mrv": 5.0})
+    report = build("p", [photo_folder], settings=gated)
+    assert "no quality gate is wired into this build" in report.gate["reasons"][0] and len(seen) == 1
