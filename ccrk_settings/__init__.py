@@ -253,9 +253,13 @@ def settings_with(overrides: Mapping[str, object], base: Settings | None = None)
     unknown = sorted(set(update) - set(Settings.model_fields))
     if unknown:
         raise TypeError(f"not settings: {', '.join(unknown)}")
+    if base is None:
+        try:
+            base = get_settings()
+        except ValidationError as exc:  # the environment's own values: no option is to blame
+            raise SettingsError.from_validation(exc, {}) from None
     try:
-        current = get_settings() if base is None else base
         # model_copy(update=...) would skip validation: a --threads 1000 would reach the runtime.
-        return Settings.model_validate({**current.model_dump(), **update})
+        return Settings.model_validate({**base.model_dump(), **update})
     except ValidationError as exc:
         raise SettingsError.from_validation(exc, update) from None

@@ -113,3 +113,18 @@ def test_probe_run_names_an_invalid_variable(monkeypatch: pytest.MonkeyPatch, tm
     result = runner.invoke(app, ["probe", "run", "--probe-set", str(tmp_path / "probes.jsonl"), "--no-store"])
     assert result.exit_code == 2, result.output
     assert "CCRK_PROBE_DEPTH: Input should be greater than or equal to 10 (got '5')" in output(result)
+
+
+def test_a_bad_environment_value_is_blamed_on_the_variable_even_with_the_option_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ccrk_settings import SettingsError, get_settings, settings_with
+
+    monkeypatch.setenv("CCRK_THREADS", "abc")
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(SettingsError) as caught:
+            settings_with({"threads": 4})
+    finally:
+        get_settings.cache_clear()
+    assert caught.value.describe().startswith("CCRK_THREADS: ")
