@@ -437,7 +437,8 @@ def build(
 ) -> BuildReport:
     """A full build from the sources (deleted items of earlier versions are gone: compaction). When CURRENT
     holds this very build's result already (same sources, files, model and options), nothing is built or
-    published unless ``force``. ``gate`` judges the staged version (default: the installed one)."""
+    published unless ``force``. ``gate`` judges the staged version (none passed and a threshold set:
+    refused, see ``indexer.quality_gate.unwired_gate``)."""
     started = time.perf_counter()
     root = settings.index_root
     model_dir = Path(model_dir or settings.model_dir)
@@ -579,7 +580,8 @@ def add(
     gate: QualityGate | None = None,
 ) -> BuildReport:
     """Append the sources' new items (ids not live in CURRENT) to a new version; nothing is re-encoded.
-    ``gate`` judges the staged version (default: the installed one)."""
+    ``gate`` judges the staged version (none passed and a threshold set: refused, see
+    ``indexer.quality_gate.unwired_gate``)."""
     started = time.perf_counter()
     root = settings.index_root
     model_dir = Path(model_dir or settings.model_dir)

@@ -63,9 +63,6 @@ class MatchCalibration:
     def thresholds(self, lang: str | None) -> MatchThresholds:
         return self.per_language.get(lang or "", self.default)
 
-    def label(self, score: float, lang: str | None) -> MatchLabel:
-        return self.thresholds(lang).label(score)
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

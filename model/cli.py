@@ -446,12 +446,13 @@ def build_starter_command(
     """Assemble the starter model from installed packages: EfficientNet-Lite0 (ImageNet-1k) joined to the
     multilingual Universal Sentence Encoder by ConSE. It searches real photos in 15 languages; nothing is
     downloaded. Serving it needs ONNX Runtime and numpy only."""
+    from model.export import ExportError
     from model.starter.build import StarterBuildError, build_starter
     from model.starter.components import StarterModelError
 
     try:
         built = build_starter(out, top_classes=top_classes, force=force)
-    except (StarterBuildError, StarterModelError) as exc:
+    except (StarterBuildError, StarterModelError, ExportError) as exc:
         raise fail(str(exc)) from exc
     languages = ", ".join(built.config.languages)
     console.print(f"starter model written to {built.out} (languages: {languages}; no re-ranking)")

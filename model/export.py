@@ -85,7 +85,7 @@ class ExportedGraphs:
     fusion: Path
 
 
-def _export(
+def export_graph(
     module: nn.Module, args: tuple, path: Path, inputs: list[str], outputs: list[str], axes: dict
 ) -> None:
     tmp = path.with_suffix(".onnx.tmp")
@@ -133,7 +133,7 @@ def export_onnx(model: CCRkModel, model_dir: Path, match_logit1: bool = True) ->
     image_tokens = model.encode_image(pixels).image_tokens
 
     graphs = ExportedGraphs(out / TEXT_GRAPH, out / IMAGE_GRAPH, out / FUSION_GRAPH)
-    _export(
+    export_graph(
         _TextGraph(model),
         (ids, mask),
         graphs.text,
@@ -146,7 +146,7 @@ def export_onnx(model: CCRkModel, model_dir: Path, match_logit1: bool = True) ->
             "text_states": {0: "batch", 1: "sequence"},
         },
     )
-    _export(
+    export_graph(
         _ImageGraph(model),
         (pixels,),
         graphs.image,
@@ -155,7 +155,7 @@ def export_onnx(model: CCRkModel, model_dir: Path, match_logit1: bool = True) ->
         {"pixel_values": {0: "batch"}, "image_embeds": {0: "batch"}, "image_tokens": {0: "batch"}},
     )
     fusion_outputs = ["match_logit", "match_logit1"] if match_logit1 else ["match_logit"]
-    _export(
+    export_graph(
         _FusionGraph(model, match_logit1),
         (text_states, mask, image_tokens),
         graphs.fusion,

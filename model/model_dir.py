@@ -46,7 +46,7 @@ def declared_architecture(model_dir: Path | str) -> str:
     """``conse`` when the directory's config.json declares it, else ``ccrk`` (also for a missing or broken
     file: the CCRk runtimes then say what is wrong with the directory)."""
     try:
-        data = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = _read_json(Path(model_dir) / "config.json")
+    except (ConfigError, OSError):
         return CCRkConfig.architecture
-    return CONSE if isinstance(data, dict) and data.get("architecture") == CONSE else CCRkConfig.architecture
+    return CONSE if data.get("architecture") == CONSE else CCRkConfig.architecture

