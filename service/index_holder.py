@@ -65,12 +65,15 @@ class IndexHolder:
         expect_fingerprint: str | None,
         on_swap: Callable[[Served], None] | None = None,
         on_failure: Callable[[str], None] | None = None,
+        on_load: Callable[[Served], None] | None = None,
     ) -> None:
         self.root = root
         self.name = name
         self.expect_fingerprint = expect_fingerprint
         self._on_swap = on_swap or (lambda served: None)
         self._on_failure = on_failure or (lambda message: None)
+        # Work a version needs before it serves (it runs in the loading thread, not in a request).
+        self._on_load = on_load or (lambda served: None)
         self._lock = threading.Lock()  # guards _served and lease counts
         self._load_lock = threading.Lock()  # one load at a time
         self._served: Served | None = None
@@ -151,6 +154,7 @@ class IndexHolder:
                 self._on_failure(message)
                 raise ReloadFailedError(message) from exc
             fresh = Served(index)
+            self._on_load(fresh)
             with self._lock:
                 old, self._served = self._served, fresh
                 close_old = False

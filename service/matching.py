@@ -1,8 +1,9 @@
 """Match quality of answers: every hit and every query labelled ``strong``, ``weak`` or ``none`` by the served
 version's calibration (``indexer.match_calibration``), and ``min_score`` applied.
 
-A version built before calibration existed gets one measured on it when it is first searched (its index
-and no-match queries only: a few hundred encoded queries, once per version and process).
+A version built before calibration existed gets one measured on it while the service loads it
+(``Runtime._on_load``; its index and no-match queries only: a few hundred encoded queries, once per version
+and process).
 
 ``min_score``: ``auto`` (the default) labels and drops nothing: on the demo catalogue short in-domain
 queries score inside the no-match range (README, "Match quality"), so dropping would lose right answers;

@@ -72,6 +72,12 @@ class Runtime:
         self.metrics.index_reloads.labels("ok").inc()
         self.monitor.index_swapped()
 
+    def _on_load(self, served: Served) -> None:
+        """A version built before match calibration existed is calibrated while it loads, not by the first
+        searches of it (a few hundred encoded queries; seconds for a large model on CPU)."""
+        if self._searcher is not None:
+            self._searcher.judge.calibration(served)
+
     def _on_failure(self, message: str) -> None:
         self.metrics.index_reloads.labels("failed").inc()
 
@@ -110,6 +116,7 @@ class Runtime:
             expect_fingerprint=fingerprint,
             on_swap=self._on_swap,
             on_failure=self._on_failure,
+            on_load=self._on_load,
         )
         self._searcher = Searcher(
             encoder=encoder,

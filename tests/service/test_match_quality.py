@@ -107,3 +107,16 @@ def test_no_match_rate_reaches_metrics_and_history(client: httpx.Client) -> None
             break
         assert time.monotonic() < deadline, traffic
         time.sleep(0.3)
+
+
+def test_a_version_without_calibration_is_calibrated_while_it_loads(index_root: Path) -> None:
+    """An index written before match calibration existed: calibrated when the service loads it, so no
+    search pays for it; searches then label with that calibration."""
+    with LiveServer(make_settings(index_root)) as live:
+        runtime = live.app.state.runtime
+        version = runtime.holder.served.version
+        assert not runtime.holder.served.index.manifest.match_calibration  # nothing recorded in the version
+        assert version in runtime.searcher.judge._by_version  # measured before any search
+        with live.client() as client:
+            answer = client.post("/v1/search", json={"query": "SELECT * FROM users"}).json()
+        assert answer["match"] in ("none", "weak") and answer["match_thresholds"] is not None
