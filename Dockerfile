@@ -27,6 +27,8 @@ COPY indexer/ indexer/
 COPY monitoring/ monitoring/
 COPY model/ model/
 COPY service/ service/
+COPY store/ store/
+COPY synthetic/ synthetic/
 # --no-deps: pyproject.toml also lists the training stack (torch), which this image leaves out.
 RUN pip install --no-deps . \
     && python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is not None)" \

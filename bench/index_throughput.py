@@ -34,9 +34,11 @@ sys.path.insert(0, str(ROOT))
 import faiss  # noqa: E402
 
 from ccrk_settings import Settings  # noqa: E402
-from indexer import index_format as fmt  # noqa: E402
 from indexer.ann import build_faiss_index, choose_index, recall_at, tune_search_params  # noqa: E402
-from indexer.index_format import IndexManifest, IndexVersion  # noqa: E402
+from store.layout import BUILDS_DIR, EMBEDDINGS_FILE, FORMAT_VERSION, INDEX_FILE, METADATA_FILE  # noqa: E402
+from store.manifest import IndexManifest  # noqa: E402
+from store.metadata import write_metadata  # noqa: E402
+from store.reader import IndexVersion  # noqa: E402
 
 
 def _settings(args: argparse.Namespace, root: Path) -> Settings:
@@ -133,9 +135,9 @@ def bench_vectors(n: int, d: int, args: argparse.Namespace, tmp: Path) -> dict:
     rng = np.random.default_rng(0)
     centres = rng.normal(size=(max(64, n // 250), d)).astype(np.float32)
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)
-    stage = tmp / f"vec-{n}" / fmt.BUILDS_DIR / "stage"
+    stage = tmp / f"vec-{n}" / BUILDS_DIR / "stage"
     stage.mkdir(parents=True)
-    emb = np.lib.format.open_memmap(stage / fmt.EMBEDDINGS_FILE, mode="w+", dtype=np.float32, shape=(n, d))
+    emb = np.lib.format.open_memmap(stage / EMBEDDINGS_FILE, mode="w+", dtype=np.float32, shape=(n, d))
     clustered_vectors(n, d, 1, centres, emb)
     emb.flush()
     tune_q = clustered_vectors(1000, d, 2, centres)
@@ -148,11 +150,11 @@ def bench_vectors(n: int, d: int, args: argparse.Namespace, tmp: Path) -> dict:
     start = time.perf_counter()
     index, notes = build_faiss_index(emb, plan)
     build_s = time.perf_counter() - start
-    faiss.write_index(index, str(stage / fmt.INDEX_FILE))
+    faiss.write_index(index, str(stage / INDEX_FILE))
     del index
-    fmt.write_metadata(stage / fmt.METADATA_FILE, ((i, str(i), None, {}, False) for i in range(n)))
+    write_metadata(stage / METADATA_FILE, ((i, str(i), None, {}, False) for i in range(n)))
     manifest = IndexManifest(
-        format_version=fmt.FORMAT_VERSION, name=f"vec-{n}", version="20000101T000000Z-000000",
+        format_version=FORMAT_VERSION, name=f"vec-{n}", version="20000101T000000Z-000000",
         created_at="", model_name="synthetic", model_fingerprint="-", embed_dim=d, preprocessing={},
         count=n, index_factory=plan.factory, search_params={}, measured_recall_at_10=None,
         language_recall_at_10={}, build_seconds=build_s, skipped=[], checksums={},
@@ -174,7 +176,7 @@ def bench_vectors(n: int, d: int, args: argparse.Namespace, tmp: Path) -> dict:
         flat.add(np.asarray(emb))
         exact_q = test_q[: args.exact_queries]
         flat_p50, flat_p99 = _latency_ms(lambda q: flat.search(q, 10), exact_q)
-    index_bytes = (stage / fmt.INDEX_FILE).stat().st_size
+    index_bytes = (stage / INDEX_FILE).stat().st_size
     shutil.rmtree(stage.parent.parent, ignore_errors=True)
     return {
         "n": n,
@@ -236,7 +238,7 @@ def main() -> None:
             else:
                 results["skipped"].append(f"photos: {args.photos} not found (shared data absent)")
             if args.catalogue_items > 0:
-                from model.data.synth import SynthConfig, generate_catalogue
+                from synthetic.synth import SynthConfig, generate_catalogue
 
                 cat = tmp / "catalogue"
                 generate_catalogue(cat, SynthConfig(seed=0, n_train=0, n_val=0, n_test=args.catalogue_items))

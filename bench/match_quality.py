@@ -33,13 +33,13 @@ sys.path.insert(0, str(ROOT))
 from bench.real_photos import PHOTOS, load_real_queries, missing_reason  # noqa: E402
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings  # noqa: E402
 from indexer.build import build  # noqa: E402
-from indexer.index_format import IndexVersion  # noqa: E402
 from indexer.ood_queries import ood_queries  # noqa: E402
 from model.runtime import load_encoder  # noqa: E402
 from service.index_holder import Served  # noqa: E402
 from service.language import LanguageDetector  # noqa: E402
 from service.matching import MatchJudge  # noqa: E402
 from service.schemas import SearchHit  # noqa: E402
+from store.reader import IndexVersion  # noqa: E402
 
 NO_MATCH = (
     "iPhone 15 case",
@@ -123,8 +123,8 @@ def held_out_noise() -> list[str]:
 
 
 def demo(tmp: Path) -> dict:
-    from model.data.catalogue import load_split
-    from model.data.synth import SynthConfig, generate_catalogue
+    from synthetic.catalogue import load_split
+    from synthetic.synth import SynthConfig, generate_catalogue
 
     generate_catalogue(tmp / "demo", SynthConfig(seed=0, n_train=0, n_val=0, n_test=1000), workers=2)
     settings = Settings(model_dir=DEFAULT_MODEL_DIR, index_root=tmp / "idx", threads=2, index_workers=1)

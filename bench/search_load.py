@@ -22,6 +22,9 @@ for front ends on other machines: its waits for a core are not the server's late
 table; not a test.
 
     python bench/search_load.py --items 100000 [--items 1000000] [--processes 2] [--seconds 8]
+
+Over 400 lines because it is one self-contained script (no import from tests): the version it writes, the
+server it starts, the minimal HTTP load generator and the report live together so a run is one file to read.
 """
 
 from __future__ import annotations
@@ -48,9 +51,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings  # noqa: E402
-from indexer import index_format as fmt  # noqa: E402
 from indexer.ann import EF_GRID, HNSW_EF_CONSTRUCTION, HNSW_M, recall_at  # noqa: E402
 from model.runtime import Encoder  # noqa: E402
+from store.layout import FORMAT_VERSION  # noqa: E402
+from store.manifest import IndexManifest, model_fingerprint, model_name_of  # noqa: E402
+from store.reader import IndexVersion  # noqa: E402
+from store.versions import current_version  # noqa: E402
+from store.writer import VersionWriter  # noqa: E402
 
 DIM, TOKENS, WIDTH = 128, 65, 128
 N_CENTRES = 2000  # rendered catalogue products whose image embeddings centre the synthetic items
@@ -66,8 +73,8 @@ TARGETS = {  # (concurrency, rerank) -> targets of issue 5 (2 cores, 1M items)
 def centre_embeddings(encoder: Encoder, n: int, seed: int = 0) -> np.ndarray:
     """Image embeddings of ``n`` rendered catalogue products (the demo model): the cluster centres of the
     synthetic items, so that real text queries land among items the way they do in a real catalogue."""
-    from model.data.render import render_image
-    from model.data.synth import SynthConfig, iter_items
+    from synthetic.render import render_image
+    from synthetic.synth import SynthConfig, iter_items
 
     size = encoder.config.vision.image_size
     items = list(iter_items("test", SynthConfig(seed=seed, n_train=0, n_val=0, n_test=n)))
@@ -112,73 +119,67 @@ def build_index(root: Path, n: int, texts: list[str], target_recall: float, seed
     the indexer builds it, efSearch tuned to ``target_recall`` on real text queries, published like a real
     build."""
     name = f"load{n}-efc{HNSW_EF_CONSTRUCTION}"
-    if fmt.current_version(root, name):
+    if current_version(root, name):
         return name
     rng = np.random.default_rng(seed)
     from model.runtime import load_encoder
 
     encoder = load_encoder(DEFAULT_MODEL_DIR, backend="onnx", threads=os.cpu_count() or 1)
     centres = centre_embeddings(encoder, N_CENTRES, seed)
-    version = fmt.new_version_name(root, name)
-    stage = root / name / fmt.BUILDS_DIR / version
-    stage.mkdir(parents=True)
-    embeds = np.lib.format.open_memmap(stage / fmt.EMBEDDINGS_FILE, "w+", np.float32, (n, DIM))
-    for start in range(0, n, 100_000):
-        m = min(100_000, n - start)
-        noise = rng.normal(0, ITEM_SPREAD / np.sqrt(DIM), (m, DIM)).astype(np.float32)
-        x = centres[rng.integers(0, len(centres), m)] + noise
-        embeds[start : start + m] = x / np.linalg.norm(x, axis=1, keepdims=True)
-    embeds.flush()
-    t0 = time.perf_counter()
-    index = faiss.IndexHNSWFlat(DIM, HNSW_M, faiss.METRIC_INNER_PRODUCT)
-    index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION  # as `ccrk index build` does
-    index.add(np.asarray(embeds))
-    build_s = time.perf_counter() - t0
-    ef, recall = tune_ef(index, embeds, query_embeddings(encoder, texts), target_recall)
-    faiss.write_index(index, str(stage / fmt.INDEX_FILE))
-    print(
-        f"HNSW{HNSW_M} over {n} items built in {build_s:.0f} s; efSearch {ef}, recall@10 {recall:.3f}",
-        file=sys.stderr,
-    )
-    # Sparse zero re-rank store of the real shape (only the header is written).
-    np.lib.format.open_memmap(stage / fmt.RERANK_FILE, "w+", np.float16, (n, TOKENS, WIDTH)).flush()
-    categories = ("mug", "hat", "bag", "shoe", "lamp", "car", "umbrella", "t_shirt")
-    fmt.write_metadata(
-        stage / fmt.METADATA_FILE,
-        (
+    with VersionWriter(root, name) as writer:
+        # The re-rank store is a sparse all-zero file of the real shape (only its header is written).
+        with writer.arrays(n, DIM, tokens=TOKENS, width=WIDTH, zero_rerank=True) as arrays:  # fp16
+            for start in range(0, n, 100_000):
+                m = min(100_000, n - start)
+                noise = rng.normal(0, ITEM_SPREAD / np.sqrt(DIM), (m, DIM)).astype(np.float32)
+                x = centres[rng.integers(0, len(centres), m)] + noise
+                arrays.append(x / np.linalg.norm(x, axis=1, keepdims=True))
+        embeds = writer.embeddings()
+        t0 = time.perf_counter()
+        index = faiss.IndexHNSWFlat(DIM, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION  # as `ccrk index build` does
+        index.add(np.asarray(embeds))
+        build_s = time.perf_counter() - t0
+        ef, recall = tune_ef(index, embeds, query_embeddings(encoder, texts), target_recall)
+        writer.write_index(index)
+        print(
+            f"HNSW{HNSW_M} over {n} items built in {build_s:.0f} s; efSearch {ef}, recall@10 {recall:.3f}",
+            file=sys.stderr,
+        )
+        categories = ("mug", "hat", "bag", "shoe", "lamp", "car", "umbrella", "t_shirt")
+        writer.write_metadata(
             (i, f"item-{i:07d}", None, {"category": categories[i % 8], "price": float(i % 500)}, False)
             for i in range(n)
-        ),
-    )
-    fmt.IndexManifest(
-        format_version=fmt.FORMAT_VERSION,
-        name=name,
-        version=version,
-        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        model_name=fmt.model_name_of(DEFAULT_MODEL_DIR),
-        model_fingerprint=fmt.model_fingerprint(DEFAULT_MODEL_DIR),
-        embed_dim=DIM,
-        preprocessing={},
-        count=n,
-        index_factory=f"HNSW{HNSW_M}",
-        search_params={"efSearch": ef},
-        measured_recall_at_10=round(recall, 4),
-        language_recall_at_10={},
-        build_seconds=round(build_s, 1),
-        skipped=[],
-        checksums={},
-        rerank={"dtype": "fp16", "tokens": TOKENS, "width": WIDTH, "bytes_per_image": TOKENS * WIDTH * 2},
-        parent_version=None,
-        total_rows=n,
-    ).save(stage / fmt.MANIFEST_FILE)
-    fmt.install_version(root, name, stage, version)
-    fmt.publish_version(root, name, version)
+        )
+        manifest = IndexManifest(
+            format_version=FORMAT_VERSION,
+            name=name,
+            version=writer.version,
+            created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            model_name=model_name_of(DEFAULT_MODEL_DIR),
+            model_fingerprint=model_fingerprint(DEFAULT_MODEL_DIR),
+            embed_dim=DIM,
+            preprocessing={},
+            count=n,
+            index_factory=f"HNSW{HNSW_M}",
+            search_params={"efSearch": ef},
+            measured_recall_at_10=round(recall, 4),
+            language_recall_at_10={},
+            build_seconds=round(build_s, 1),
+            skipped=[],
+            checksums={},
+            rerank={"dtype": "fp16", "tokens": TOKENS, "width": WIDTH, "bytes_per_image": TOKENS * WIDTH * 2},
+            parent_version=None,
+            total_rows=n,
+        )
+        # Published, never pruned; no checksums: hashing a multi-GB placeholder store would only cost time.
+        writer.finish(manifest, checksums=False)
     return name
 
 
 def queries(n: int = 400) -> list[str]:
     """Real captions of the synthetic catalogue in its ten languages (first phrasing, shortened a bit)."""
-    from model.data.synth import SynthConfig, iter_items
+    from synthetic.synth import SynthConfig, iter_items
 
     out: list[str] = []
     for item in iter_items("test", SynthConfig(seed=3, n_train=0, n_val=0, n_test=n // 10 + 1)):
@@ -404,7 +405,7 @@ def floors(root: Path, name: str, texts: list[str], threads: int) -> dict[str, f
     encoder = load_encoder(
         DEFAULT_MODEL_DIR, backend="onnx", threads=threads, fusion_threads=Settings().rerank_threads
     )
-    index = fmt.IndexVersion.open(root, name)
+    index = IndexVersion.open(root, name)
     enc, ann, exact, fusion = [], [], [], []
     recall = []
     tokens = np.zeros((128, TOKENS, WIDTH), np.float32)

@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT))
 from bench.real_photos import PHOTOS, RealQueries, load_real_queries, missing_reason  # noqa: E402
 from ccrk_settings import Settings  # noqa: E402
 from indexer.build import build  # noqa: E402
-from indexer.index_format import IndexVersion  # noqa: E402
 from model.metrics import mrv, mrv_std  # noqa: E402
 from model.runtime import load_encoder  # noqa: E402
+from store.reader import IndexVersion  # noqa: E402
 
 KS = (1, 5, 10)
 

@@ -11,8 +11,8 @@ from ccrk_settings import Settings
 from indexer.quality_gate import QUALITY_GATE, Captioned, GateVerdict
 
 if TYPE_CHECKING:
-    from indexer.index_format import IndexManifest
     from model.runtime import Encoder
+    from store.manifest import IndexManifest
 
 
 def monitoring_quality_gate(

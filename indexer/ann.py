@@ -16,7 +16,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from indexer.index_format import IndexVersion
+from store.reader import IndexVersion
 
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 200

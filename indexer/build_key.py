@@ -21,8 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from ccrk_settings import Settings
-from indexer import index_format as fmt
 from indexer.sources import SourceItem
+from store.errors import IndexFormatError
+from store.layout import MANIFEST_FILE, index_dir
+from store.manifest import IndexManifest
+from store.versions import current_version
 
 BUILD_KEY = "build_key"
 PLAN_HASH = "plan_hash"
@@ -58,12 +61,12 @@ def build_key(
 def published_as(root: Path, name: str, key: str) -> str | None:
     """CURRENT's version when its manifest records ``key`` (the build would publish the same content
     again), else None; an unreadable CURRENT never matches, so the build goes ahead."""
-    current = fmt.current_version(root, name)
+    current = current_version(root, name)
     if current is None:
         return None
     try:
-        manifest = fmt.IndexManifest.load(fmt.index_dir(root, name) / current / fmt.MANIFEST_FILE)
-    except fmt.IndexFormatError:
+        manifest = IndexManifest.load(index_dir(root, name) / current / MANIFEST_FILE)
+    except IndexFormatError:
         return None
     return current if manifest.build_params.get(BUILD_KEY) == key else None
 

@@ -25,11 +25,15 @@ from rich.table import Table
 from rich.text import Text
 
 from ccrk_settings import Settings, SettingsError, settings_with
-from indexer import index_format as fmt
 from indexer.errors import IndexerError
 from indexer.quality_gate import gate_from_context
 from model.configs import ConfigError
 from model.runtime import EncoderError
+from store import versions
+from store.errors import IndexFormatError, IndexNotFoundError
+from store.layout import MANIFEST_FILE
+from store.manifest import IndexManifest
+from store.verify import verify_version
 
 index_app = typer.Typer(
     help="Build and manage versioned FAISS indexes of image collections.", no_args_is_help=True
@@ -105,7 +109,7 @@ def _settings(**overrides: Any) -> Settings:
 def _errors() -> Iterator[None]:
     try:
         yield
-    except (IndexerError, fmt.IndexFormatError, EncoderError, ConfigError) as exc:
+    except (IndexerError, IndexFormatError, EncoderError, ConfigError) as exc:
         # EncoderError/ConfigError: the model directory cannot be opened (damaged, wrong package version).
         raise _fail(str(exc)) from None
     except OSError as exc:
@@ -157,7 +161,7 @@ def _summary(report: Any, json_report: Path | None) -> None:
     for key, value in rows:
         table.add_row(key, value)
     console.print(table)
-    from indexer.build import describe_skipped
+    from indexer.report import describe_skipped
 
     for s in report.skipped[:20]:
         console.print(f"  skipped {describe_skipped(s)}", highlight=False, markup=False)
@@ -305,22 +309,22 @@ def list_command(name: Name, index_root: IndexRoot = None) -> None:
     """The kept versions, oldest first; * marks CURRENT, the status column CURRENT and gate-refused ones."""
     root = _settings(index_root=index_root).index_root
     with _errors():
-        versions = fmt.list_versions(root, name)
-        if not versions:
-            raise fmt.IndexNotFoundError(f"index {name!r} has no versions under {root}")
-        current = fmt.current_version(root, name)
+        kept = versions.list_versions(root, name)
+        if not kept:
+            raise IndexNotFoundError(f"index {name!r} has no versions under {root}")
+        current = versions.current_version(root, name)
         table = Table(title=f"{root / name}")
         columns = ("version", "status", "created", "items", "index", "params", "recall@10", "model", "parent")
         for col in ("", *columns):
             table.add_column(col, no_wrap=col in ("version", "items", "status"))
-        for v in versions:
+        for v in kept:
             status = ["CURRENT"] if v == current else []
             try:
-                m = fmt.IndexManifest.load(root / name / v / fmt.MANIFEST_FILE)
-            except fmt.IndexFormatError as exc:  # one broken version must not hide the others
+                m = IndexManifest.load(root / name / v / MANIFEST_FILE)
+            except IndexFormatError as exc:  # one broken version must not hide the others
                 table.add_row("*" if status else "", v, ", ".join([*status, "unreadable"]), str(exc))
                 continue
-            if fmt.refused_by_gate(m):
+            if versions.refused_by_gate(m):
                 status.append("refused by gate")
             table.add_row(
                 "*" if v == current else "",
@@ -352,10 +356,8 @@ def verify_command(
     """Check checksums, counts and model compatibility; exit code 1 when a problem is found."""
     settings = _settings(index_root=index_root)
     with _errors():
-        chosen = version or fmt.current_version(settings.index_root, name)
-        problems = fmt.verify_version(
-            settings.index_root, name, chosen, model_dir=model or settings.model_dir
-        )
+        chosen = version or versions.current_version(settings.index_root, name)
+        problems = verify_version(settings.index_root, name, chosen, model_dir=model or settings.model_dir)
     if problems:
         for p in problems:
             err_console.print(f"[red]problem:[/red] {p}", highlight=False)

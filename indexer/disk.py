@@ -1,30 +1,21 @@
-"""Disk space of index operations: the pre-flight estimate, array files written without memory maps, and
-disk-full failures explained as a ``DiskSpaceError`` that names the path and the space.
+"""Disk space of index operations: the pre-flight estimate, and disk-full failures explained as a
+``DiskSpaceError`` that names the path and the space.
 
-Why no writable memory maps: when the filesystem cannot back a page of a mapped file (full disk, quota,
-tmpfs size), touching that page kills the process with SIGBUS: no exception, no message, no cleanup.
-``NpyWriter`` preallocates its file (``posix_fallocate``) and fills it with plain writes, so a full disk
-is an ``OSError`` (ENOSPC) before or while writing, which the builder cleans up after and reports.
-
-Convention: disk-full failures travel as ``OSError`` (ENOSPC or EDQUOT) whose ``filename`` is the file
-being written (``names_full_disk`` converts sqlite's and faiss's errors and fills in missing names);
-``explain_failure`` turns them into the message the CLI prints.
+Writing a version's files so that a full disk is an error naming the file, never a SIGBUS (array files
+without writable memory maps, ``names_full_disk``), is the store's (``store.files``); the estimate of what a
+version needs, the refusal before writing, and the message after a failure are the indexer's, here.
 """
 
 from __future__ import annotations
 
 import errno
-import io
 import json
 import os
 import shutil
-import sqlite3
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,15 +23,14 @@ from ccrk_settings import Settings
 from indexer.ann import choose_index
 from indexer.errors import BuildError, DiskSpaceError
 from indexer.sources import SourceItem
+from store.files import DISK_FULL_ERRNOS
 
 if TYPE_CHECKING:
     from model.runtime import Encoder
 
-DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 # Headroom over the estimate: filesystem metadata, sqlite page slack, the estimate's own error.
 HEADROOM_FRACTION = 0.02
 HEADROOM_MIN = 1 << 20
-COPY_CHUNK = 64 << 20  # bytes per write when copying a parent's arrays (16 GB stores, bounded memory)
 NPY_HEADER = 128  # numpy's format 1.0 header, padded
 SHARD_OVERHEAD = 4096  # zip directory and array headers of one shard file
 SHARD_ITEM_OVERHEAD = 9  # ok flag + empty kind and detail (4-byte unicode) per item
@@ -204,110 +194,6 @@ def check_free_space(directory: Path, need: SpaceNeed, what: str) -> None:
             f"not enough free space in {directory} for {what}: it needs about {human(need.total)} "
             f"({need.describe()}), {human(free)} is free there"
         )
-
-
-# -- writing ---------------------------------------------------------------------------------------------
-
-
-def _preallocate(fd: int, size: int) -> None:
-    """Reserve ``size`` bytes now, so a full disk fails here (ENOSPC) rather than part way through."""
-    if size <= 0 or not hasattr(os, "posix_fallocate"):
-        return
-    try:
-        os.posix_fallocate(fd, 0, size)
-    except OSError as exc:
-        # Filesystems without fallocate support: the plain writes still report ENOSPC.
-        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-            raise
-
-
-@contextmanager
-def names_full_disk(path: Path) -> Iterator[None]:
-    """Disk-full failures inside become ``OSError(ENOSPC or EDQUOT, ..., path)``: sqlite's SQLITE_FULL,
-    faiss's write errors (whose message carries strerror), and OSErrors from ``write`` (no file name)."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno in DISK_FULL_ERRNOS and not exc.filename:
-            raise OSError(exc.errno, exc.strerror, str(path)) from exc
-        raise
-    except sqlite3.OperationalError as exc:
-        if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from exc
-        raise
-    except RuntimeError as exc:
-        for code in DISK_FULL_ERRNOS:
-            if os.strerror(code) in str(exc):
-                raise OSError(code, os.strerror(code), str(path)) from exc
-        raise
-
-
-class NpyWriter:
-    """An ``.npy`` file of known dtype and shape, preallocated and written front to back with plain writes
-    (never a writable memory map: see the module docstring). Rows come in blocks (``append``) or from
-    another array (``copy_from``); leaving the ``with`` block checks that every row was written and
-    fsyncs."""
-
-    def __init__(self, path: Path, dtype: Any, shape: tuple[int, ...]) -> None:
-        self.path = Path(path)
-        self.dtype = np.dtype(dtype)
-        self.shape = shape
-        self.rows = 0
-        self._row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * self.dtype.itemsize
-        header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": shape}
-        buf = io.BytesIO()
-        np.lib.format.write_array_header_1_0(buf, header)
-        self.size = len(buf.getvalue()) + shape[0] * self._row_bytes
-        self._fh = open(self.path, "wb")  # noqa: SIM115 - closed by __exit__, or below on failure
-        try:
-            with names_full_disk(self.path):
-                _preallocate(self._fh.fileno(), self.size)
-                self._fh.write(buf.getvalue())
-        except BaseException:
-            self._close_quietly()
-            raise
-
-    def append(self, block: np.ndarray) -> None:
-        arr = np.ascontiguousarray(block, dtype=self.dtype)
-        if arr.shape[1:] != self.shape[1:] or self.rows + arr.shape[0] > self.shape[0]:
-            raise BuildError(
-                f"internal: block {arr.shape} does not fit {self.path.name} {self.shape} at row {self.rows}"
-            )
-        with names_full_disk(self.path):
-            self._fh.write(memoryview(arr).cast("B"))
-        self.rows += arr.shape[0]
-
-    def copy_from(self, source: np.ndarray) -> None:
-        """All rows of ``source`` (e.g. a parent version's memory-mapped file), in bounded chunks."""
-        step = max(1, COPY_CHUNK // max(1, self._row_bytes))
-        for start in range(0, source.shape[0], step):
-            self.append(source[start : start + step])
-
-    def __enter__(self) -> NpyWriter:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if kind is not None:
-            self._close_quietly()
-            return
-        try:
-            if self.rows != self.shape[0]:
-                raise BuildError(
-                    f"internal: wrote {self.rows} rows of {self.path.name}, expected {self.shape[0]}"
-                )
-            with names_full_disk(self.path):
-                self._fh.flush()
-                os.fsync(self._fh.fileno())
-                self._fh.close()
-        finally:
-            self._close_quietly()
-
-    def _close_quietly(self) -> None:
-        # After a failed write the buffer may still hold bytes that cannot be written either.
-        with suppress(OSError):
-            self._fh.close()
 
 
 # -- failures --------------------------------------------------------------------------------------------

@@ -26,9 +26,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from indexer.index_format import IndexVersion
 from indexer.ood_queries import kinds_for_language, ood_queries
 from model.runtime import Encoder
+from store.reader import IndexVersion
 
 MatchLabel = Literal["strong", "weak", "none"]
 CAPTIONS_PER_LANGUAGE = 200

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ccrk_settings import Settings
 
 if TYPE_CHECKING:
-    from indexer.index_format import IndexManifest
     from model.runtime import Encoder
+    from store.manifest import IndexManifest
 
 # (item id, {language: captions}) of the build's captioned items: probes when no probe set is configured.
 Captioned = Sequence[tuple[str, Mapping[str, Sequence[str]]]]

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from indexer.decode import DecodePool, DecodeResult
-from indexer.disk import names_full_disk
 from indexer.sources import SourceItem
 from model.runtime import Encoder
+from store.files import names_full_disk
 
 ProgressFn = Callable[[int, int], None]  # (items done, items total)
 

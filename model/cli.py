@@ -49,7 +49,7 @@ def data_synth(
     """Generate the synthetic multilingual product catalogue (images + captions in ten languages)."""
     from tqdm.auto import tqdm
 
-    from model.data.synth import SynthConfig, generate_catalogue
+    from synthetic.synth import SynthConfig, generate_catalogue
 
     try:
         config = SynthConfig(
@@ -87,8 +87,8 @@ def pairs_command(
 ) -> None:
     """Translation pairs (one image's captions in two languages) for MURAL's text-text term
     (`ccrk train --translation-weight W --parallel-data OUT`)."""
-    from model.data.catalogue import CatalogueFormatError, load_split
     from model.parallel_corpus import pairs_from_catalogue, write_pairs_tsv
+    from synthetic.catalogue import CatalogueFormatError, load_split
 
     split = data / "train.jsonl" if data.is_dir() else data
     if not split.is_file():
@@ -199,13 +199,11 @@ def eval_command(
     """Per-language Recall@1/5/10 (IR and TR), mean recall, MRV and mrv_std, with and without re-ranking."""
     import torch
 
-    from model.evaluation import evaluate, evaluate_encoder, format_table
+    from model.evaluation import evaluate_encoder, format_table
     from model.model_dir import declared_architecture, load_model_config
-    from model.modeling import CCRkModel, CheckpointError
     from model.preprocessing import ImagePreprocessor
     from model.reranking import check_rerank_score
     from model.runtime import EncoderError, load_encoder
-    from model.tokenization import TokenizerError, load_tokenizer
     from model.training import TrainingError, resolve_device
     from model.training_data import load_captioned_images
 
@@ -225,20 +223,15 @@ def eval_command(
         dev = resolve_device(device)
         if dev.type == "cpu":
             torch.set_num_threads(threads)
-        if backend == "torch" and not int8 and not starter:
-            net = CCRkModel.from_pretrained(model, map_location=dev)
-            tokenizer = load_tokenizer(model)
-        else:
-            encoder = load_encoder(model, backend, device=dev.type, threads=threads, int8=int8)
+        # The torch runtime runs on the device asked for (cuda:1 included); ONNX Runtime takes its type.
+        on = str(dev) if backend == "torch" and not int8 and not starter else dev.type
+        encoder = load_encoder(model, backend, device=on, threads=threads, int8=int8)
         preprocessor = ImagePreprocessor(load_model_config(model).vision)
         records = load_captioned_images(split, preprocessor, limit=limit, threads=threads)
-    except (CheckpointError, TokenizerError, TrainingError, EncoderError, ValueError) as exc:
+    except (TrainingError, EncoderError, ValueError) as exc:
         raise fail(str(exc)) from exc
     with torch.inference_mode():
-        if backend == "torch" and not int8 and not starter:
-            result = evaluate(net, tokenizer, records, preprocessor, rerank_k, batch_size, dev, score)
-        else:
-            result = evaluate_encoder(encoder, records, rerank_k, batch_size, score)
+        result = evaluate_encoder(encoder, records, rerank_k, batch_size, score)
     report = result.report()
     report["backend"] = backend + ("-int8" if int8 else "")
     report["model"] = str(model)

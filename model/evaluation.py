@@ -10,12 +10,19 @@ Rank tables (see ``model.metrics``):
 Re-ranking: a re-rank score (``model.reranking``: the product's dual logit plus match margin, or the paper's
 match logit alone) orders the top-k shortlist; items outside it keep their dual-encoder order below it, so a
 target outside the shortlist keeps its dual rank.
+
+A little over 400 lines: IR and TR each rank, re-rank and tabulate in their own short function; merging
+them behind callbacks would save twenty lines and cost the reader the paper's two directions side by side.
+
+Encoding and fusion scoring go through the ``model.runtime.Encoder`` interface only: a torch model in memory
+(the one being trained) is wrapped in the torch runtime (``TorchEncoder.from_model``), so torch, ONNX and
+int8 graphs are evaluated by the same code.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +41,7 @@ from model.reranking import (
     rerank_order,
 )
 from model.runtime.base import EncodedTexts, Encoder
-from model.tokenization import tokenize
+from model.runtime.torch_runtime import TorchEncoder
 from model.training_data import CaptionedImages
 
 RECALL_KS = (1, 5, 10)
@@ -137,45 +144,37 @@ def _language_texts(data: CaptionedImages, lang: str, phrasings: int) -> list[st
     return [data.captions[i][lang][c] for i in range(len(data)) for c in range(phrasings)]
 
 
-@torch.no_grad()
 def encode_split(
-    model: CCRkModel,
-    tokenizer: PreTrainedTokenizerBase,
-    data: CaptionedImages,
-    preprocessor: ImagePreprocessor,
-    batch_size: int = 128,
-    keep_fusion_inputs: bool = False,
-    device: torch.device | str = "cpu",
+    encoder: Encoder, data: CaptionedImages, batch_size: int = 128, keep_fusion_inputs: bool = False
 ) -> EncodedSplit:
-    model.eval()
+    """A split through the serving interface, so that every runtime (torch, ONNX, int8) is evaluated the
+    same way; the fusion inputs (text states, image tokens) are kept only for re-ranking."""
     n, k = len(data), len(data.languages)
     phrasings = _aligned_phrasings(data)
     image_embeds, image_tokens = [], []
     for part in _chunks(n, batch_size):
-        out = model.encode_image(preprocessor.normalize(data.pixels[part].to(device)))
-        image_embeds.append(out.image_embeds.float().cpu())
+        images = encoder.encode_images(data.pixels[part].numpy())
+        image_embeds.append(images.embeds)
         if keep_fusion_inputs:
-            image_tokens.append(out.image_tokens.float().cpu())
-    text_embeds = torch.empty(n, k, phrasings, model.config.embed_dim)
+            image_tokens.append(images.tokens)
+    text_embeds = torch.empty(n, k, phrasings, encoder.config.embed_dim)
     states: list[tuple[torch.Tensor, torch.Tensor]] = []
-    max_length = model.config.text.max_length
     for li, lang in enumerate(data.languages):
         texts = _language_texts(data, lang, phrasings)
         lang_embeds, lang_states, lang_masks = [], [], []
         for part in _chunks(len(texts), batch_size):
-            tokens = tokenize(tokenizer, texts[part], max_length)
-            out = model.encode_text(tokens["input_ids"].to(device), tokens["attention_mask"].to(device))
-            lang_embeds.append(out.text_embeds.float().cpu())
-            if keep_fusion_inputs:
-                lang_states.append(out.last_hidden_state.float().cpu())
-                lang_masks.append(tokens["attention_mask"])
-        text_embeds[:, li] = torch.cat(lang_embeds).view(n, phrasings, -1)
+            encoded = encoder.encode_text(texts[part])
+            lang_embeds.append(encoded.embeds)
+            if keep_fusion_inputs:  # dropped at once otherwise: (N * C, L, H) per language adds up
+                lang_states.append(torch.from_numpy(np.asarray(encoded.states)))
+                lang_masks.append(torch.from_numpy(np.asarray(encoded.mask)))
+        text_embeds[:, li] = torch.from_numpy(np.concatenate(lang_embeds)).view(n, phrasings, -1)
         if keep_fusion_inputs:
             states.append(_pad_and_stack(lang_states, lang_masks))
     return EncodedSplit(
-        image_embeds=torch.cat(image_embeds),
+        image_embeds=torch.from_numpy(np.concatenate(image_embeds)),
         text_embeds=text_embeds,
-        image_tokens=torch.cat(image_tokens) if keep_fusion_inputs else None,
+        image_tokens=torch.from_numpy(np.concatenate(image_tokens)) if keep_fusion_inputs else None,
         text_states=states,
     )
 
@@ -205,50 +204,28 @@ def dual_ranks(encoded: EncodedSplit) -> tuple[np.ndarray, np.ndarray]:
     return ir, tr
 
 
-PairScorer = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-"""Match scores (M,) of M aligned pairs: (text states (M, L, H), masks (M, L), image tokens (M, T, W))."""
-
-
-def model_pair_scorer(
-    model: CCRkModel, device: torch.device | str = "cpu", rerank_score: RerankScore = DEFAULT_RERANK_SCORE
-) -> PairScorer:
-    """Score pairs with a torch model's fusion encoder: the match margin ``logit[1] - logit[0]``, or for the
-    paper's ``itm_logit`` re-rank score the match logit ``logit[1]`` (``model.reranking.MATCH_OUTPUT``)."""
-    paper = check_rerank_score(rerank_score) == "itm_logit"
-
-    @torch.no_grad()
-    def score(states: torch.Tensor, masks: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        logits = model.fuse(states.to(device), masks.to(device), tokens.to(device)).itm_logits.float()
-        return (logits[:, 1] if paper else logits[:, 1] - logits[:, 0]).cpu()
-
-    return score
-
-
-def encoder_pair_scorer(encoder: Encoder, rerank_score: RerankScore = DEFAULT_RERANK_SCORE) -> PairScorer:
-    """Score pairs through the serving interface (any runtime): the fusion output ``rerank_score`` reads."""
-    output = MATCH_OUTPUT[check_rerank_score(rerank_score)]
-
-    def score(states: torch.Tensor, masks: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        texts = EncodedTexts(np.empty((len(states), 0), np.float32), states.numpy(), masks.numpy())
-        matched = encoder.score_aligned(texts, tokens.numpy(), output)
-        return torch.from_numpy(np.asarray(matched, dtype=np.float32))
-
-    return score
-
-
 def _match_scores(
-    score: PairScorer,
+    encoder: Encoder,
+    output: str,
     text_states: torch.Tensor,
     text_masks: torch.Tensor,
     image_tokens: torch.Tensor,
     pair_batch: int,
 ) -> torch.Tensor:
-    """Scores of aligned (text, image) pairs, in chunks of ``pair_batch``."""
+    """Fusion scores of aligned (text, image) pairs, in chunks of ``pair_batch``: the fusion output
+    ``output`` (the one the re-rank score reads, ``model.reranking.MATCH_OUTPUT``)."""
     scores = []
     for part in _chunks(text_states.shape[0], pair_batch):
         masks = text_masks[part]
         length = int(masks.sum(dim=1).max())  # trim padding the chunk does not need
-        scores.append(score(text_states[part, :length], masks[:, :length], image_tokens[part]))
+        # The fusion scorer reads states and masks only; the embeddings are not needed.
+        texts = EncodedTexts(
+            np.empty((masks.shape[0], 0), np.float32),
+            text_states[part, :length].numpy(),
+            masks[:, :length].numpy(),
+        )
+        matched = encoder.score_aligned(texts, image_tokens[part].numpy(), output)
+        scores.append(torch.from_numpy(np.asarray(matched, dtype=np.float32)))
     return torch.cat(scores)
 
 
@@ -270,19 +247,20 @@ def _rerank_rank(
 
 
 def reranked_ranks(
-    score: PairScorer,
+    encoder: Encoder,
     encoded: EncodedSplit,
     dual_ir: np.ndarray,
     dual_tr: np.ndarray,
     rerank_k: int,
-    temperature: float,
     pair_batch: int = 1024,
     rerank_score: RerankScore = DEFAULT_RERANK_SCORE,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Re-rank the top ``rerank_k`` of every IR and TR query with the fusion encoder (``rerank_score`` as in
-    ``model.reranking``; ``score`` must return the fusion output that score reads)."""
+    """Re-rank the top ``rerank_k`` of every IR and TR query with the encoder's fusion scorer
+    (``rerank_score`` as in ``model.reranking``)."""
     if encoded.image_tokens is None or not encoded.text_states:
         raise ValueError("encode_split(keep_fusion_inputs=True) is needed for re-ranking")
+    output = MATCH_OUTPUT[check_rerank_score(rerank_score)]
+    temperature = encoder.temperature
     images = encoded.image_embeds
     n, k_langs, c, _ = encoded.text_embeds.shape
     ir = dual_ir.copy()
@@ -300,7 +278,8 @@ def reranked_ranks(
             rows = torch.from_numpy(queries[part])
             cand = order[rows]  # (q, k)
             match = _match_scores(
-                score,
+                encoder,
+                output,
                 states[rows].repeat_interleave(shortlist, dim=0),
                 masks[rows].repeat_interleave(shortlist, dim=0),
                 encoded.image_tokens[cand.reshape(-1)],
@@ -320,7 +299,8 @@ def reranked_ranks(
             rows = torch.from_numpy(images_to_do[part])
             cand = order_tr[rows]
             match = _match_scores(
-                score,
+                encoder,
+                output,
                 states[cand.reshape(-1)],
                 masks[cand.reshape(-1)],
                 encoded.image_tokens[rows].repeat_interleave(text_short, dim=0),
@@ -345,62 +325,11 @@ def evaluate(
     device: torch.device | str = "cpu",
     rerank_score: RerankScore = DEFAULT_RERANK_SCORE,
 ) -> EvalResult:
-    """Evaluate a model on a split, optionally with fusion re-ranking of the top ``rerank_k`` by
-    ``rerank_score`` (``itm_logit``: the paper's ranking, to reproduce published numbers)."""
-    _check_rerank_k(rerank_k)
-    check_rerank_score(rerank_score)
-    start = time.perf_counter()
-    encoded = encode_split(
-        model,
-        tokenizer,
-        data,
-        preprocessor,
-        batch_size,
-        keep_fusion_inputs=rerank_k is not None,
-        device=device,
-    )
-    model.eval()
-    return _rank_split(
-        encoded,
-        data,
-        model_pair_scorer(model, device, rerank_score),
-        float(model.temperature.detach()),
-        rerank_k,
-        time.perf_counter() - start,
-        rerank_score,
-    )
-
-
-def encode_split_with_encoder(
-    encoder: Encoder, data: CaptionedImages, batch_size: int = 128, keep_fusion_inputs: bool = False
-) -> EncodedSplit:
-    """``encode_split`` through the serving interface, so any runtime (ONNX, int8) can be evaluated."""
-    n, k = len(data), len(data.languages)
-    phrasings = _aligned_phrasings(data)
-    images = [encoder.encode_images(data.pixels[part].numpy()) for part in _chunks(n, batch_size)]
-    text_embeds = torch.empty(n, k, phrasings, encoder.config.embed_dim)
-    states: list[tuple[torch.Tensor, torch.Tensor]] = []
-    for li, lang in enumerate(data.languages):
-        texts = _language_texts(data, lang, phrasings)
-        parts = [encoder.encode_text(texts[part]) for part in _chunks(len(texts), batch_size)]
-        text_embeds[:, li] = torch.from_numpy(np.concatenate([p.embeds for p in parts])).view(
-            n, phrasings, -1
-        )
-        if keep_fusion_inputs:
-            states.append(
-                _pad_and_stack(
-                    [torch.from_numpy(np.asarray(p.states)) for p in parts],
-                    [torch.from_numpy(np.asarray(p.mask)) for p in parts],
-                )
-            )
-    return EncodedSplit(
-        image_embeds=torch.from_numpy(np.concatenate([i.embeds for i in images])),
-        text_embeds=text_embeds,
-        image_tokens=torch.from_numpy(np.concatenate([i.tokens for i in images]))
-        if keep_fusion_inputs
-        else None,
-        text_states=states,
-    )
+    """Evaluate a torch model in memory (e.g. the one being trained) through the torch runtime's
+    ``Encoder``, as ``evaluate_encoder`` does any runtime; the model is left in eval mode on ``device``."""
+    _check_options(rerank_k, rerank_score)  # before the model is touched
+    encoder = TorchEncoder.from_model(model, tokenizer, device, preprocessor)
+    return evaluate_encoder(encoder, data, rerank_k, batch_size, rerank_score)
 
 
 def evaluate_encoder(
@@ -410,50 +339,29 @@ def evaluate_encoder(
     batch_size: int = 128,
     rerank_score: RerankScore = DEFAULT_RERANK_SCORE,
 ) -> EvalResult:
-    """Evaluate through the serving interface (e.g. to measure what int8 graphs cost in recall and MRV),
-    re-ranking by ``rerank_score``."""
-    _check_rerank_k(rerank_k)
-    check_rerank_score(rerank_score)
+    """Per-language ranks of a split through the serving interface (any runtime: torch, ONNX, int8), with
+    fusion re-ranking of the top ``rerank_k`` by ``rerank_score`` (``itm_logit``: the paper's ranking, to
+    reproduce published numbers)."""
+    _check_options(rerank_k, rerank_score)
+    seconds: dict[str, float] = {}
     start = time.perf_counter()
-    encoded = encode_split_with_encoder(encoder, data, batch_size, keep_fusion_inputs=rerank_k is not None)
-    return _rank_split(
-        encoded,
-        data,
-        encoder_pair_scorer(encoder, rerank_score),
-        encoder.temperature,
-        rerank_k,
-        time.perf_counter() - start,
-        rerank_score,
-    )
-
-
-def _check_rerank_k(rerank_k: int | None) -> None:
-    if rerank_k is not None and rerank_k < 1:
-        raise ValueError(f"rerank_k must be >= 1, got {rerank_k}")
-
-
-def _rank_split(
-    encoded: EncodedSplit,
-    data: CaptionedImages,
-    score: PairScorer,
-    temperature: float,
-    rerank_k: int | None,
-    encode_seconds: float,
-    rerank_score: RerankScore = DEFAULT_RERANK_SCORE,
-) -> EvalResult:
-    """Dual-encoder ranks of an encoded split and, with ``rerank_k``, the re-ranked ones."""
-    seconds = {"encode": encode_seconds}
+    encoded = encode_split(encoder, data, batch_size, keep_fusion_inputs=rerank_k is not None)
+    seconds["encode"] = time.perf_counter() - start
     start = time.perf_counter()
     ir, tr = dual_ranks(encoded)
     seconds["dual_rank"] = time.perf_counter() - start
     ir_re = tr_re = None
     if rerank_k is not None:
         start = time.perf_counter()
-        ir_re, tr_re = reranked_ranks(
-            score, encoded, ir, tr, rerank_k, temperature, rerank_score=rerank_score
-        )
+        ir_re, tr_re = reranked_ranks(encoder, encoded, ir, tr, rerank_k, rerank_score=rerank_score)
         seconds["rerank"] = time.perf_counter() - start
     return EvalResult(data.languages, ir, tr, ir_re, tr_re, rerank_k, len(data), seconds, rerank_score)
+
+
+def _check_options(rerank_k: int | None, rerank_score: str) -> None:
+    if rerank_k is not None and rerank_k < 1:
+        raise ValueError(f"rerank_k must be >= 1, got {rerank_k}")
+    check_rerank_score(rerank_score)
 
 
 def format_table(report: dict[str, Any]) -> str:

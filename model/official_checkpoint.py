@@ -15,6 +15,9 @@ Three differences beyond names:
 * The official text stack is BERT code, whose position ids run ``0..L-1``; transformers' XLM-R embeddings
   start at ``pad_token_id + 1``. The position table is therefore rolled by ``pad_token_id + 1`` rows on load
   (and back on export) so that every real token reads the row it was trained with (``bert_positions``).
+
+Over 400 lines because the key map has to be read as one table in both directions (load and export share
+it); the numeric parts (Swin resize, position roll) live in their own functions or ``model.swin_resize``.
 """
 
 from __future__ import annotations

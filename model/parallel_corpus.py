@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from model.data.catalogue import CatalogueRecord
 from model.tokenization import tokenize
+from synthetic.catalogue import CatalogueRecord
 
 
 class ParallelCorpusError(ValueError):

@@ -1,52 +1,40 @@
 """Training CCRk: 1-to-K (or 1-to-1) contrastive learning plus MITM with hard samples and CMLM, optionally
 MURAL's translation-pair term; checkpoints every epoch (and every N steps) and resumes after interruption.
+
+This module owns a run's options (``TrainConfig``) and its loop (``Trainer``, in named steps). What one step
+computes (losses, parameter groups, LR schedule) is ``model.training_step``; the run directory (checkpoints,
+the final model) is ``model.checkpoints``.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import random
-import shutil
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 from transformers import PreTrainedTokenizerBase
 
+from model.checkpoints import latest_checkpoint, load_state, save_checkpoint, save_final_model
 from model.configs import CCRkConfig
 from model.evaluation import evaluate
 from model.modeling import CCRkModel, CheckpointError
-from model.objectives import (
-    IGNORE_INDEX,
-    info_nce,
-    itm_labels,
-    kcl_loss,
-    mask_tokens,
-    sample_hard_negatives,
-    sample_hard_positives,
-    sample_one_language,
-    translation_pair_loss,
-)
 from model.parallel_corpus import ParallelCorpus, ParallelCorpusError
 from model.preprocessing import ImagePreprocessor
 from model.tokenization import load_tokenizer, train_tokenizer
 from model.training_data import (
     CaptionedImages,
-    TrainBatch,
     epoch_batches,
     iter_caption_corpus,
     load_captioned_images,
     make_batch,
 )
-
-Objective = Literal["kcl", "one2one"]
-STATE_FILE = "trainer_state.pt"
+from model.training_step import Objective, lr_schedule, param_groups, training_step
 
 
 class TrainingError(RuntimeError):
@@ -102,18 +90,6 @@ class TrainConfig:
 
 
 @dataclass
-class StepLosses:
-    total: torch.Tensor
-    contrastive: torch.Tensor
-    itm: torch.Tensor
-    mlm: torch.Tensor
-    translation: torch.Tensor
-
-    def as_floats(self) -> dict[str, float]:
-        return {k: float(v.detach()) for k, v in vars(self).items()}
-
-
-@dataclass
 class TrainResult:
     model_dir: Path
     steps: int
@@ -131,111 +107,36 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def training_step(
-    model: CCRkModel,
-    batch: TrainBatch,
-    objective: Objective,
-    cfg: TrainConfig,
-    tokenizer: PreTrainedTokenizerBase,
-    generator: torch.Generator,
-    parallel: tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]] | None = None,
-) -> StepLosses:
-    """Losses of one batch; see ``model.objectives`` for each term."""
-    device = batch.pixel_values.device
-    # torch.Generator lives on the CPU; on CUDA sampling draws from the device's default generator.
-    device_generator = generator if device.type == "cpu" else None
-    temp = model.temperature
-    image = model.encode_image(batch.pixel_values)
-    b, k = batch.text_mask.shape
-    if objective == "kcl":
-        text = model.encode_text(batch.input_ids, batch.attention_mask)
-        text_embeds = text.text_embeds.view(b, k, -1)
-        contrastive = kcl_loss(image.image_embeds, text_embeds, temp, batch.text_mask).loss
-        langs = sample_hard_positives(
-            image.image_embeds, text_embeds, temp, batch.text_mask, device_generator
-        )
-        rows = torch.arange(b, device=device) * k + langs.to(device)
-        pos_ids, pos_mask = batch.input_ids[rows], batch.attention_mask[rows]
-        pos_states, pos_embeds = text.last_hidden_state[rows], text.text_embeds[rows]
-    else:
-        # 1-to-1: only the sampled caption of each image is encoded, as prior methods train.
-        langs = sample_one_language(batch.text_mask.cpu(), generator).to(device)
-        rows = torch.arange(b, device=device) * k + langs
-        pos_ids, pos_mask = batch.input_ids[rows], batch.attention_mask[rows]
-        text = model.encode_text(pos_ids, pos_mask)
-        pos_states, pos_embeds = text.last_hidden_state, text.text_embeds
-        contrastive = info_nce(image.image_embeds, pos_embeds, temp).loss
+@dataclass
+class _Run:
+    """What the steps of one ``Trainer.run`` share: data, model, optimisation state and progress."""
 
-    zero = torch.zeros((), device=device)
-    itm = zero
-    if cfg.itm_weight > 0:
-        neg_texts, neg_images = sample_hard_negatives(
-            image.image_embeds, pos_embeds, temp, batch.same_item, device_generator
-        )
-        fused = model.fuse(
-            torch.cat([pos_states, pos_states, pos_states[neg_texts]]),
-            torch.cat([pos_mask, pos_mask, pos_mask[neg_texts]]),
-            torch.cat([image.image_tokens, image.image_tokens[neg_images], image.image_tokens]),
-        )
-        itm = F.cross_entropy(fused.itm_logits.float(), itm_labels(b, device))
-    mlm = zero
-    if cfg.mlm_weight > 0:
-        masked, labels = mask_tokens(
-            pos_ids.cpu(),
-            pos_mask.cpu(),
-            tokenizer.mask_token_id,
-            model.config.text.vocab_size,
-            tokenizer.all_special_ids,
-            cfg.mlm_probability,
-            generator,
-        )
-        masked, labels = masked.to(device), labels.to(device)
-        states = model.encode_text(masked, pos_mask).last_hidden_state
-        fused_states = model.fuse(states, pos_mask, image.image_tokens).last_hidden_state
-        picked = labels != IGNORE_INDEX
-        mlm = F.cross_entropy(model.mlm_logits(fused_states[picked]).float(), labels[picked])
-    translation = zero
-    if parallel is not None and cfg.translation_weight > 0:
-        src, tgt = parallel
-        src_embeds = model.encode_text(src["input_ids"], src["attention_mask"]).text_embeds
-        tgt_embeds = model.encode_text(tgt["input_ids"], tgt["attention_mask"]).text_embeds
-        translation = translation_pair_loss(src_embeds, tgt_embeds, temp)
-    total = contrastive + cfg.itm_weight * itm + cfg.mlm_weight * mlm + cfg.translation_weight * translation
-    return StepLosses(total, contrastive, itm, mlm, translation)
-
-
-def _param_groups(model: CCRkModel, weight_decay: float) -> list[dict[str, Any]]:
-    decay, no_decay = [], []
-    seen: set[int] = set()
-    for name, param in model.named_parameters():
-        if id(param) in seen or not param.requires_grad:
-            continue
-        seen.add(id(param))
-        # Norms, biases and the temperature are not decayed (standard for transformers and CLIP).
-        (no_decay if param.ndim < 2 or name == "temp" else decay).append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def _lr_lambda(warmup: int, total: int) -> Callable[[int], float]:
-    def schedule(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / max(1, warmup)
-        progress = (step - warmup) / max(1, total - warmup)
-        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress))))
-
-    return schedule
-
-
-def _latest_checkpoint(output_dir: Path) -> Path | None:
-    ckpts = sorted(
-        (p for p in (output_dir / "checkpoints").glob("step-*") if (p / STATE_FILE).is_file()),
-        key=lambda p: int(p.name.split("-")[1]),
-    )
-    return ckpts[-1] if ckpts else None
+    train: CaptionedImages
+    val: CaptionedImages | None
+    tokenizer: PreTrainedTokenizerBase
+    parallel: ParallelCorpus | None
+    model: CCRkModel
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scaler: torch.amp.GradScaler
+    steps_per_epoch: int
+    total_steps: int
+    use_amp: bool
+    amp_dtype: torch.dtype
+    initial: CCRkModel | None  # the ``init_from`` weights, until ``_resume`` has used them
+    step: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    samples_seen: int = 0
+    start_time: float = 0.0
 
 
 class Trainer:
-    """Runs one training configuration; ``run()`` resumes from the newest complete checkpoint."""
+    """Runs one training configuration; ``run()`` resumes from the newest complete checkpoint.
+
+    ``run`` is a sequence of named steps: ``_setup`` (data, tokenizer, model, optimizer), ``_resume``
+    (initial weights, or the newest checkpoint), ``_train_epoch`` per epoch (``_train_step`` per batch,
+    ``_maybe_checkpoint`` inside the epoch, ``_validate`` and a checkpoint at its end), then ``_export``.
+    """
 
     def __init__(
         self,
@@ -250,6 +151,188 @@ class Trainer:
         self.show_progress = show_progress
         self.device = resolve_device(cfg.device)
         self.preprocessor = ImagePreprocessor(model_config.vision)
+
+    def run(self) -> TrainResult:
+        run = self._setup()
+        self._resume(run)
+        run.start_time = time.perf_counter()
+        epoch = run.step // run.steps_per_epoch
+        while epoch < self.cfg.epochs and run.step < run.total_steps:
+            self._train_epoch(run, epoch)
+            epoch += 1
+        elapsed = time.perf_counter() - run.start_time
+        model_dir = self._export(run)
+        return TrainResult(
+            model_dir, run.step, epoch, elapsed, run.samples_seen / max(elapsed, 1e-9), run.history
+        )
+
+    def _setup(self) -> _Run:
+        """Everything a run needs before its first step; the ``init_from`` weights are checked first."""
+        cfg = self.cfg
+        if self.device.type == "cpu":
+            torch.set_num_threads(max(1, cfg.threads))
+        if cfg.translation_weight > 0 and cfg.parallel_data is None:
+            raise TrainingError(
+                "translation_weight > 0 needs parallel_data (a TSV or jsonl of translation pairs)"
+            )
+        try:
+            parallel = ParallelCorpus.load(cfg.parallel_data) if cfg.parallel_data else None
+        except ParallelCorpusError as exc:
+            raise TrainingError(str(exc)) from exc
+        # Checked first: a wrong --init must fail before any work, and before its tokenizer is read.
+        initial = self._initial_weights(cfg.init_from) if cfg.init_from is not None else None
+        cfg.output_dir.mkdir(parents=True, exist_ok=True)
+        train, val = self._load_data()
+        tokenizer = self._tokenizer(train)
+
+        torch.manual_seed(cfg.seed)  # the initial weights
+        model = CCRkModel(self.model_config).to(self.device)
+        optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.learning_rate)
+        steps_per_epoch = len(epoch_batches(len(train), cfg.batch_size, cfg.seed, 0))
+        total_steps = steps_per_epoch * cfg.epochs
+        if cfg.max_steps is not None:
+            total_steps = min(total_steps, cfg.max_steps)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_schedule(cfg.warmup_steps, total_steps))
+        use_amp = cfg.amp and self.device.type == "cuda"
+        amp_dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
+        scaler = torch.amp.GradScaler("cuda", enabled=use_amp and amp_dtype == torch.float16)
+        return _Run(
+            train=train,
+            val=val,
+            tokenizer=tokenizer,
+            parallel=parallel,
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            scaler=scaler,
+            steps_per_epoch=steps_per_epoch,
+            total_steps=total_steps,
+            use_amp=use_amp,
+            amp_dtype=amp_dtype,
+            initial=initial,
+        )
+
+    def _resume(self, run: _Run) -> None:
+        """Continue from the newest complete checkpoint (weights, optimizer, scheduler, scaler, step,
+        history); without one, start from the ``init_from`` weights when given."""
+        latest = latest_checkpoint(self.cfg.output_dir)
+        if latest is None and run.initial is not None:
+            run.model.load_state_dict(run.initial.state_dict())
+            self.log(f"starting from the weights of {self.cfg.init_from}")
+        run.initial = None  # used or superseded: not held beside the model (and a checkpoint's copy)
+        if latest is None:
+            return
+        state = load_state(latest)
+        if state.get("model_config") != self.model_config.to_dict():
+            raise TrainingError(
+                f"checkpoint {latest} was trained with another model config; use a new output dir"
+            )
+        loaded = CCRkModel.from_pretrained(latest, map_location=self.device)
+        run.model.load_state_dict(loaded.state_dict())
+        run.optimizer.load_state_dict(state["optimizer"])
+        run.scheduler.load_state_dict(state["scheduler"])
+        run.scaler.load_state_dict(state["scaler"])
+        run.step, run.history = int(state["step"]), list(state["history"])
+        self.log(f"resumed from {latest} at step {run.step}")
+
+    def _train_epoch(self, run: _Run, epoch: int) -> None:
+        """The rest of epoch ``epoch`` (all of it unless resumed inside it), its record in the history
+        (mean losses, validation) and its checkpoint."""
+        batches = epoch_batches(len(run.train), self.cfg.batch_size, self.cfg.seed, epoch)
+        skip = run.step - epoch * run.steps_per_epoch
+        progress = self._progress(len(batches), skip, epoch)
+        run.model.train()
+        epoch_losses: dict[str, float] = {}
+        for index in batches[skip:]:
+            if run.step >= run.total_steps:
+                break
+            floats = self._train_step(run, index)
+            run.samples_seen += len(index)
+            for key, value in floats.items():
+                epoch_losses[key] = epoch_losses.get(key, 0.0) + value
+            elapsed = time.perf_counter() - run.start_time
+            progress.update(1)
+            progress.set_postfix(
+                loss=f"{floats['total']:.3f}", sps=f"{run.samples_seen / max(elapsed, 1e-9):.1f}"
+            )
+            self._maybe_checkpoint(run)
+        progress.close()
+        done_in_epoch = run.step - epoch * run.steps_per_epoch - skip
+        record: dict[str, Any] = {
+            "epoch": epoch + 1,
+            "step": run.step,
+            "loss": {k: v / max(1, done_in_epoch) for k, v in epoch_losses.items()},
+            "seconds": time.perf_counter() - run.start_time,
+        }
+        if run.val is not None:
+            self._validate(run, run.val, record)
+        run.history.append(record)
+        self._checkpoint(run)
+
+    def _train_step(self, run: _Run, index: list[int]) -> dict[str, float]:
+        """One optimizer step on the images ``index`` (AMP on CUDA); the step's losses."""
+        cfg, step = self.cfg, run.step
+        # Per-step seeds make sampling independent of where a resumed run restarted.
+        rng = random.Random(f"{cfg.seed}:{step}")
+        generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+        torch.manual_seed(cfg.seed * 1_000_003 + step)  # dropout masks, also on CUDA
+        max_length = self.model_config.text.max_length
+        batch = make_batch(run.train, index, run.tokenizer, self.preprocessor, max_length, rng)
+        batch = batch.to(self.device)
+        pairs = None
+        if run.parallel is not None and cfg.translation_weight > 0:
+            pairs = run.parallel.batch(run.tokenizer, cfg.batch_size, max_length, rng)
+            pairs = tuple({k: v.to(self.device) for k, v in p.items()} for p in pairs)
+        autocast = torch.autocast("cuda", dtype=run.amp_dtype) if run.use_amp else nullcontext()
+        with autocast:
+            losses = training_step(run.model, batch, cfg.objective, cfg, run.tokenizer, generator, pairs)
+        run.optimizer.zero_grad(set_to_none=True)
+        run.scaler.scale(losses.total).backward()
+        run.scaler.unscale_(run.optimizer)
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), 5.0)
+        run.scaler.step(run.optimizer)
+        run.scaler.update()
+        run.scheduler.step()
+        run.step += 1
+        return losses.as_floats()
+
+    def _maybe_checkpoint(self, run: _Run) -> None:
+        """Every ``save_every_steps`` inside an epoch (an epoch's end has its own checkpoint)."""
+        every = self.cfg.save_every_steps
+        if every and run.step % every == 0 and run.step % run.steps_per_epoch:
+            self._checkpoint(run)
+
+    def _validate(self, run: _Run, val: CaptionedImages, record: dict[str, Any]) -> None:
+        """Dual-encoder IR mean recall and MRV on the validation split: into the epoch's record, logged."""
+        result = evaluate(run.model, run.tokenizer, val, self.preprocessor, device=self.device)
+        scores = result.report()["dual"]
+        record["val_ir_mean_recall"] = scores["IR"]["mean_recall"]
+        record["val_ir_mrv"] = scores["IR"]["mrv"]
+        self.log(
+            f"epoch {record['epoch']}: loss {record['loss'].get('total', float('nan')):.4f}  "
+            f"val IR mean recall {record['val_ir_mean_recall'] * 100:.2f}  "
+            f"MRV {record['val_ir_mrv']:.2f}"
+        )
+
+    def _checkpoint(self, run: _Run) -> None:
+        """``checkpoints/step-N``: the weights and all a resumed run needs to continue bit for bit."""
+        state = {
+            "optimizer": run.optimizer.state_dict(),
+            "scheduler": run.scheduler.state_dict(),
+            "scaler": run.scaler.state_dict(),
+            "step": run.step,
+            "history": run.history,
+            "model_config": self.model_config.to_dict(),
+            "train_config": self.cfg.to_json(),
+        }
+        save_checkpoint(
+            self.cfg.output_dir, run.model, run.tokenizer, state, run.step, self.cfg.keep_checkpoints
+        )
+
+    def _export(self, run: _Run) -> Path:
+        """The final model directory, with the train config and history in its ``training.json``."""
+        training = {"train_config": self.cfg.to_json(), "history": run.history}
+        return save_final_model(self.cfg.output_dir, run.model, run.tokenizer, training)
 
     def _load_data(self) -> tuple[CaptionedImages, CaptionedImages | None]:
         train_path = self.cfg.data_dir / "train.jsonl"
@@ -302,167 +385,6 @@ class Trainer:
             )
         tokenizer.save_pretrained(str(saved))
         return tokenizer
-
-    def _save_checkpoint(
-        self, model: CCRkModel, tokenizer: PreTrainedTokenizerBase, state: dict[str, Any], step: int
-    ) -> None:
-        ckpt_root = self.cfg.output_dir / "checkpoints"
-        final = ckpt_root / f"step-{step}"
-        tmp = ckpt_root / f".tmp-step-{step}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp, tokenizer)
-        torch.save(state, tmp / STATE_FILE)
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)  # a checkpoint directory exists only once complete
-        ckpts = sorted((p for p in ckpt_root.glob("step-*")), key=lambda p: int(p.name.split("-")[1]))
-        for old in ckpts[: -self.cfg.keep_checkpoints]:
-            shutil.rmtree(old, ignore_errors=True)
-
-    def run(self) -> TrainResult:
-        cfg = self.cfg
-        if self.device.type == "cpu":
-            torch.set_num_threads(max(1, cfg.threads))
-        if cfg.translation_weight > 0 and cfg.parallel_data is None:
-            raise TrainingError(
-                "translation_weight > 0 needs parallel_data (a TSV or jsonl of translation pairs)"
-            )
-        try:
-            parallel = ParallelCorpus.load(cfg.parallel_data) if cfg.parallel_data else None
-        except ParallelCorpusError as exc:
-            raise TrainingError(str(exc)) from exc
-        # Checked first: a wrong --init must fail before any work, and before its tokenizer is read.
-        initial = self._initial_weights(cfg.init_from) if cfg.init_from is not None else None
-        cfg.output_dir.mkdir(parents=True, exist_ok=True)
-        train, val = self._load_data()
-        tokenizer = self._tokenizer(train)
-
-        torch.manual_seed(cfg.seed)
-        model = CCRkModel(self.model_config).to(self.device)
-        optimizer = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.learning_rate)
-        steps_per_epoch = len(epoch_batches(len(train), cfg.batch_size, cfg.seed, 0))
-        total_steps = steps_per_epoch * cfg.epochs
-        if cfg.max_steps is not None:
-            total_steps = min(total_steps, cfg.max_steps)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(cfg.warmup_steps, total_steps))
-        use_amp = cfg.amp and self.device.type == "cuda"
-        amp_dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
-        scaler = torch.amp.GradScaler("cuda", enabled=use_amp and amp_dtype == torch.float16)
-
-        step, history = 0, []
-        latest = _latest_checkpoint(cfg.output_dir)
-        if latest is None and initial is not None:
-            model.load_state_dict(initial.state_dict())
-            self.log(f"starting from the weights of {cfg.init_from}")
-        del initial
-        if latest is not None:
-            state = torch.load(latest / STATE_FILE, map_location="cpu", weights_only=True)
-            if state.get("model_config") != self.model_config.to_dict():
-                raise TrainingError(
-                    f"checkpoint {latest} was trained with another model config; use a new output dir"
-                )
-            loaded = CCRkModel.from_pretrained(latest, map_location=self.device)
-            model.load_state_dict(loaded.state_dict())
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
-            scaler.load_state_dict(state["scaler"])
-            step, history = int(state["step"]), list(state["history"])
-            self.log(f"resumed from {latest} at step {step}")
-
-        start_time = time.perf_counter()
-        samples_seen = 0
-        epoch = step // steps_per_epoch
-        while epoch < cfg.epochs and step < total_steps:
-            batches = epoch_batches(len(train), cfg.batch_size, cfg.seed, epoch)
-            skip = step - epoch * steps_per_epoch
-            progress = self._progress(len(batches), skip, epoch)
-            model.train()
-            epoch_losses: dict[str, float] = {}
-            for index in batches[skip:]:
-                if step >= total_steps:
-                    break
-                # Per-step seeds make sampling independent of where a resumed run restarted.
-                rng = random.Random(f"{cfg.seed}:{step}")
-                generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-                torch.manual_seed(cfg.seed * 1_000_003 + step)  # dropout masks, also on CUDA
-                batch = make_batch(
-                    train, index, tokenizer, self.preprocessor, self.model_config.text.max_length, rng
-                )
-                batch = batch.to(self.device)
-                pairs = None
-                if parallel is not None and cfg.translation_weight > 0:
-                    pairs = parallel.batch(tokenizer, cfg.batch_size, self.model_config.text.max_length, rng)
-                    pairs = tuple({k: v.to(self.device) for k, v in p.items()} for p in pairs)
-                autocast = torch.autocast("cuda", dtype=amp_dtype) if use_amp else nullcontext()
-                with autocast:
-                    losses = training_step(model, batch, cfg.objective, cfg, tokenizer, generator, pairs)
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(losses.total).backward()
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-                scaler.step(optimizer)
-                scaler.update()
-                scheduler.step()
-                step += 1
-                samples_seen += len(index)
-                floats = losses.as_floats()
-                for key, value in floats.items():
-                    epoch_losses[key] = epoch_losses.get(key, 0.0) + value
-                elapsed = time.perf_counter() - start_time
-                progress.update(1)
-                progress.set_postfix(
-                    loss=f"{floats['total']:.3f}", sps=f"{samples_seen / max(elapsed, 1e-9):.1f}"
-                )
-                if cfg.save_every_steps and step % cfg.save_every_steps == 0 and step % steps_per_epoch:
-                    self._save_checkpoint(
-                        model, tokenizer, self._state(optimizer, scheduler, scaler, step, history), step
-                    )
-            progress.close()
-            done_in_epoch = step - epoch * steps_per_epoch - skip
-            record: dict[str, Any] = {
-                "epoch": epoch + 1,
-                "step": step,
-                "loss": {k: v / max(1, done_in_epoch) for k, v in epoch_losses.items()},
-                "seconds": time.perf_counter() - start_time,
-            }
-            if val is not None:
-                result = evaluate(model, tokenizer, val, self.preprocessor, device=self.device)
-                scores = result.report()["dual"]
-                record["val_ir_mean_recall"] = scores["IR"]["mean_recall"]
-                record["val_ir_mrv"] = scores["IR"]["mrv"]
-                self.log(
-                    f"epoch {epoch + 1}: loss {record['loss'].get('total', float('nan')):.4f}  "
-                    f"val IR mean recall {record['val_ir_mean_recall'] * 100:.2f}  "
-                    f"MRV {record['val_ir_mrv']:.2f}"
-                )
-            history.append(record)
-            self._save_checkpoint(
-                model, tokenizer, self._state(optimizer, scheduler, scaler, step, history), step
-            )
-            epoch += 1
-
-        elapsed = time.perf_counter() - start_time
-        model_dir = cfg.output_dir / "model"
-        tmp = cfg.output_dir / ".tmp-model"
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.eval()
-        model.cpu().save_pretrained(tmp, tokenizer)
-        (tmp / "training.json").write_text(
-            json.dumps({"train_config": cfg.to_json(), "history": history}, indent=2) + "\n", encoding="utf-8"
-        )
-        shutil.rmtree(model_dir, ignore_errors=True)
-        tmp.rename(model_dir)
-        return TrainResult(model_dir, step, epoch, elapsed, samples_seen / max(elapsed, 1e-9), history)
-
-    def _state(self, optimizer: Any, scheduler: Any, scaler: Any, step: int, history: list) -> dict[str, Any]:
-        return {
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "scaler": scaler.state_dict(),
-            "step": step,
-            "history": history,
-            "model_config": self.model_config.to_dict(),
-            "train_config": self.cfg.to_json(),
-        }
 
     def _progress(self, total: int, done: int, epoch: int) -> Any:
         from tqdm.auto import tqdm

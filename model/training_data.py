@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from model.data.catalogue import CatalogueRecord, load_split
 from model.preprocessing import ImagePreprocessor
 from model.tokenization import tokenize
+from synthetic.catalogue import CatalogueRecord, load_split
 
 
 @dataclass

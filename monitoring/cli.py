@@ -34,8 +34,8 @@ def make_set_command(
     ] = None,
 ) -> None:
     """Draw a probe set from a captioned catalogue: one probe per item, its first caption per language."""
-    from model.data.catalogue import CatalogueFormatError, load_split
     from monitoring.probe_set import probes_from_captions, save_probe_set
+    from synthetic.catalogue import CatalogueFormatError, load_split
 
     try:
         records = load_split(catalogue)
@@ -91,10 +91,12 @@ def run_command(
 ) -> None:
     """Run the probe set once and print per-language Recall@1/5/10, MRV, mrv_std, overlap@10, latency."""
     from ccrk_settings import SettingsError, settings_with
-    from indexer import index_format as fmt
     from monitoring.history import HistoryError, open_history
     from monitoring.probe import HttpSearcher, ProbeError, index_searcher, run_probes, run_record
     from monitoring.probe_set import ProbeSetError, load_probe_set
+    from store.errors import IndexFormatError
+    from store.manifest import model_fingerprint, model_name_of
+    from store.reader import IndexVersion
 
     try:
         settings = settings_with(
@@ -118,15 +120,15 @@ def run_command(
             from model.runtime import load_encoder
 
             encoder = load_encoder(settings.model_dir, backend=settings.backend, threads=settings.threads)
-            with fmt.IndexVersion.open(
+            with IndexVersion.open(
                 settings.index_root,
                 settings.index_name,
                 version,
-                expect_fingerprint=fmt.model_fingerprint(settings.model_dir),
+                expect_fingerprint=model_fingerprint(settings.model_dir),
             ) as index:
-                search = index_searcher(index, encoder, fmt.model_name_of(settings.model_dir))
+                search = index_searcher(index, encoder, model_name_of(settings.model_dir))
                 metrics = run_probes(probes, search, depth=settings.probe_depth)
-    except (ProbeSetError, ProbeError, fmt.IndexFormatError) as exc:
+    except (ProbeSetError, ProbeError, IndexFormatError) as exc:
         raise _fail(str(exc)) from None
     record = run_record(metrics, source="cli")
     console.print(_table(record))

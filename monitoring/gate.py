@@ -18,14 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from ccrk_settings import Settings
-from indexer import index_format as fmt
-from indexer.index_format import IndexManifest, IndexVersion
 from indexer.quality_gate import Captioned, GateThresholds, GateVerdict  # the builder's types, re-exported
 from model.runtime import Encoder
 from monitoring.history import HistoryError, open_history
 from monitoring.probe import ProbeError, index_searcher, run_probes, run_record
 from monitoring.probe_set import Probe, ProbeSetError, load_probe_set, probes_from_captions
 from monitoring.report import recall_drops
+from store.errors import IndexFormatError
+from store.manifest import IndexManifest
+from store.reader import IndexVersion
+from store.versions import current_version
 
 log = logging.getLogger(__name__)
 
@@ -97,13 +99,13 @@ def quality_gate(
         refuse.reasons.append(f"the probe run failed: {exc}")
         return refuse
     baseline: dict[str, Any] | None = None
-    current = fmt.current_version(settings.index_root, manifest.name)
+    current = current_version(settings.index_root, manifest.name)
     notes: list[str] = []
     if current is not None and thresholds.max_recall_drop is not None:
         try:
             with IndexVersion.open(settings.index_root, manifest.name, current) as published:
                 baseline = run_probes(probes, index_searcher(published, encoder), **search_kw)
-        except (fmt.IndexFormatError, OSError, ProbeError) as exc:
+        except (IndexFormatError, OSError, ProbeError) as exc:
             notes.append(f"CURRENT {current} could not be probed ({exc}); no drop check")
     verdict = evaluate_gate(candidate, baseline, thresholds, baseline_version=current)
     verdict.notes.extend(notes)

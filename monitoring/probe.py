@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from indexer.index_format import IndexVersion
 from model.metrics import mrv, mrv_std, recall_at_k
 from model.runtime import Encoder
 from monitoring.consistency import consistency_report
 from monitoring.probe_set import Probe
+from store.reader import IndexVersion
 
 RECALL_KS = (1, 5, 10)
 OVERLAP_K = 10

@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from indexer.index_format import FilterError, IndexFormatError
+from store.errors import FilterError, IndexFormatError
 
 log = logging.getLogger(__name__)
 

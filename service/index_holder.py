@@ -17,8 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from indexer.index_format import IndexFormatError, IndexVersion, current_version, version_refused
 from service.errors import IndexUnavailableError, ReloadFailedError
+from store.errors import IndexFormatError
+from store.reader import IndexVersion
+from store.versions import current_version, version_refused
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,12 @@ from service.metrics import Metrics
 
 
 class MetricsMiddleware:
-    """Latency histogram by route template, method, status class and query language (set by the search
-    routes in ``request.state.lang``)."""
+    """Latency histogram by route template, method, status class and query language (set by the text
+    search route in ``request.state.lang``).
+
+    This is the request layer's telemetry, kept here because it times every route, searches or not; what
+    a search itself did (stage timings, re-ranking, match quality, live traffic) is recorded by
+    ``service.search.telemetry``."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app

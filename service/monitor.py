@@ -1,6 +1,6 @@
 """The service's monitor: background probe runs (after every index swap and every
 ``probe_interval_min``), live traffic aggregation with periodic flushes, live ANN recall sampling. It is
-the service-side glue of the ``monitoring`` package: it knows the index holder and the searcher, which
+the service-side glue of the ``monitoring`` package: it knows the index holder and the search pipeline, which
 monitoring (no service imports there) must not.
 
 Probe queries and ANN samples run one at a time on a single worker thread of their own, at the lowest CPU
@@ -34,12 +34,12 @@ from monitoring.probe import ProbeError, index_searcher, run_probes, run_record
 from monitoring.probe_set import Probe, ProbeSetError, load_probe_set
 from monitoring.traffic import TrafficAggregator
 from service.errors import IndexUnavailableError
-from service.searching import normalise_query
+from service.search.query import normalise_query
 
 if TYPE_CHECKING:
     from service.index_holder import IndexHolder
     from service.schemas import SearchRequest, SearchResponse
-    from service.searching import Searcher
+    from service.search.pipeline import SearchPipeline
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class Monitor:
         self.probe_error: str | None = None
         self.last_run: dict[str, Any] | None = None
         self._holder: IndexHolder | None = None
-        self._searcher: Searcher | None = None
+        self._pipeline: SearchPipeline | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._swapped: asyncio.Event | None = None
@@ -79,9 +79,9 @@ class Monitor:
         self._credit_at = time.monotonic()
         self._leader_fd: int | None = None
 
-    def attach(self, holder: IndexHolder, searcher: Searcher) -> None:
+    def attach(self, holder: IndexHolder, pipeline: SearchPipeline) -> None:
         """Called once the model and the index holder exist (``Runtime._start``)."""
-        self._holder, self._searcher = holder, searcher
+        self._holder, self._pipeline = holder, pipeline
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
@@ -201,14 +201,14 @@ class Monitor:
         return record
 
     def _probe_blocking(self, source: str) -> dict[str, Any] | None:
-        holder, searcher = self._holder, self._searcher
-        if holder is None or searcher is None or self.probes is None:
+        holder, pipeline = self._holder, self._pipeline
+        if holder is None or pipeline is None or self.probes is None:
             return None
         try:
             with holder.lease() as served:
                 metrics = run_probes(
                     self.probes,
-                    index_searcher(served.index, searcher.encoder, searcher.model_name),
+                    index_searcher(served.index, pipeline.encoder, pipeline.model_name),
                     depth=self.settings.probe_depth,
                     pause_s=self.settings.probe_pause_s,
                     should_stop=self._stop.is_set,
@@ -223,7 +223,8 @@ class Monitor:
     # -- live traffic ----------------------------------------------------------------------------------------
 
     def observe_search(self, lang: str, request: SearchRequest, response: SearchResponse) -> None:
-        """The search route's hook: counters only; now and then an ANN recall sample for the worker."""
+        """The search telemetry's hook (``service.search.telemetry``): counters only; now and then an ANN
+        recall sample for the worker."""
         hits = response.results
         top = hits[0].score if hits and request.offset == 0 else None
         no_match = response.match == "none" and request.offset == 0
@@ -263,11 +264,11 @@ class Monitor:
     def _ann_blocking(self, lang: str, text: str) -> None:
         cpu_start = time.thread_time()
         try:
-            holder, searcher = self._holder, self._searcher
-            if holder is None or searcher is None:
+            holder, pipeline = self._holder, self._pipeline
+            if holder is None or pipeline is None:
                 return
             with holder.lease() as served:
-                embeds = searcher.encode_query(text).embeds  # usually an embedding-cache hit
+                embeds = pipeline.ranker.encode_text(text).embeds  # usually an embedding-cache hit
                 _, ann = served.index.search(embeds, 10)
                 _, exact = served.index.search_exact(embeds, 10)
             truth = exact[0][exact[0] >= 0]

@@ -1,4 +1,5 @@
-"""What one app instance holds once started: the encoder, the index holder, caches, metrics.
+"""What one app instance holds once started: the encoder, the index holder, caches, metrics, and the search
+facade every search-like route goes through (``service.search``).
 
 Created empty by ``create_app``; filled in the lifespan (model and index load there, never at import).
 """
@@ -17,7 +18,6 @@ from fastapi import FastAPI
 from threadpoolctl import threadpool_limits
 
 from ccrk_settings import Settings
-from indexer.index_format import model_fingerprint, model_name_of
 from model.runtime import Int8Limits, load_encoder
 from service.cache import Cache
 from service.errors import IndexUnavailableError, ReloadFailedError
@@ -25,8 +25,10 @@ from service.index_holder import IndexHolder, Served
 from service.language import LanguageDetector
 from service.metrics import Metrics
 from service.monitor import Monitor
-from service.schemas import SearchRequest, SearchResponse
-from service.searching import Searcher
+from service.search.facade import SearchFacade
+from service.search.pipeline import SearchPipeline
+from service.search.telemetry import SearchTelemetry
+from store.manifest import model_fingerprint, model_name_of
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +37,9 @@ class Runtime:
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         self.settings = settings
         self.metrics = metrics
-        self._searcher: Searcher | None = None
+        self._pipeline: SearchPipeline | None = None
         self._holder: IndexHolder | None = None
+        self._search: SearchFacade | None = None
         self.cache: Cache | None = None
         self.languages: tuple[str, ...] = ()
         # Bounds the worker threads doing CPU work at once: more than a few only adds contention.
@@ -44,10 +47,10 @@ class Runtime:
         self.monitor = Monitor(settings)  # probes, traffic, ANN recall (started in the lifespan)
 
     @property
-    def searcher(self) -> Searcher:
-        if self._searcher is None:
+    def pipeline(self) -> SearchPipeline:
+        if self._pipeline is None:
             raise IndexUnavailableError("the service is still starting")
-        return self._searcher
+        return self._pipeline
 
     @property
     def holder(self) -> IndexHolder:
@@ -55,15 +58,13 @@ class Runtime:
             raise IndexUnavailableError("the service is still starting")
         return self._holder
 
-    def search(self, request: SearchRequest) -> SearchResponse:
-        """One text search (blocking) on the version served now, leased until it is answered: a swap
-        meanwhile does not close it."""
-        with self.holder.lease() as served:
-            return self.searcher.search(served, request)
-
-    def lang_label(self, code: str) -> str:
-        """Metric label of a query language: supported codes, else "other" (bounded cardinality)."""
-        return code if code in self.languages else "other"
+    @property
+    def search(self) -> SearchFacade:
+        """Text, image and consistency search and the catalogue's image files, each on the served version
+        leased once per request."""
+        if self._search is None:
+            raise IndexUnavailableError("the service is still starting")
+        return self._search
 
     def _on_swap(self, served: Served) -> None:
         self.metrics.index_items.set(len(served.index))
@@ -75,8 +76,8 @@ class Runtime:
     def _on_load(self, served: Served) -> None:
         """A version built before match calibration existed is calibrated while it loads, not by the first
         searches of it (a few hundred encoded queries; seconds for a large model on CPU)."""
-        if self._searcher is not None:
-            self._searcher.judge.calibration(served)
+        if self._pipeline is not None:
+            self._pipeline.judge.calibration(served)
 
     def _on_failure(self, message: str) -> None:
         self.metrics.index_reloads.labels("failed").inc()
@@ -118,20 +119,19 @@ class Runtime:
             on_failure=self._on_failure,
             on_load=self._on_load,
         )
-        self._searcher = Searcher(
+        self._pipeline = SearchPipeline(
             encoder=encoder,
             model_name=model_name_of(s.model_dir),
             model_fingerprint=fingerprint,
             detector=LanguageDetector(self.languages),
             cache=self.cache,
-            metrics=self.metrics,
             default_rerank=s.rerank,
             default_rerank_k=s.rerank_k,
             rerank_score=s.rerank_score,
             max_query_pixels=s.max_query_pixels,
             max_upload_bytes=s.max_upload_mb * 1024 * 1024,
         )
-        self.monitor.attach(self._holder, self._searcher)
+        self.monitor.attach(self._holder, self._pipeline)
         try:
             self._holder.reload()
         except ReloadFailedError as exc:
@@ -150,9 +150,13 @@ class Runtime:
     @asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(self._start)
-        # Decoding an upload takes up to ~100 MB and seconds of CPU: a few at a time; the rest wait on the
-        # event loop (holding no worker thread, so text searches are not queued behind them).
-        self.image_slots = anyio.Semaphore(self.settings.image_search_concurrency)
+        self._search = SearchFacade(
+            holder=self.holder,
+            pipeline=self.pipeline,
+            telemetry=SearchTelemetry(self.metrics, self.monitor, self.languages),
+            limiter=self.limiter,
+            image_slots=self.settings.image_search_concurrency,
+        )
         # What startup built (libraries, model, index) lives as long as the process: moved out of the
         # collector's way, collections under load scan only request garbage (longest pause at 1M items,
         # 32 clients: 6.5 -> 1.6 ms).

@@ -1,5 +1,5 @@
 """What the service and monitoring tests share: a small synthetic catalogue encoded by the real demo model
-(ONNX), index versions written with the format module's own writers, the app under a real uvicorn on
+(ONNX), index versions written through the store's own writer, the app under a real uvicorn on
 loopback, and a per-session key prefix in a real Redis for the tests that are about Redis.
 
 Fixtures are defined here and registered by each test package's conftest (which imports them), so that
@@ -26,11 +26,13 @@ import uvicorn
 from PIL import Image
 
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings
-from indexer import index_format as fmt
-from model.data.catalogue import CatalogueRecord, load_split
-from model.data.synth import SynthConfig, generate_catalogue
 from model.runtime import EncodedImages, Encoder, load_encoder
 from service.app import create_app
+from store.layout import FORMAT_VERSION
+from store.manifest import IndexManifest, model_fingerprint, model_name_of
+from store.writer import VersionWriter
+from synthetic.catalogue import CatalogueRecord, load_split
+from synthetic.synth import SynthConfig, generate_catalogue
 
 N_ITEMS = 60
 INDEX_NAME = "shop"
@@ -72,48 +74,46 @@ def write_version(
     publish: bool = True,
     name: str = INDEX_NAME,
 ) -> str:
-    """One index version of (a subset of) the catalogue, through the format module's own writers."""
+    """One index version of (a subset of) the catalogue, through the store's own writer."""
     rows = list(range(len(catalogue.records))) if rows is None else rows
     embeds = np.ascontiguousarray(catalogue.encoded.embeds[rows], dtype=np.float32)
     tokens = catalogue.encoded.tokens[rows].astype(np.float16)
-    version = fmt.new_version_name(root, name)
-    stage = root / name / fmt.BUILDS_DIR / version
-    stage.mkdir(parents=True)
-    index = faiss.index_factory(embeds.shape[1], "Flat", faiss.METRIC_INNER_PRODUCT)
-    index.add(embeds)
-    faiss.write_index(index, str(stage / fmt.INDEX_FILE))
-    np.save(stage / fmt.EMBEDDINGS_FILE, embeds)
-    np.save(stage / fmt.RERANK_FILE, tokens)
-    records = [catalogue.records[r] for r in rows]
-    fmt.write_metadata(
-        stage / fmt.METADATA_FILE,
-        ((n, r.id, str(r.image), dict(r.attributes or {}), False) for n, r in enumerate(records)),
-    )
-    fmt.IndexManifest(
-        format_version=fmt.FORMAT_VERSION,
-        name=name,
-        version=version,
-        created_at="2026-11-22T00:00:00Z",
-        model_name=fmt.model_name_of(DEFAULT_MODEL_DIR),
-        model_fingerprint=fingerprint or fmt.model_fingerprint(DEFAULT_MODEL_DIR),
-        embed_dim=embeds.shape[1],
-        preprocessing={"image_size": 64, "mean": [0.5] * 3, "std": [0.25] * 3},
-        count=len(rows),
-        index_factory="Flat",
-        search_params={},
-        measured_recall_at_10=1.0,
-        language_recall_at_10={"en": 0.99, "de": 0.98},
-        build_seconds=0.0,
-        skipped=[],
-        checksums=fmt.file_checksums(stage),
-        rerank={"dtype": "fp16", "tokens": tokens.shape[1], "width": tokens.shape[2], "bytes_per_image": 0},
-        parent_version=None,
-        total_rows=len(rows),
-    ).save(stage / fmt.MANIFEST_FILE)
-    fmt.install_version(root, name, stage, version)
-    if publish:
-        fmt.publish_version(root, name, version)
-    return version
+    with VersionWriter(root, name) as writer:
+        index = faiss.index_factory(embeds.shape[1], "Flat", faiss.METRIC_INNER_PRODUCT)
+        index.add(embeds)
+        writer.write_index(index)
+        writer.save_arrays(embeds, tokens)
+        records = [catalogue.records[r] for r in rows]
+        writer.write_metadata(
+            (n, r.id, str(r.image), dict(r.attributes or {}), False) for n, r in enumerate(records)
+        )
+        manifest = IndexManifest(
+            format_version=FORMAT_VERSION,
+            name=name,
+            version=writer.version,
+            created_at="2026-11-22T00:00:00Z",
+            model_name=model_name_of(DEFAULT_MODEL_DIR),
+            model_fingerprint=fingerprint or model_fingerprint(DEFAULT_MODEL_DIR),
+            embed_dim=embeds.shape[1],
+            preprocessing={"image_size": 64, "mean": [0.5] * 3, "std": [0.25] * 3},
+            count=len(rows),
+            index_factory="Flat",
+            search_params={},
+            measured_recall_at_10=1.0,
+            language_recall_at_10={"en": 0.99, "de": 0.98},
+            build_seconds=0.0,
+            skipped=[],
+            checksums={},
+            rerank={
+                "dtype": "fp16",
+                "tokens": tokens.shape[1],
+                "width": tokens.shape[2],
+                "bytes_per_image": 0,
+            },
+            parent_version=None,
+            total_rows=len(rows),
+        )
+        return writer.finish(manifest, publish=publish).version
 
 
 @pytest.fixture(scope="session")

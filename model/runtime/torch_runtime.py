@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
+from transformers import PreTrainedTokenizerBase
 
 from model.modeling import CCRkModel, CheckpointError
 from model.preprocessing import ImagePreprocessor
@@ -34,14 +35,39 @@ class TorchEncoder:
         if device == "cpu":
             torch.set_num_threads(threads)
         try:
-            self.model = CCRkModel.from_pretrained(model_dir, map_location=device).eval()
-            self.tokenizer = load_tokenizer(model_dir)
+            model = CCRkModel.from_pretrained(model_dir, map_location=device)
+            tokenizer = load_tokenizer(model_dir)
         except (CheckpointError, TokenizerError) as exc:
             raise EncoderError(str(exc)) from exc
-        self.config = self.model.config
-        self.temperature = float(self.model.temperature.detach())
+        self._wrap(model, tokenizer, device, ImagePreprocessor(model.config.vision))
+
+    @classmethod
+    def from_model(
+        cls,
+        model: CCRkModel,
+        tokenizer: PreTrainedTokenizerBase,
+        device: torch.device | str = "cpu",
+        preprocessor: ImagePreprocessor | None = None,
+    ) -> TorchEncoder:
+        """The interface over a model already in memory (one being trained or evaluated), so that it is
+        evaluated like any served model; it stays on ``device`` and the thread settings are left alone."""
+        encoder = cls.__new__(cls)
+        encoder._wrap(model, tokenizer, str(device), preprocessor or ImagePreprocessor(model.config.vision))
+        return encoder
+
+    def _wrap(
+        self,
+        model: CCRkModel,
+        tokenizer: PreTrainedTokenizerBase,
+        device: str,
+        preprocessor: ImagePreprocessor,
+    ) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.config = model.config
+        self.temperature = float(model.temperature.detach())
         self.device = device
-        self.preprocessor = ImagePreprocessor(self.config.vision)
+        self.preprocessor = preprocessor
 
     @torch.inference_mode()
     def encode_text(self, texts: Sequence[str]) -> EncodedTexts:

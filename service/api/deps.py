@@ -6,16 +6,14 @@ pool, one thread hop per dependency per request."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
 from ccrk_settings import Settings
 from service.errors import NotFoundError, UnauthorizedError
-from service.index_holder import Served
 from service.runtime import Runtime
-from service.searching import Searcher
+from service.search.pipeline import SearchPipeline
 
 
 async def get_runtime(request: Request) -> Runtime:
@@ -32,20 +30,13 @@ async def get_settings_dep(runtime: RuntimeDep) -> Settings:
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 
 
-async def get_searcher(runtime: RuntimeDep) -> Searcher:
-    return runtime.searcher
+async def get_pipeline(runtime: RuntimeDep) -> SearchPipeline:
+    """The loaded model's search pipeline (its name, fingerprint, encoder, re-ranking). Searches do not
+    take it: they go through ``runtime.search``, which leases the served version in the worker thread."""
+    return runtime.pipeline
 
 
-SearcherDep = Annotated[Searcher, Depends(get_searcher)]
-
-
-async def lease_index(runtime: RuntimeDep) -> AsyncIterator[Served]:
-    """The served index version, held for the whole request (a swap meanwhile does not close it)."""
-    with runtime.holder.lease() as served:
-        yield served
-
-
-ServedDep = Annotated[Served, Depends(lease_index)]
+PipelineDep = Annotated[SearchPipeline, Depends(get_pipeline)]
 
 
 async def require_admin(

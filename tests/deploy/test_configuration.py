@@ -24,6 +24,8 @@ SCANNED_DIRS = (
     "monitoring",
     "service",
     "model",
+    "store",
+    "synthetic",
     "deploy",
     "bench",
     ".ci",

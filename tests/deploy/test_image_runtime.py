@@ -115,10 +115,12 @@ def test_package_built_from_the_copied_files_holds_the_model_and_pages(tmp_path:
         f"{model}/onnx/fusion_scorer.onnx",
         "ccrk_cli/main.py",
         "ccrk_settings/reference.py",
-        "indexer/index_format.py",
+        "indexer/build.py",
+        "store/reader.py",
         "monitoring/gate.py",
         "monitoring/cli.py",
         "service/app.py",
+        "synthetic/synth.py",  # `ccrk data synth`, the demo container's first command
     ):
         assert required in names, required
     # The pages' templates and assets (package data, not Python modules).

@@ -9,8 +9,8 @@ import pytest
 from PIL import Image
 
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings
-from model.data.synth import SynthConfig, generate_catalogue
 from model.runtime import Encoder, load_encoder
+from synthetic.synth import SynthConfig, generate_catalogue
 from tests.indexer.files import write_photo
 
 

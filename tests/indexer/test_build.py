@@ -13,16 +13,19 @@ import numpy as np
 import pytest
 
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings
-from indexer import index_format as fmt
 from indexer.build import add, build, delete, rollback
 from indexer.decode import BAD_KINDS
 from indexer.errors import BuildError, TooManyBadItemsError
-from indexer.index_format import IndexVersion, ModelMismatchError
 from model.configs import CCRkConfig
 from model.preprocessing import ImagePreprocessor
 from model.runtime import Encoder
+from store.errors import ModelMismatchError
+from store.manifest import model_fingerprint, model_name_of
+from store.reader import IndexVersion
+from store.verify import verify_version
+from store.versions import current_version, list_versions, publish_version
 from tests.indexer.files import copy_model, make_bad_files
-from tests.indexer.test_index_format import write_version
+from tests.store.writing import write_version
 
 
 def _records(catalogue: Path) -> list[dict]:
@@ -53,7 +56,7 @@ def test_folder_build_matches_direct_encoding(
     assert report.shards == 2 and report.resumed_shards == 0
     with IndexVersion.open(settings.index_root, "photos") as idx:
         m = idx.manifest
-        assert m.model_name == "ccrk-demo" and m.model_fingerprint == fmt.model_fingerprint(DEFAULT_MODEL_DIR)
+        assert m.model_name == "ccrk-demo" and m.model_fingerprint == model_fingerprint(DEFAULT_MODEL_DIR)
         assert m.embed_dim == 128 and m.preprocessing["image_size"] == 64 and m.index_factory == "Flat"
         assert m.rerank == {"dtype": "fp16", "tokens": 65, "width": 128, "bytes_per_image": 65 * 128 * 2}
         assert set(m.checksums) == {"index.faiss", "embeddings.npy", "rerank_tokens.npy", "metadata.sqlite"}
@@ -67,7 +70,7 @@ def test_folder_build_matches_direct_encoding(
         # Each photo's own embedding finds itself first.
         _, rows = idx.search(embeds, 1)
         np.testing.assert_array_equal(rows[:, 0], np.arange(12))
-    assert fmt.verify_version(settings.index_root, "photos", model_dir=DEFAULT_MODEL_DIR) == []
+    assert verify_version(settings.index_root, "photos", model_dir=DEFAULT_MODEL_DIR) == []
 
 
 def test_manifest_inputs_with_metadata_and_filters(
@@ -150,13 +153,13 @@ def test_bad_files_are_skipped_with_reasons_or_fail_the_build(
         assert {s["kind"] for s in idx.manifest.skipped} == set(BAD_KINDS)
         assert all(s["reason"].startswith(s["kind"]) and s["source"] for s in idx.manifest.skipped)
         assert idx.row_of("truncated") is None
-    published = fmt.current_version(settings.index_root, "mixed")
+    published = current_version(settings.index_root, "mixed")
     # 6 bad of 45 (13 %) is over the default 5 %: the build fails and the good index stays published.
     strict = settings.model_copy(update={"max_image_pixels": 1_000_000})
     with pytest.raises(TooManyBadItemsError, match=r"(?s)6 of 45 items are bad.*truncated\.jpg"):
         build("mixed", [_subset(catalogue, tmp_path / "g2.jsonl", slice(0, 39)), manifest], settings=strict)
-    assert fmt.current_version(settings.index_root, "mixed") == published
-    assert fmt.list_versions(settings.index_root, "mixed") == [published]
+    assert current_version(settings.index_root, "mixed") == published
+    assert list_versions(settings.index_root, "mixed") == [published]
 
 
 def test_add_delete_rollback(settings: Settings, catalogue: Path, tmp_path: Path) -> None:
@@ -164,7 +167,7 @@ def test_add_delete_rollback(settings: Settings, catalogue: Path, tmp_path: Path
     first = build("shop", [_subset(catalogue, tmp_path / "a.jsonl", slice(0, 30))], settings=settings)
     added = add("shop", [_subset(catalogue, tmp_path / "all.jsonl", slice(0, 40))], settings=settings)
     assert added.items_total == 10 and added.already_indexed == 30 and added.count == 40
-    assert fmt.current_version(root, "shop") == added.version
+    assert current_version(root, "shop") == added.version
     with IndexVersion.open(root, "shop", first.version) as v1, IndexVersion.open(root, "shop") as v2:
         e1, e2 = np.load(v1.path / "embeddings.npy"), np.load(v2.path / "embeddings.npy")
         np.testing.assert_array_equal(e2[:30], e1)  # old rows kept as they were, not re-encoded
@@ -185,22 +188,22 @@ def test_add_delete_rollback(settings: Settings, catalogue: Path, tmp_path: Path
         ).stat().st_ino
     with pytest.raises(BuildError, match="'nope'"):
         delete("shop", ["test-000001", "nope"], settings=settings)
-    assert fmt.current_version(root, "shop") == deleted.version
+    assert current_version(root, "shop") == deleted.version
     back = rollback("shop", settings=settings)
-    assert back.version == added.version and fmt.current_version(root, "shop") == added.version
+    assert back.version == added.version and current_version(root, "shop") == added.version
     with IndexVersion.open(root, "shop") as idx:
         assert idx.row_of("test-000004") == 4
     rollback("shop", settings=settings, to=first.version)
-    assert fmt.current_version(root, "shop") == first.version
+    assert current_version(root, "shop") == first.version
     with pytest.raises(BuildError, match="no version before"):
         rollback("shop", settings=settings)
     # Adding after a delete brings a deleted id back as a new row.
-    fmt.publish_version(root, "shop", deleted.version)
+    publish_version(root, "shop", deleted.version)
     again = add("shop", [tmp_path / "all.jsonl"], settings=settings)
     assert again.items_total == 2 and again.count == 40
     with IndexVersion.open(root, "shop") as idx:
         assert idx.row_of("test-000004") == 40 and idx.total_rows == 42
-    assert len(fmt.list_versions(root, "shop")) == settings.keep_versions
+    assert len(list_versions(root, "shop")) == settings.keep_versions
 
 
 def test_rollback_skips_versions_the_gate_refused(settings: Settings) -> None:
@@ -212,26 +215,26 @@ def test_rollback_skips_versions_the_gate_refused(settings: Settings) -> None:
         return write_version(root, "shop", n=20, gate=gate, publish=gate)
 
     g1, g2, r1, g3, r2 = (version(gate) for gate in (True, True, False, True, False))
-    assert fmt.current_version(root, "shop") == g3
+    assert current_version(root, "shop") == g3
     # The default target is the newest approved version before CURRENT: g2, not the refused r1.
     assert rollback("shop", settings=settings).version == g2
-    assert fmt.current_version(root, "shop") == g2
+    assert current_version(root, "shop") == g2
     assert rollback("shop", settings=settings).version == g1
     with pytest.raises(BuildError, match="no version before"):
         rollback("shop", settings=settings)
-    assert fmt.current_version(root, "shop") == g1
+    assert current_version(root, "shop") == g1
 
     # --to a refused version: refused with its reasons unless forced; CURRENT unchanged.
     with pytest.raises(BuildError, match=f"{r1} .* refused by the quality gate.*test verdict.*--force"):
         rollback("shop", settings=settings, to=r1)
-    assert fmt.current_version(root, "shop") == g1
+    assert current_version(root, "shop") == g1
     forced = rollback("shop", settings=settings, to=r1, force=True)
-    assert fmt.current_version(root, "shop") == r1 and any("--force" in n for n in forced.notes)
+    assert current_version(root, "shop") == r1 and any("--force" in n for n in forced.notes)
     # From a forced refused CURRENT, the default goes back to the newest approved one before it.
     assert rollback("shop", settings=settings).version == g2
     # Later approved versions are reachable with --to, refused ones never by default.
     assert rollback("shop", settings=settings, to=g3).version == g3
-    assert fmt.list_versions(root, "shop") == [g1, g2, r1, g3, r2]
+    assert list_versions(root, "shop") == [g1, g2, r1, g3, r2]
 
 
 def test_rollback_with_only_refused_versions_before_current(settings: Settings) -> None:
@@ -240,7 +243,7 @@ def test_rollback_with_only_refused_versions_before_current(settings: Settings) 
     good = write_version(root, "shop", n=20, gate=True)
     with pytest.raises(BuildError, match=f"no version before {good}.*refused by the quality gate.*{refused}"):
         rollback("shop", settings=settings)
-    assert fmt.current_version(root, "shop") == good
+    assert current_version(root, "shop") == good
 
 
 @pytest.mark.parametrize(("factory", "kind"), [(None, "hnsw"), ("IVF4,SQ8", "ivf")])
@@ -269,19 +272,19 @@ def test_ann_recall_against_exact_search(
 
 def test_model_mismatch_is_refused(settings: Settings, catalogue: Path, tmp_path: Path) -> None:
     build("shop", [_subset(catalogue, tmp_path / "a.jsonl", slice(0, 10))], settings=settings)
-    published = fmt.current_version(settings.index_root, "shop")
+    published = current_version(settings.index_root, "shop")
     other = copy_model(tmp_path, "ccrk-other")
     with pytest.raises(ModelMismatchError, match=r"'ccrk-demo'.*ccrk-other"):
         IndexVersion.open(
             settings.index_root,
             "shop",
-            expect_fingerprint=fmt.model_fingerprint(other),
-            expect_model_name=fmt.model_name_of(other),
+            expect_fingerprint=model_fingerprint(other),
+            expect_model_name=model_name_of(other),
         )
     with pytest.raises(ModelMismatchError, match=r"'ccrk-demo'"):
         add("shop", [tmp_path / "a.jsonl"], settings=settings, model_dir=other)
-    assert fmt.current_version(settings.index_root, "shop") == published
-    problems = fmt.verify_version(settings.index_root, "shop", model_dir=other)
+    assert current_version(settings.index_root, "shop") == published
+    problems = verify_version(settings.index_root, "shop", model_dir=other)
     assert len(problems) == 1 and "ccrk-demo" in problems[0] and "ccrk-other" in problems[0]
 
 
@@ -323,4 +326,4 @@ def test_reader_opens_current_while_builds_publish(
         thread.join()
     assert errors == []
     assert opened > 5 and len(seen) >= 2
-    assert len(fmt.list_versions(live.index_root, "live")) == 2
+    assert len(list_versions(live.index_root, "live")) == 2

@@ -11,10 +11,11 @@ from typer.testing import CliRunner
 
 from ccrk_cli.main import app
 from ccrk_settings import Settings, get_settings
-from indexer import index_format as fmt
 from indexer.build import build
-from indexer.index_format import IndexVersion
 from monitoring.gate import quality_gate
+from store.layout import is_version_name
+from store.reader import IndexVersion
+from store.versions import current_version, list_versions, version_refused
 from tests.indexer.files import write_photo
 
 runner = CliRunner()
@@ -41,7 +42,7 @@ def _table_rows(out: str) -> dict[str, str]:
     parent column names another)."""
     rows = {}
     for line in out.splitlines():
-        names = [word for word in line.split() if fmt.is_version_name(word)]
+        names = [word for word in line.split() if is_version_name(word)]
         if names:
             rows[names[0]] = line
     return rows
@@ -63,7 +64,7 @@ def test_build_list_delete_rollback_verify(tmp_path: Path, photo_folder: Path) -
     assert code == 0 and "10" in out
     code, out = _run("list", *common)
     assert code == 0 and first in out
-    assert len(fmt.list_versions(tmp_path / "idx", "shop")) == 2
+    assert len(list_versions(tmp_path / "idx", "shop")) == 2
     code, out = _run("verify", *common)
     assert code == 0 and "OK" in out
 
@@ -71,7 +72,7 @@ def test_build_list_delete_rollback_verify(tmp_path: Path, photo_folder: Path) -
     assert code == 2 and "'not-there'" in out
 
     code, out = _run("rollback", *common)
-    assert code == 0 and fmt.current_version(tmp_path / "idx", "shop") == first
+    assert code == 0 and current_version(tmp_path / "idx", "shop") == first
 
     # A corrupted file is reported by verify with exit code 1.
     emb = tmp_path / "idx" / "shop" / first / "embeddings.npy"
@@ -133,9 +134,9 @@ def test_refused_build_is_marked_and_not_rolled_back_to(
     again = build("shop", [good_src], settings=gated, force=True, gate=quality_gate)
     assert good.published and not bad.published and again.published, (good.notes, bad.notes)
     root = gated.index_root
-    assert fmt.list_versions(root, "shop") == [good.version, bad.version, again.version]
-    assert fmt.version_refused(root, "shop", bad.version)
-    assert not fmt.version_refused(root, "shop", good.version)
+    assert list_versions(root, "shop") == [good.version, bad.version, again.version]
+    assert version_refused(root, "shop", bad.version)
+    assert not version_refused(root, "shop", good.version)
 
     common = ["--name", "shop", "--index-root", str(root)]
     result = runner.invoke(app, ["index", "list", *common], env={"COLUMNS": "250"})
@@ -148,12 +149,12 @@ def test_refused_build_is_marked_and_not_rolled_back_to(
 
     code, out = _run("rollback", *common)
     assert code == 0, out
-    assert fmt.current_version(root, "shop") == good.version  # not the refused version in between
+    assert current_version(root, "shop") == good.version  # not the refused version in between
     code, out = _run("rollback", *common, "--to", bad.version)
     assert code == 2 and "refused by the quality gate" in out and "--force" in out
-    assert fmt.current_version(root, "shop") == good.version
+    assert current_version(root, "shop") == good.version
     code, out = _run("rollback", *common, "--to", bad.version, "--force")
-    assert code == 0 and fmt.current_version(root, "shop") == bad.version
+    assert code == 0 and current_version(root, "shop") == bad.version
     assert "published with --force" in " ".join(out.split())
 
 

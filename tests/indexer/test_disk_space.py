@@ -22,11 +22,24 @@ import pytest
 
 from ccrk_settings import Settings
 from indexer import disk
-from indexer import index_format as fmt
 from indexer.build import add, build
 from indexer.errors import DiskSpaceError
-from indexer.index_format import IndexVersion
 from indexer.sources import read_sources
+from store import versions
+from store.files import NpyWriter, names_full_disk
+from store.layout import (
+    BUILDS_DIR,
+    CURRENT_FILE,
+    EMBEDDINGS_FILE,
+    INDEX_FILE,
+    METADATA_FILE,
+    RERANK_FILE,
+    RERANK_SCALES_FILE,
+)
+from store.metadata import write_metadata
+from store.reader import IndexVersion
+from store.verify import verify_version
+from store.versions import current_version, list_versions
 from tests.conftest import REPO_ROOT
 from tests.indexer.files import write_photo
 
@@ -106,17 +119,17 @@ def _bytes(text: str) -> float:
 
 
 def _leftovers(root: Path) -> list[str]:
-    builds = root / "shop" / fmt.BUILDS_DIR
+    builds = root / "shop" / BUILDS_DIR
     return sorted(p.name for p in builds.iterdir() if p.name != "lock")
 
 
 def _still_serves(root: Path, version: str, count: int) -> None:
-    assert fmt.current_version(root, "shop") == version
-    assert fmt.list_versions(root, "shop") == [version]
-    assert fmt.verify_version(root, "shop") == []
+    assert current_version(root, "shop") == version
+    assert list_versions(root, "shop") == [version]
+    assert verify_version(root, "shop") == []
     with IndexVersion.open(root, "shop") as idx:
         assert len(idx) == count
-        q = np.asarray(np.load(idx.path / fmt.EMBEDDINGS_FILE, mmap_mode="r")[:1])
+        q = np.asarray(np.load(idx.path / EMBEDDINGS_FILE, mmap_mode="r")[:1])
         assert idx.search(q, 1)[1][0, 0] == 0
 
 
@@ -140,7 +153,7 @@ def test_build_that_does_not_fit_fails_cleanly_and_leaves_nothing(
         r"no space left on the device writing (\S+): this operation needs about ([\d.]+) MiB", message
     )
     assert written, message
-    assert Path(written[1]).parent.parent == root / "shop" / fmt.BUILDS_DIR and written[1].endswith(".npy")
+    assert Path(written[1]).parent.parent == root / "shop" / BUILDS_DIR and written[1].endswith(".npy")
     assert re.search(r"[\d.]+ [KM]iB is free there now\. Nothing was published", message), message
     assert f"CURRENT still names {first}" in message
     assert re.search(r"its [\d.]+ [KM]iB of encoded shards were removed to free the space", message), message
@@ -150,7 +163,7 @@ def test_build_that_does_not_fit_fails_cleanly_and_leaves_nothing(
     subprocess.run(["mount", "-o", "remount,size=8m", str(mount)], check=True)
     again = _ccrk(root, folder)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert fmt.current_version(root, "shop") != first and _leftovers(root) == []
+    assert current_version(root, "shop") != first and _leftovers(root) == []
     with IndexVersion.open(root, "shop") as idx:
         assert len(idx) == 80
 
@@ -194,12 +207,12 @@ def test_space_estimate_covers_a_real_version(settings: Settings, tmp_path: Path
         parts = disk.version_parts(
             40, 128, 65, 128, dtype, index_bytes=4 * 40 * 128, metadata=disk.metadata_bytes(items, 40)
         )
-        rerank = real[fmt.RERANK_FILE] + real.get(fmt.RERANK_SCALES_FILE, 0)
-        assert parts["embeddings"] == real[fmt.EMBEDDINGS_FILE]
+        rerank = real[RERANK_FILE] + real.get(RERANK_SCALES_FILE, 0)
+        assert parts["embeddings"] == real[EMBEDDINGS_FILE]
         assert parts["re-rank store"] == rerank
-        assert real[fmt.METADATA_FILE] <= parts["metadata"] <= 3 * real[fmt.METADATA_FILE]
+        assert real[METADATA_FILE] <= parts["metadata"] <= 3 * real[METADATA_FILE]
         assert sum(real.values()) <= disk.SpaceNeed(parts).total
-        assert parts["index"] >= real[fmt.INDEX_FILE] - 100  # faiss's header; the headroom covers it
+        assert parts["index"] >= real[INDEX_FILE] - 100  # faiss's header; the headroom covers it
 
 
 def test_writers_name_the_file_on_a_full_disk(tmpfs: Callable[[int], Path]) -> None:
@@ -208,18 +221,18 @@ def test_writers_name_the_file_on_a_full_disk(tmpfs: Callable[[int], Path]) -> N
     mount = tmpfs(256 * KIB)
     big = mount / "big.npy"
     with pytest.raises(OSError) as caught:
-        disk.NpyWriter(big, np.float32, (1000, 128))  # 512 KB
+        NpyWriter(big, np.float32, (1000, 128))  # 512 KB
     assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(big)
     assert big.stat().st_size == 0
     meta = mount / "metadata.sqlite"
-    with pytest.raises(OSError) as caught, disk.names_full_disk(meta):
-        fmt.write_metadata(meta, ((i, f"id-{i}", "x" * 200, {"t": "y" * 100}, False) for i in range(5000)))
+    with pytest.raises(OSError) as caught, names_full_disk(meta):
+        write_metadata(meta, ((i, f"id-{i}", "x" * 200, {"t": "y" * 100}, False) for i in range(5000)))
     assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(meta)
     assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
     meta.unlink()
     index = faiss.IndexFlatIP(128)
     index.add(np.ones((1000, 128), dtype=np.float32))
-    with pytest.raises(OSError) as caught, disk.names_full_disk(mount / "index.faiss"):
+    with pytest.raises(OSError) as caught, names_full_disk(mount / "index.faiss"):
         faiss.write_index(index, str(mount / "index.faiss"))
     assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(mount / "index.faiss")
 
@@ -235,12 +248,12 @@ def test_failed_publish_removes_the_installed_version(
     def full(root: Path, name: str, version: str) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as from a write(): no file name
 
-    monkeypatch.setattr(fmt, "publish_version", full)
-    current_file = settings.index_root / "shop" / fmt.CURRENT_FILE
+    monkeypatch.setattr(versions, "publish_version", full)
+    current_file = settings.index_root / "shop" / CURRENT_FILE
     with pytest.raises(DiskSpaceError, match=f"writing {current_file}: .* CURRENT still names {first}"):
         build("shop", [photo_folder], settings=settings)
-    assert fmt.list_versions(settings.index_root, "shop") == [first]
-    assert fmt.current_version(settings.index_root, "shop") == first
+    assert list_versions(settings.index_root, "shop") == [first]
+    assert current_version(settings.index_root, "shop") == first
     assert _leftovers(settings.index_root) == []  # shards too: a full disk is freed
 
 
@@ -269,7 +282,7 @@ def test_disk_full_while_encoding_leaves_nothing(tmpfs: Callable[[int], Path], t
     result = _ccrk(root, _photos(tmp_path / "more", 80), unchecked=True)
     assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
     message = " ".join(result.stderr.split())
-    builds = root / "shop" / fmt.BUILDS_DIR
+    builds = root / "shop" / BUILDS_DIR
     shard = re.search(
         rf"no space left on the device writing {builds}/build-\w+/shards/shard-(\d+)\.npz: ", message
     )

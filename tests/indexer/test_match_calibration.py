@@ -12,9 +12,9 @@ import pytest
 
 from ccrk_settings import Settings
 from indexer.build import build
-from indexer.index_format import IndexVersion
 from indexer.match_calibration import MatchCalibration, MatchThresholds, calibrate
 from indexer.ood_queries import kinds_for_language, ood_queries
+from store.reader import IndexVersion
 
 
 def fake_scores(table: dict[str, float], seed: int, noise: float = 0.5) -> Callable:

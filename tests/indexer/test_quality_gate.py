@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from ccrk_settings import Settings, get_settings
-from indexer import index_format as fmt
 from indexer.build import build
-from indexer.index_format import IndexManifest
 from indexer.quality_gate import Captioned, GateVerdict, resolve_gate, unwired_gate
 from model.runtime import Encoder
+from store.manifest import IndexManifest
+from store.versions import current_version, version_refused
 
 
 class FakeGate:
@@ -38,12 +38,12 @@ def test_an_injected_gate_decides_the_publish(
     assert not refused.published and refused.gate == refuse.verdict.to_dict()
     note = f"quality gate refused version {refused.version}: it is kept, CURRENT is unchanged. too few cats"
     assert note in refused.notes and "probed 3" in refused.notes
-    assert fmt.current_version(settings.index_root, "photos") is None
-    assert fmt.version_refused(settings.index_root, "photos", refused.version)
+    assert current_version(settings.index_root, "photos") is None
+    assert version_refused(settings.index_root, "photos", refused.version)
 
     off = build("photos", [photo_folder], settings=settings, gate=FakeGate(None))  # None: no gate
     assert off.published and off.gate is None
-    assert fmt.current_version(settings.index_root, "photos") == off.version
+    assert current_version(settings.index_root, "photos") == off.version
 
 
 def test_a_configured_gate_not_wired_in_refuses(
@@ -55,7 +55,7 @@ def test_a_configured_gate_not_wired_in_refuses(
     assert not report.published and report.gate is not None and not report.gate["passed"]
     assert "no quality gate is wired into this build" in report.gate["reasons"][0]
     assert report.gate["thresholds"]["max_mrv"] == 5.0
-    assert fmt.current_version(settings.index_root, "photos") is None
+    assert current_version(settings.index_root, "photos") is None
     # No threshold: no gate, nothing to wire.
     assert unwired_gate(Path(), None, None, settings, []) is None  # type: ignore[arg-type]
 
@@ -92,7 +92,7 @@ def test_the_ccrk_command_hands_monitorings_gate_to_builds(
         get_settings.cache_clear()
     assert result.exit_code == 1, result.output
     assert len(seen) == 1 and "fake probe says no" in " ".join(result.output.split())
-    assert fmt.current_version(root, "g") is None
+    assert current_version(root, "g") is None
     # Importing and running the command left nothing behind for builds called from Python.
     gated = settings.model_copy(update={"gate_max_mrv": 5.0})
     report = build("p", [photo_folder], settings=gated)

@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 
 from ccrk_settings import Settings
-from indexer import index_format as fmt
 from indexer.build import build, delete
 from indexer.build_key import BUILD_KEY, PLAN_HASH
-from indexer.index_format import IndexManifest
+from store.layout import BUILDS_DIR, MANIFEST_FILE
+from store.manifest import IndexManifest
+from store.versions import current_version, list_versions
 from tests.conftest import REPO_ROOT
 from tests.indexer.files import write_photo
 
@@ -20,12 +21,12 @@ from tests.indexer.files import write_photo
 # before pruning and removing the work folder. Arguments after the code go to `ccrk`.
 KILLED_AFTER_PUBLISH = (
     "import os, runpy, signal, sys\n"
-    "from indexer import index_format as fmt\n"
-    "publish = fmt.publish_version\n"
+    "from store import versions\n"
+    "publish = versions.publish_version\n"
     "def publish_then_die(*args):\n"
     "    publish(*args)\n"
     "    os.kill(os.getpid(), signal.SIGKILL)\n"
-    "fmt.publish_version = publish_then_die\n"
+    "versions.publish_version = publish_then_die\n"
     "sys.argv[0] = 'ccrk'\n"
     "runpy.run_module('ccrk_cli.main', run_name='__main__')\n"
 )
@@ -60,9 +61,9 @@ def test_rerun_after_kill_just_after_publishing_publishes_nothing(settings: Sett
     folder = _photos(tmp_path / "c", 8, 100)
     killed = _ccrk(["-c", KILLED_AFTER_PUBLISH], root, folder)
     assert killed.returncode == -9, killed.stderr[-2000:]
-    new = fmt.current_version(root, "shop")
-    assert new not in (older, old) and fmt.list_versions(root, "shop") == [older, old, new]  # not pruned yet
-    assert list((root / "shop" / fmt.BUILDS_DIR).glob("build-*/shards/shard-*.npz"))  # not cleaned up yet
+    new = current_version(root, "shop")
+    assert new not in (older, old) and list_versions(root, "shop") == [older, old, new]  # not pruned yet
+    assert list((root / "shop" / BUILDS_DIR).glob("build-*/shards/shard-*.npz"))  # not cleaned up yet
 
     rerun = _ccrk(["-m", "ccrk_cli.main"], root, folder)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
@@ -71,9 +72,9 @@ def test_rerun_after_kill_just_after_publishing_publishes_nothing(settings: Sett
     assert f"note: already published as {new}" in out
     # Nothing published, nothing pruned (a duplicate used to push `old` out); the killed run's work folder
     # is gone.
-    assert fmt.current_version(root, "shop") == new
-    assert fmt.list_versions(root, "shop") == [older, old, new]
-    assert list((root / "shop" / fmt.BUILDS_DIR).glob("build-*")) == []
+    assert current_version(root, "shop") == new
+    assert list_versions(root, "shop") == [older, old, new]
+    assert list((root / "shop" / BUILDS_DIR).glob("build-*")) == []
 
 
 def test_rerun_in_process_and_what_makes_it_a_new_build(settings: Settings, tmp_path: Path) -> None:
@@ -82,14 +83,14 @@ def test_rerun_in_process_and_what_makes_it_a_new_build(settings: Settings, tmp_
     first = build("shop", [_photos(tmp_path / "a", 6, 0)], settings=keep2)
     folder = _photos(tmp_path / "b", 9, 50)
     second = build("shop", [folder], settings=keep2)
-    manifest = IndexManifest.load(root / "shop" / (second.version or "") / fmt.MANIFEST_FILE)
+    manifest = IndexManifest.load(root / "shop" / (second.version or "") / MANIFEST_FILE)
     assert len(manifest.build_params[PLAN_HASH]) == len(manifest.build_params[BUILD_KEY]) == 16
 
     same = build("shop", [folder], settings=keep2)
     assert same.already_current and not same.published and same.pruned == []
     assert same.version == second.version and same.count == 9
     assert any(f"already published as {second.version}" in n for n in same.notes)
-    assert fmt.list_versions(root, "shop") == [first.version, second.version]
+    assert list_versions(root, "shop") == [first.version, second.version]
 
     # Other index options are another result.
     other = build("shop", [folder], settings=keep2, index_factory="HNSW16,Flat")

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 
 from ccrk_settings import DEFAULT_MODEL_DIR
-from indexer import index_format as fmt
 from indexer.decode import Decoder
-from indexer.index_format import IndexVersion
 from model.configs import CCRkConfig
 from model.runtime import Encoder
+from store.reader import IndexVersion
+from store.versions import current_version
 from tests.conftest import REPO_ROOT
 from tests.indexer.files import write_photo
 
@@ -56,7 +56,7 @@ def test_build_resumes_after_sigkill(tmp_path: Path, encoder: Encoder) -> None:
     assert proc.returncode == -signal.SIGKILL
     done = list(root.glob(shards_glob))
     assert 3 <= len(done) < N_IMAGES // SHARD
-    assert fmt.current_version(root, "r") is None  # nothing published by the killed build
+    assert current_version(root, "r") is None  # nothing published by the killed build
     work = next(root.glob("r/.builds/build-*"))
     result = subprocess.run(
         _command(folder, root, tmp_path / "second.json"),

@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 
 from ccrk_settings import Settings
-from indexer import index_format as fmt
 from indexer.build import add, build
-from indexer.index_format import IndexFormatError, IndexVersion
 from model.preprocessing import ImagePreprocessor
 from model.runtime import load_encoder
+from store.errors import IndexFormatError
+from store.layout import EMBEDDINGS_FILE, RERANK_FILE
+from store.reader import IndexVersion
+from store.verify import verify_version
 from tests.indexer.files import write_photo
 
 
@@ -28,8 +30,8 @@ def test_build_and_add_without_a_rerank_store(
         assert m.embed_dim == 512 and m.preprocessing["image_size"] == 224
         assert m.rerank["tokens"] == 0 and m.rerank["bytes_per_image"] == 0
         assert set(m.checksums) == {"index.faiss", "embeddings.npy", "metadata.sqlite"}
-        assert not (idx.path / fmt.RERANK_FILE).exists()
-        assert fmt.verify_version(settings.index_root, "starter", m.version, model_dir=starter_model) == []
+        assert not (idx.path / RERANK_FILE).exists()
+        assert verify_version(settings.index_root, "starter", m.version, model_dir=starter_model) == []
         with pytest.raises(IndexFormatError, match="no re-rank store"):
             idx.rerank_tokens(np.array([0]))
         # The stored embeddings are the encoder's for the same files.
@@ -37,7 +39,7 @@ def test_build_and_add_without_a_rerank_store(
         encoder = load_encoder(starter_model, threads=1)
         pre = ImagePreprocessor(encoder.config.vision)
         direct = encoder.encode_images(np.stack([pre.load_uint8(it["path"]) for it in items])).embeds
-        stored = np.load(idx.path / fmt.EMBEDDINGS_FILE)
+        stored = np.load(idx.path / EMBEDDINGS_FILE)
         np.testing.assert_allclose(stored, direct, atol=2e-2)  # JPEG draft decoding in the indexer
         assert float(np.min(np.sum(stored * direct, axis=1))) > 0.99
 
@@ -47,8 +49,8 @@ def test_build_and_add_without_a_rerank_store(
     added = add("starter", [photo_folder], settings=settings)
     assert added.published and added.count == 15
     with IndexVersion.open(settings.index_root, "starter") as idx:
-        assert len(idx) == 15 and not (idx.path / fmt.RERANK_FILE).exists()
+        assert len(idx) == 15 and not (idx.path / RERANK_FILE).exists()
         assert (
-            fmt.verify_version(settings.index_root, "starter", idx.manifest.version, model_dir=starter_model)
+            verify_version(settings.index_root, "starter", idx.manifest.version, model_dir=starter_model)
             == []
         )

@@ -204,10 +204,10 @@ def test_shipped_int8_graphs_cost_within_the_serving_limits(tmp_path: Path) -> N
     (0.5 points) and MRV rise at most CCRK_INT8_MAX_MRV_INCREASE's (0.05): the limits the service checks
     before it serves int8. Measured: no cost on this split, 0.07 points and 0.007 on 100 products of another
     seed; the export records 0.08 and 0.003 on 500."""
-    from model.data.synth import SynthConfig, generate_catalogue
     from model.evaluation import int8_cost
     from model.runtime import load_encoder
     from model.training_data import load_captioned_images
+    from synthetic.synth import SynthConfig, generate_catalogue
 
     fp32 = load_encoder(DEFAULT_MODEL_DIR, "onnx", device="cpu", threads=1)
     int8 = load_encoder(DEFAULT_MODEL_DIR, "onnx", device="cpu", threads=1, int8=True)

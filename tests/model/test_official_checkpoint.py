@@ -362,7 +362,7 @@ def test_eval_with_the_paper_ranking(official_files: dict[str, Path], tmp_path: 
     from typer.testing import CliRunner
 
     from ccrk_cli.main import app
-    from model.data.synth import SynthConfig, generate_catalogue
+    from synthetic.synth import SynthConfig, generate_catalogue
 
     generate_catalogue(tmp_path / "data", SynthConfig(seed=0, n_train=0, n_val=0, n_test=6), workers=1)
     model_dir = tmp_path / "converted"

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from model.data.catalogue import CatalogueRecord
 from model.parallel_corpus import ParallelCorpus, ParallelCorpusError, pairs_from_catalogue, write_pairs_tsv
+from synthetic.catalogue import CatalogueRecord
 
 RECORDS = [
     CatalogueRecord(

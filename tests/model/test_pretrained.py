@@ -23,7 +23,7 @@ def test_shipped_model_fits_its_budget() -> None:
 
 @pytest.fixture(scope="module")
 def test_split(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from model.data.synth import SynthConfig, generate_catalogue
+    from synthetic.synth import SynthConfig, generate_catalogue
 
     out = tmp_path_factory.mktemp("shipped-eval")
     generate_catalogue(out, SynthConfig(seed=0, n_train=0, n_val=0, n_test=1000), workers=2)

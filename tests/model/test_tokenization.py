@@ -91,7 +91,7 @@ def test_real_multi30k_sentences_tokenize_losslessly(shared_data: Path) -> None:
     """A tokenizer trained only on the synthetic catalogue still handles real captions in en/de/fr/cs."""
     import gzip
 
-    from model.data.synth import SynthConfig, iter_items
+    from synthetic.synth import SynthConfig, iter_items
 
     corpus = [
         t for item in iter_items("train", SynthConfig(n_train=300)) for v in item.captions.values() for t in v

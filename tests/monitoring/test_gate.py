@@ -11,10 +11,13 @@ from typer.testing import CliRunner
 
 from ccrk_cli.main import app as ccrk_app
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings, get_settings
-from indexer import index_format as fmt
 from indexer.build import build
 from monitoring.gate import GateThresholds, evaluate_gate, quality_gate
 from monitoring.history import SqliteHistory
+from store.layout import MANIFEST_FILE
+from store.manifest import IndexManifest
+from store.verify import verify_version
+from store.versions import current_version, list_versions
 from tests.fixtures import Catalogue
 
 
@@ -79,7 +82,7 @@ def test_gate_refuses_a_degraded_index(
         gate=quality_gate,
     )
     assert good.published and good.gate is not None and good.gate["passed"], good.notes
-    assert fmt.current_version(settings.index_root, "shop") == good.version
+    assert current_version(settings.index_root, "shop") == good.version
 
     bad = build(
         "shop",
@@ -89,14 +92,14 @@ def test_gate_refuses_a_degraded_index(
     )
     assert not bad.published and bad.gate is not None and not bad.gate["passed"]
     # Built and kept, not promoted: CURRENT still names the good version.
-    assert fmt.current_version(settings.index_root, "shop") == good.version
-    assert fmt.list_versions(settings.index_root, "shop") == [good.version, bad.version]
-    assert fmt.verify_version(settings.index_root, "shop", bad.version) == []
+    assert current_version(settings.index_root, "shop") == good.version
+    assert list_versions(settings.index_root, "shop") == [good.version, bad.version]
+    assert verify_version(settings.index_root, "shop", bad.version) == []
     reasons = bad.gate["reasons"]
     assert any("below the minimum 0.500" in r for r in reasons)
     assert any("fell" in r and good.version in r for r in reasons)
     assert any("quality gate refused version " + bad.version in n for n in bad.notes)
-    manifest = fmt.IndexManifest.load(settings.index_root / "shop" / bad.version / fmt.MANIFEST_FILE)
+    manifest = IndexManifest.load(settings.index_root / "shop" / bad.version / MANIFEST_FILE)
     assert manifest.build_params["quality_gate"]["passed"] is False
 
     # Both verdicts are in the history, where the dashboard shows them.
@@ -131,7 +134,7 @@ def test_gate_refuses_a_degraded_index(
         get_settings.cache_clear()
     assert result.exit_code == 1, result.output
     assert "quality gate refused" in " ".join(result.output.split())
-    assert fmt.current_version(settings.index_root, "shop") == good.version
+    assert current_version(settings.index_root, "shop") == good.version
 
 
 def test_gate_without_probes_refuses(catalogue: Catalogue, tmp_path: Path) -> None:
@@ -142,5 +145,5 @@ def test_gate_without_probes_refuses(catalogue: Catalogue, tmp_path: Path) -> No
         "".join(json.dumps({"id": r.id, "path": str(r.image)}) + "\n" for r in catalogue.records[:10])
     )
     report = build("plain", [manifest], settings=settings, gate=quality_gate)
-    assert not report.published and fmt.current_version(settings.index_root, "plain") is None
+    assert not report.published and current_version(settings.index_root, "plain") is None
     assert "no probes" in report.gate["reasons"][0]

@@ -11,7 +11,6 @@ import pytest
 from typer.testing import CliRunner
 
 from ccrk_cli.main import app as ccrk_app
-from indexer.index_format import IndexVersion
 from model.metrics import mrv, mrv_std
 from model.runtime import Encoder
 from monitoring.probe import HttpSearcher, ProbeError, index_searcher, run_probes, score_run
@@ -22,6 +21,7 @@ from monitoring.probe_set import (
     probes_from_captions,
     save_probe_set,
 )
+from store.reader import IndexVersion
 from tests.fixtures import INDEX_NAME, Catalogue, LiveServer
 
 LANGS = ["en", "de", "fr", "cs", "ja", "zh", "es", "ru", "tr", "id"]

@@ -7,15 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from indexer import index_format as fmt
 from service.index_holder import IndexHolder, Served
+from store.errors import IndexFormatError
+from store.reader import IndexVersion
 from tests.fixtures import INDEX_NAME, Catalogue, write_version
 
 
 def test_item_cache_answers_like_sqlite_and_stays_bounded(
     index_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    index = fmt.IndexVersion.open(index_root, INDEX_NAME)
+    index = IndexVersion.open(index_root, INDEX_NAME)
     try:
         sqlite = index.items  # the reference answers, read past the recording below
         reads: list[list[int]] = []  # every batch of rows the cache had to read from SQLite
@@ -47,7 +48,7 @@ def test_item_cache_answers_like_sqlite_and_stays_bounded(
         assert list(served._items) == [19, 20, 21, 0, 1] and served.items([2, 1]) == sqlite([2, 1])
         assert reads[3:] == [[2]]  # 1 is a hit, 2 is not
 
-        with pytest.raises(fmt.IndexFormatError):
+        with pytest.raises(IndexFormatError):
             served.items([0, 10**6])
     finally:
         index.close()

@@ -17,9 +17,9 @@ import pytest
 import wordfreq
 
 from model.configs import get_preset
-from model.data.synth import SynthConfig, iter_items
 from model.starter.config import USE_M3_LANGUAGES
 from service.language import LanguageDetector, normalise_code, word_table, words
+from synthetic.synth import SynthConfig, iter_items
 
 DEMO = tuple(get_preset("demo").languages)
 MULTI30K = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"

@@ -13,8 +13,8 @@ import pytest
 
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings
 from indexer.build import build
-from model.data.catalogue import load_split
-from model.data.synth import SynthConfig, generate_catalogue
+from synthetic.catalogue import load_split
+from synthetic.synth import SynthConfig, generate_catalogue
 from tests.fixtures import LiveServer, make_settings
 
 # Written for this test: other domains, mashes, scripts the demo model does not know, code.
@@ -116,7 +116,7 @@ def test_a_version_without_calibration_is_calibrated_while_it_loads(index_root: 
         runtime = live.app.state.runtime
         version = runtime.holder.served.version
         assert not runtime.holder.served.index.manifest.match_calibration  # nothing recorded in the version
-        assert version in runtime.searcher.judge._by_version  # measured before any search
+        assert version in runtime.pipeline.judge._by_version  # measured before any search
         with live.client() as client:
             answer = client.post("/v1/search", json={"query": "SELECT * FROM users"}).json()
         assert answer["match"] in ("none", "weak") and answer["match_thresholds"] is not None

@@ -10,8 +10,10 @@ from pathlib import Path
 import httpx
 import redis
 
-from indexer import index_format as fmt
 from service.cache import RESULT, Cache
+from store.layout import INDEX_FILE, MANIFEST_FILE
+from store.manifest import IndexManifest
+from store.versions import current_version, publish_version
 from tests.fixtures import Catalogue, LiveServer, make_settings, write_version
 from tests.service.conftest import RedisProcess
 
@@ -109,7 +111,7 @@ def test_reload_under_concurrent_load_fails_no_request(tmp_path: Path, catalogue
         old = holder.served
         # 1) an admin reload of a freshly published version
         second = write_version(tmp_path, catalogue, rows=list(range(20, 60)), publish=False)
-        fmt.publish_version(tmp_path, "shop", second)
+        publish_version(tmp_path, "shop", second)
         response = admin.post("/v1/admin/reload", headers={"x-api-key": "test-admin-key"})
         assert response.status_code == 200, response.text
         assert response.json()["version"] == second  # (the poller may have been quicker than the call)
@@ -124,8 +126,8 @@ def test_reload_under_concurrent_load_fails_no_request(tmp_path: Path, catalogue
         assert wait_for(lambda: load.statuses[200] > n + 30)
         # 3) a broken version is refused (409) and the good one keeps serving
         fourth = write_version(tmp_path, catalogue, rows=list(range(10)), publish=False)
-        (tmp_path / "shop" / fourth / fmt.INDEX_FILE).write_bytes(b"corrupt")
-        fmt.publish_version(tmp_path, "shop", fourth)
+        (tmp_path / "shop" / fourth / INDEX_FILE).write_bytes(b"corrupt")
+        publish_version(tmp_path, "shop", fourth)
         response = admin.post("/v1/admin/reload", headers={"x-api-key": "test-admin-key"})
         assert response.status_code == 409 and fourth in response.json()["detail"][0]["msg"]
         n = load.statuses[200]
@@ -149,8 +151,8 @@ def test_admin_reload_serves_a_gate_refused_version_only_when_forced(
 ) -> None:
     good = write_version(tmp_path, catalogue, rows=list(range(30)))
     refused = write_version(tmp_path, catalogue, rows=list(range(10)), publish=False)
-    manifest_path = tmp_path / "shop" / refused / fmt.MANIFEST_FILE
-    manifest = fmt.IndexManifest.load(manifest_path)
+    manifest_path = tmp_path / "shop" / refused / MANIFEST_FILE
+    manifest = IndexManifest.load(manifest_path)
     manifest.build_params = {**manifest.build_params, "quality_gate": {"passed": False, "reasons": ["test"]}}
     manifest.save(manifest_path)
     key = {"x-api-key": "test-admin-key"}
@@ -160,7 +162,7 @@ def test_admin_reload_serves_a_gate_refused_version_only_when_forced(
         assert live.app.state.runtime.holder.served.version == good
         response = admin.post("/v1/admin/reload", headers=key, params={"version": refused, "force": True})
         assert response.status_code == 200 and response.json()["version"] == refused
-        assert fmt.current_version(tmp_path, "shop") == good  # a replica's override never moves CURRENT
+        assert current_version(tmp_path, "shop") == good  # a replica's override never moves CURRENT
 
 
 def test_the_local_lru_serves_while_redis_is_down() -> None:

@@ -1,5 +1,6 @@
 """Query image uploads: a pixel limit checked from the header (413 before any decoding), phones' MPO JPEGs
-accepted, and several large uploads at once bounded in memory (peak RSS of a real `ccrk serve` process)."""
+accepted, a 503 "busy" while every image slot is taken, and several large uploads at once bounded in memory
+(peak RSS of a real `ccrk serve` process)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 import httpx
 from PIL import Image
 
-from tests.fixtures import LiveServer
+from service.search.pipeline import ImageOutcome
+from tests.fixtures import LiveServer, make_settings
 from tests.service.conftest import ServeProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,6 +41,46 @@ def test_too_many_pixels_is_413_and_mpo_is_accepted(server: LiveServer) -> None:
         )
         answer = client.post("/v1/search/image", files={"file": ("phone.jpg", mpo.getvalue(), "image/jpeg")})
         assert answer.status_code == 200, answer.text
+
+
+def test_image_search_is_busy_while_every_slot_is_taken(index_root: Path) -> None:
+    """One image slot, held by a search stopped inside its worker thread: another image search waits its
+    bounded time for the slot and gets a 503 "busy" with Retry-After; once the slot is free, it is served."""
+    with LiveServer(make_settings(index_root, image_search_concurrency=1)) as live:
+        facade = live.app.state.runtime.search
+        facade.image_slot_wait_s = 0.5  # the wait before a 503 (10 s when serving), shortened for the test
+        entered, release = threading.Event(), threading.Event()
+        search = facade.pipeline.image
+
+        def held(*args: object, **kwargs: object) -> ImageOutcome:
+            entered.set()  # the slot is taken: the thread runs only once it is acquired
+            assert release.wait(30)
+            return search(*args, **kwargs)  # type: ignore[arg-type]
+
+        facade.pipeline.image = held  # type: ignore[method-assign]
+        upload = {"file": ("s.png", png((64, 64)), "image/png")}
+        statuses: list[int] = []
+        with live.client() as client:
+            first = threading.Thread(
+                target=lambda: statuses.append(client.post("/v1/search/image", files=upload).status_code)
+            )
+            first.start()
+            try:
+                assert entered.wait(30), "the first image search did not reach its worker thread"
+                busy = client.post("/v1/search/image", files=upload)
+            finally:
+                release.set()
+                first.join(timeout=30)
+            assert busy.status_code == 503, busy.text
+            assert busy.headers["retry-after"] == "1"
+            (error,) = busy.json()["detail"]
+            assert error["type"] == "busy" and error["loc"] == ["body", "file"]
+            assert "too many image searches at once" in error["msg"]
+            assert statuses == [200]
+            del facade.pipeline.image  # the class's own method again
+            again = client.post("/v1/search/image", files=upload)
+            assert again.status_code == 200, again.text
+            assert again.json()["results"]
 
 
 def peak_rss_mb(pid: int) -> float:

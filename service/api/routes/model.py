@@ -4,23 +4,23 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.api.deps import RuntimeDep, SearcherDep
+from service.api.deps import PipelineDep, RuntimeDep
 from service.schemas import ModelInfo
 
 router = APIRouter(prefix="/v1/model", tags=["model"])
 
 
 @router.get("", response_model=ModelInfo)
-async def model_info(runtime: RuntimeDep, searcher: SearcherDep) -> ModelInfo:
-    encoder = searcher.encoder
+async def model_info(runtime: RuntimeDep, pipeline: PipelineDep) -> ModelInfo:
+    encoder = pipeline.encoder
     return ModelInfo(
-        name=searcher.model_name,
-        fingerprint=searcher.model_fingerprint,
+        name=pipeline.model_name,
+        fingerprint=pipeline.model_fingerprint,
         architecture=encoder.config.architecture,
         embed_dim=encoder.config.embed_dim,
         languages=list(runtime.languages),
-        rerank=searcher.can_rerank,
-        rerank_default=searcher.default_rerank,
+        rerank=pipeline.can_rerank,
+        rerank_default=pipeline.default_rerank,
         backend=encoder.backend,
         device=encoder.device,
     )

@@ -48,8 +48,8 @@ async def search_page(
         )
     context = {
         "languages": runtime.languages,
-        "rerank_default": runtime.searcher.default_rerank,
-        "can_rerank": runtime.searcher.can_rerank,
+        "rerank_default": runtime.pipeline.default_rerank,
+        "can_rerank": runtime.pipeline.can_rerank,
         "q": (q or "").strip(),
         "lang": lang or "",
     }

@@ -123,7 +123,7 @@ def test_eval_of_a_starter_model(starter_model: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from ccrk_cli.main import app
-    from model.data.synth import SynthConfig, generate_catalogue
+    from synthetic.synth import SynthConfig, generate_catalogue
 
     generate_catalogue(tmp_path / "data", SynthConfig(seed=0, n_train=0, n_val=0, n_test=6), workers=1)
     base = ["eval", "--model", str(starter_model), "--data", str(tmp_path / "data")]

@@ -1,0 +1,116 @@
+"""Encoding an operation's new items into shards (``indexer.shards``), and what comes out of it: the items
+that decoded, those skipped and why, the share of bad items an operation tolerates, and the shards' rows
+streamed into a version's arrays."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ccrk_settings import Settings
+from indexer.decode import DecodePool, Decoder
+from indexer.errors import BuildError, TooManyBadItemsError
+from indexer.report import describe_skipped
+from indexer.shards import ProgressFn, ShardStore, encode_shards
+from indexer.sources import SourceItem
+from model.model_dir import ModelConfig
+from model.runtime import Encoder, load_encoder
+from store.writer import VersionArrays
+
+# Runs once the encoder is loaded, before the first shard: the space check.
+Preflight = Callable[[Encoder, ShardStore], None]
+
+
+@dataclass
+class Encoded:
+    ok_items: list[SourceItem]
+    skipped: list[dict[str, str]]
+    store: ShardStore
+    resumed: int
+    seconds: float
+
+
+def skipped_entry(item: SourceItem, kind: str, detail: str) -> dict[str, str]:
+    return {
+        "id": item.id,
+        "source": item.source or str(item.path),
+        "path": str(item.path),
+        "kind": kind,
+        "reason": f"{kind}: {detail}",
+    }
+
+
+def encode(
+    items: Sequence[SourceItem],
+    work_dir: Path,
+    model_dir: Path,
+    settings: Settings,
+    cfg: ModelConfig,
+    rerank_dtype: str,
+    progress: ProgressFn | None,
+    preflight: Preflight | None = None,
+) -> tuple[Encoded, Encoder]:
+    """Encode ``items`` into shards under ``work_dir``; ``preflight`` runs once the encoder is loaded,
+    before the first shard (the space check)."""
+    store = ShardStore(work_dir, settings.shard_size, len(items))
+    started = time.perf_counter()
+    # The decode pool forks before the encoder's runtime starts its thread pools.
+    with DecodePool(Decoder(cfg.vision, settings.max_image_pixels), settings.index_workers) as pool:
+        encoder = load_encoder(model_dir, settings.backend, settings.device, settings.threads, settings.int8)
+        if preflight is not None:
+            preflight(encoder, store)
+        resumed = encode_shards(
+            items,
+            store,
+            encoder,
+            pool,
+            batch_size=settings.index_batch_size,
+            rerank_dtype=rerank_dtype,
+            progress=progress,
+        )
+    seconds = time.perf_counter() - started
+    ok_items: list[SourceItem] = []
+    skipped: list[dict[str, str]] = []
+    for i in range(store.count):
+        shard = store.read(i)
+        lo, _ = store.bounds(i)
+        for j, good in enumerate(shard.ok):
+            item = items[lo + j]
+            if good:
+                ok_items.append(item)
+            else:
+                skipped.append(skipped_entry(item, shard.kinds[j], shard.details[j]))
+    return Encoded(ok_items, skipped, store, resumed, seconds), encoder
+
+
+def check_bad_share(total: int, skipped: list[dict[str, str]], limit: float, what: str) -> None:
+    if total and len(skipped) / total > limit:
+        kinds: dict[str, int] = {}
+        for s in skipped:
+            kinds[s["kind"]] = kinds.get(s["kind"], 0) + 1
+        listing = "\n".join(f"  {describe_skipped(s)}" for s in skipped[:20])
+        more = f"\n  ... and {len(skipped) - 20} more" if len(skipped) > 20 else ""
+        raise TooManyBadItemsError(
+            f"{what}: {len(skipped)} of {total} items are bad ({len(skipped) / total:.1%} > {limit:.1%}); "
+            f"nothing was published. By kind: {kinds}\n{listing}{more}"
+        )
+
+
+def token_shape(store: ShardStore) -> tuple[int, int]:
+    """(T, W) of the encoded patch tokens (T == 0: a model without a re-rank store)."""
+    for i in range(store.count):
+        shard = store.read(i)
+        if shard.ok.any():
+            return int(shard.tokens.shape[1]), int(shard.tokens.shape[2])
+    raise BuildError("internal: no encoded item in any shard")
+
+
+def append_shards(arrays: VersionArrays, store: ShardStore) -> None:
+    """Every encoded row of the shards, in order, into a version's arrays."""
+    for i in range(store.count):
+        shard = store.read(i)
+        if shard.embeds.shape[0] == 0:
+            continue
+        arrays.append(shard.embeds, shard.tokens, shard.scales)

@@ -1,0 +1,147 @@
+"""The publish pipeline that ``build`` and ``add`` share, under the index lock:
+
+    encode the new items into shards (space checked first)  ->  write a version (``store.writer``)
+    ->  tune and measure it  ->  quality gate  ->  finish: install, publish unless refused, prune
+
+Each operation differs only in what it encodes, which rows it copies from a parent, and how it makes its
+ANN index and manifest (``indexer.build``); the steps before and after are these. ``delete`` writes no
+new rows and skips tuning and the gate, but stages its version here too (``Operation.new_version``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ccrk_settings import Settings
+from indexer import disk, encoding, staging
+from indexer.ann import IndexPlan
+from indexer.encoding import Encoded, Preflight
+from indexer.quality_gate import QualityGate, resolve_gate
+from indexer.report import BuildReport
+from indexer.shards import ProgressFn
+from indexer.sources import SourceItem
+from indexer.tuning import Captioned, tune_staged
+from model.model_dir import ModelConfig
+from model.runtime import Encoder
+from store.layout import index_dir
+from store.manifest import IndexManifest
+from store.versions import record_gate
+from store.writer import VersionWriter
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def rerank_info(dtype: str, tokens: int, width: int) -> dict[str, Any]:
+    """The manifest's ``rerank`` entry for a store of (T, W) tokens."""
+    if tokens == 0:  # a model without a fusion encoder: no re-rank store
+        return {"dtype": "none", "tokens": 0, "width": 0, "bytes_per_image": 0}
+    per = disk.rerank_bytes_per_item(tokens, width, dtype)
+    return {"dtype": dtype, "tokens": tokens, "width": width, "bytes_per_image": per}
+
+
+@dataclass
+class Operation:
+    """One operation on index ``name`` while it holds the index lock (``guard`` is the lock's)."""
+
+    root: Path
+    name: str
+    settings: Settings
+    guard: staging.Guard
+    report: BuildReport
+    started: float  # time.perf_counter() when the operation began
+
+    @property
+    def base(self) -> Path:
+        return index_dir(self.root, self.name)
+
+    def encode(
+        self,
+        items: Sequence[SourceItem],
+        work_dir: Path,
+        model_dir: Path,
+        cfg: ModelConfig,
+        rerank_dtype: str,
+        progress: ProgressFn | None,
+        preflight: Preflight,
+        what: str,
+    ) -> tuple[Encoded, Encoder]:
+        """Encode ``items`` into shards (``preflight``: the space check, once the encoder is loaded); the
+        share of bad items must stay within the settings' limit (``what`` names the operation)."""
+        encoded, encoder = encoding.encode(
+            items, work_dir, model_dir, self.settings, cfg, rerank_dtype, progress, preflight
+        )
+        self.report.resumed_shards, self.report.shards = encoded.resumed, encoded.store.count
+        self.report.skipped, self.report.encode_seconds = encoded.skipped, encoded.seconds
+        encoding.check_bad_share(len(items), encoded.skipped, self.settings.max_bad_fraction, what)
+        return encoded, encoder
+
+    def new_version(self, need: disk.SpaceNeed, what: str) -> VersionWriter:
+        """A writer of the next version, once ``need`` is known to fit (``what``: for the refusal)."""
+        self.guard.need = need
+        disk.check_free_space(self.base, need, what)
+        return VersionWriter(self.root, self.name)
+
+    def publish(
+        self,
+        writer: VersionWriter,
+        manifest: IndexManifest,
+        plan: IndexPlan,
+        encoder: Encoder,
+        captioned: Captioned,
+        gate: QualityGate | None,
+        *,
+        items_indexed: int,
+        work_dir: Path,
+        notes: Sequence[str] = (),
+    ) -> BuildReport:
+        """Tune the staged version, let the gate judge it, finish it (published unless refused), and fill
+        in the report; the shard work folder goes once the version is in place. ``notes`` follow the
+        tuning's in the report."""
+        report, settings = self.report, self.settings
+        tune_staged(writer, manifest, plan, encoder, captioned, settings, report)
+        report.notes.extend(notes)
+        publish = judge(writer, manifest, encoder, captioned, settings, report, gate)
+        manifest.build_seconds = round(time.perf_counter() - self.started, 3)
+        done = writer.finish(manifest, publish=publish, keep=settings.keep_versions)
+        report.version, report.pruned = done.version, done.pruned
+        report.published = publish
+        report.items_indexed = items_indexed
+        report.fill_from(manifest)
+        report.build_seconds = manifest.build_seconds
+        shutil.rmtree(work_dir, ignore_errors=True)
+        return report
+
+
+def judge(
+    writer: VersionWriter,
+    manifest: IndexManifest,
+    encoder: Encoder,
+    captioned: Captioned,
+    settings: Settings,
+    report: BuildReport,
+    gate: QualityGate | None,
+) -> bool:
+    """Whether the staged version may be published (the injected gate, see ``indexer.quality_gate``; on
+    when a gate threshold is set). The verdict goes into the manifest and the report."""
+    verdict = resolve_gate(gate)(
+        writer.stage, manifest, encoder, settings, [(it.id, it.captions) for _, it in captioned]
+    )
+    if verdict is None:
+        return True
+    report.gate = verdict.to_dict()
+    record_gate(manifest, report.gate)
+    if not verdict.passed:
+        report.notes.append(
+            f"quality gate refused version {manifest.version}: it is kept, CURRENT is unchanged. "
+            + "; ".join(verdict.reasons)
+        )
+    report.notes.extend(verdict.notes)
+    return verdict.passed

@@ -1,0 +1,60 @@
+"""What an index operation reports: ``BuildReport`` (printed by the CLI, returned to callers and tests)
+and the one-line description of a skipped item."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from store.manifest import IndexManifest
+
+
+@dataclass
+class BuildReport:
+    """What an operation did; printed by the CLI as a summary, also returned to callers and tests."""
+
+    operation: str
+    name: str
+    version: str | None
+    published: bool
+    items_total: int = 0
+    items_indexed: int = 0
+    count: int = 0
+    resumed_shards: int = 0
+    shards: int = 0
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    ignored_files: int = 0
+    skipped_links: list[dict[str, str]] = field(default_factory=list)  # symlinks not followed (sources)
+    already_indexed: int = 0
+    already_current: bool = False  # a build whose result CURRENT holds already: nothing was done
+    index_factory: str = ""
+    search_params: dict[str, Any] = field(default_factory=dict)
+    measured_recall_at_10: float | None = None
+    language_recall_at_10: dict[str, float] = field(default_factory=dict)
+    rerank_bytes_per_image: int = 0
+    encode_seconds: float = 0.0
+    build_seconds: float = 0.0
+    pruned: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    gate: dict[str, Any] | None = None  # quality gate verdict (indexer.quality_gate), when on
+
+    @property
+    def items_per_second(self) -> float:
+        fresh = self.items_total if self.operation != "add" else self.items_indexed
+        return fresh / self.encode_seconds if self.encode_seconds > 0 else 0.0
+
+    def fill_from(self, manifest: IndexManifest) -> None:
+        """The published (or kept) version's figures, from its manifest."""
+        self.count = manifest.count
+        self.index_factory = manifest.index_factory
+        self.search_params = manifest.search_params
+        self.measured_recall_at_10 = manifest.measured_recall_at_10
+        self.language_recall_at_10 = manifest.language_recall_at_10
+        self.rerank_bytes_per_image = int(manifest.rerank["bytes_per_image"])
+
+
+def describe_skipped(entry: dict[str, str]) -> str:
+    """'manifest.jsonl:4 (img/x.jpg): truncated: ...', or 'folder/x.jpg: truncated: ...' for folders."""
+    path = entry.get("path")
+    where = entry["source"] if path in (None, entry["source"]) else f"{entry['source']} ({path})"
+    return f"{where}: {entry['reason']}"

@@ -1,1 +1,0 @@
-"""Synthetic multilingual product catalogue: attributes, hand-written lexicons, rendering, generation."""

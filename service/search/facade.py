@@ -1,0 +1,126 @@
+"""The one door of every route that reads the served index version: text, image and consistency search,
+and the catalogue's image files.
+
+Each request leases the served version once, inside the worker thread doing its blocking work (a swap
+meanwhile does not close the version; no lease is taken on the event loop), runs its pipeline there and
+hands what it did to the telemetry. The routes only parse HTTP, call one method and answer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import anyio
+from fastapi import UploadFile
+
+from service.errors import BusyError
+from service.index_holder import IndexHolder
+from service.item_images import image_path, item_thumbnail
+from service.schemas import (
+    ConsistencyRequest,
+    ConsistencyResponse,
+    ImageSearchResponse,
+    SearchRequest,
+    SearchResponse,
+)
+from service.search.filters import SearchFilters
+from service.search.pipeline import SearchPipeline
+from service.search.telemetry import SearchTelemetry
+
+IMAGE_SLOT_WAIT_S = 10.0  # how long an image search waits for a decoding slot before a 503
+
+
+class TextAnswer(NamedTuple):
+    response: SearchResponse
+    lang: str  # the query language's metric label (``SearchTelemetry.lang_label``)
+
+
+class SearchFacade:
+    """Made in the app's lifespan (the image slots belong to its event loop)."""
+
+    def __init__(
+        self,
+        *,
+        holder: IndexHolder,
+        pipeline: SearchPipeline,
+        telemetry: SearchTelemetry,
+        limiter: anyio.CapacityLimiter,
+        image_slots: int,
+    ) -> None:
+        self.holder = holder
+        self.pipeline = pipeline
+        self.telemetry = telemetry
+        self.limiter = limiter  # the runtime's bound on worker threads doing CPU work
+        # Decoding an upload takes up to ~100 MB and seconds of CPU: a few at a time; the rest wait on the
+        # event loop (holding no worker thread, so text searches are not queued behind them).
+        self.image_slots = anyio.Semaphore(image_slots)
+        self.image_slot_wait_s = IMAGE_SLOT_WAIT_S
+
+    # -- searches --------------------------------------------------------------------------------------------
+
+    async def text(self, request: SearchRequest) -> TextAnswer:
+        return await anyio.to_thread.run_sync(self._text, request, limiter=self.limiter)
+
+    def _text(self, request: SearchRequest) -> TextAnswer:
+        with self.holder.lease() as served:
+            outcome = self.pipeline.text(served, request)
+        return TextAnswer(outcome.response, self.telemetry.text(request, outcome))
+
+    async def image(
+        self, upload: UploadFile, *, top_k: int, offset: int, filters: str | None
+    ) -> ImageSearchResponse:
+        """A search by an uploaded image; ``filters`` is the form field's JSON text."""
+        parsed = SearchFilters.from_form(filters)  # a 422 before the upload is read or waits for a slot
+        data = await upload.read(self.pipeline.max_upload_bytes + 1)  # one byte over: too large, a 413
+        try:
+            with anyio.fail_after(self.image_slot_wait_s):
+                await self.image_slots.acquire()
+        except TimeoutError:
+            raise BusyError(
+                f"too many image searches at once; retry in a moment (waited {self.image_slot_wait_s:.0f} s)",
+                loc=("body", "file"),
+            ) from None
+        try:
+            return await anyio.to_thread.run_sync(
+                self._image, data, upload.content_type, top_k, offset, parsed, limiter=self.limiter
+            )
+        finally:
+            self.image_slots.release()
+
+    def _image(
+        self, data: bytes, content_type: str | None, top_k: int, offset: int, filters: SearchFilters | None
+    ) -> ImageSearchResponse:
+        with self.holder.lease() as served:
+            outcome = self.pipeline.image(
+                served, data, content_type, top_k=top_k, offset=offset, filters=filters
+            )
+        self.telemetry.image(outcome)
+        return outcome.response
+
+    async def consistency(self, body: ConsistencyRequest) -> ConsistencyResponse:
+        return await anyio.to_thread.run_sync(self._consistency, body, limiter=self.limiter)
+
+    def _consistency(self, body: ConsistencyRequest) -> ConsistencyResponse:
+        with self.holder.lease() as served:
+            outcome = self.pipeline.consistency(served, body)
+        self.telemetry.consistency(outcome)
+        return outcome.response
+
+    # -- catalogue images ---------------------------------------------------------------------------------
+
+    async def image_file(self, item_id: str) -> Path:
+        """Where an item's image is on disk. A lookup, not CPU work: no slot of the CPU limiter."""
+        return await anyio.to_thread.run_sync(self._image_file, item_id)
+
+    def _image_file(self, item_id: str) -> Path:
+        with self.holder.lease() as served:
+            return image_path(served, item_id)
+
+    async def thumbnail(self, item_id: str, size: int) -> bytes:
+        """A JPEG thumbnail of an item's image (decoding: a slot of the CPU limiter)."""
+        return await anyio.to_thread.run_sync(self._thumbnail, item_id, size, limiter=self.limiter)
+
+    def _thumbnail(self, item_id: str, size: int) -> bytes:
+        with self.holder.lease() as served:
+            return item_thumbnail(served, item_id, size)

@@ -1,0 +1,150 @@
+"""Search answers, built in one place: the hits of a ranked page (metadata, image link), and the text
+answer (fresh, or read back from the result cache), the image answer and the consistency answer."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+from urllib.parse import quote
+
+import numpy as np
+
+from service.index_holder import Served
+from service.schemas import (
+    ConsistencyResponse,
+    ImageSearchResponse,
+    LanguageInfo,
+    LanguageResults,
+    MatchLabel,
+    MatchThresholdsInfo,
+    SearchHit,
+    SearchResponse,
+    Timings,
+)
+from service.search.ranking import Ranked
+
+
+def image_url(item_id: str) -> str:
+    """Where a result's image is served: ``/v1/images/{id}``, or ``/v1/images?id=...`` for an id with a line
+    break (a URL path cannot match one: it got a link that answered 404)."""
+    if "\n" in item_id or "\r" in item_id:
+        return f"/v1/images?id={quote(item_id, safe='')}"
+    return f"/v1/images/{quote(item_id, safe='')}"
+
+
+def ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 3)
+
+
+def since_ms(start: float) -> float:
+    """Milliseconds since a ``time.perf_counter()`` reading (a response's ``total``)."""
+    return ms(time.perf_counter() - start)
+
+
+class ResponseBuilder:
+    def __init__(self, model_name: str) -> None:
+        self.model_name = model_name
+
+    def hits(self, served: Served, ranked: Ranked) -> list[SearchHit]:
+        items = served.items(ranked.rows.tolist())
+        hits = []
+        for n, item in enumerate(items):
+            item_id = item.pop("id")
+            item.pop("path", None)  # a server path; clients fetch the image through image_url
+            rerank_score = None
+            if ranked.rerank_scores is not None and not np.isnan(ranked.rerank_scores[n]):
+                rerank_score = float(ranked.rerank_scores[n])
+            hits.append(
+                SearchHit(
+                    id=item_id,
+                    score=float(ranked.scores[n]),
+                    rerank_score=rerank_score,
+                    rank=ranked.first_rank + n,
+                    metadata=item,
+                    image_url=image_url(item_id),
+                )
+            )
+        return hits
+
+    def ids(self, served: Served, ranked: Ranked) -> list[str]:
+        """Result ids only (the consistency report compares lists of ids)."""
+        return [item["id"] for item in served.items(ranked.rows.tolist())]
+
+    def text(
+        self,
+        served: Served,
+        *,
+        hits: list[SearchHit],
+        label: MatchLabel | None,
+        thresholds: MatchThresholdsInfo,
+        language: LanguageInfo,
+        ranked: Ranked,
+        encode_s: float,
+        start: float,
+    ) -> SearchResponse:
+        return SearchResponse(
+            match=label,
+            match_thresholds=thresholds,
+            results=hits,
+            language=language,
+            index_version=served.version,
+            model=self.model_name,
+            reranked=ranked.reranked,
+            timings_ms=Timings(
+                encode=ms(encode_s),
+                search=ms(ranked.search_s),
+                rerank=ms(ranked.rerank_s),
+                total=since_ms(start),
+            ),
+            cached=False,
+        )
+
+    @staticmethod
+    def cache_entry(response: SearchResponse) -> bytes:
+        """What the result cache keeps of a text answer: the parts that do not depend on the request's
+        language resolution or timing."""
+        payload: dict[str, Any] = {
+            "results": [hit.model_dump() for hit in response.results],
+            "reranked": response.reranked,
+            "match": response.match,
+            "match_thresholds": response.match_thresholds.model_dump() if response.match_thresholds else None,
+        }
+        return json.dumps(payload).encode()
+
+    def cached_text(
+        self, served: Served, entry: bytes, *, language: LanguageInfo, start: float
+    ) -> SearchResponse | None:
+        """A text answer from a result-cache entry; None for an entry that cannot be read (compute afresh)."""
+        try:
+            payload = json.loads(entry)
+            return SearchResponse(
+                results=[SearchHit(**hit) for hit in payload["results"]],
+                language=language,
+                index_version=served.version,
+                model=self.model_name,
+                reranked=payload["reranked"],
+                timings_ms=Timings(encode=0.0, search=0.0, rerank=0.0, total=since_ms(start)),
+                cached=True,
+                match=payload["match"],
+                match_thresholds=payload["match_thresholds"],
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def image(self, served: Served, ranked: Ranked, *, encode_s: float, start: float) -> ImageSearchResponse:
+        return ImageSearchResponse(
+            results=self.hits(served, ranked),
+            index_version=served.version,
+            model=self.model_name,
+            timings_ms=Timings(
+                encode=ms(encode_s), search=ms(ranked.search_s), rerank=0.0, total=since_ms(start)
+            ),
+        )
+
+    def consistency(
+        self, served: Served, *, top_k: int, languages: list[LanguageResults], report: dict[str, Any]
+    ) -> ConsistencyResponse:
+        return ConsistencyResponse(
+            top_k=top_k, index_version=served.version, model=self.model_name, languages=languages, **report
+        )

@@ -1,0 +1,24 @@
+"""The store's typed errors (``service.errors`` maps them to HTTP answers, the CLIs to exit codes)."""
+
+from __future__ import annotations
+
+
+class IndexFormatError(RuntimeError):
+    """An index on disk is missing, malformed, or does not fit the request."""
+
+
+class IndexNotFoundError(IndexFormatError):
+    """No such index, no published version, or no such version."""
+
+
+class ModelMismatchError(IndexFormatError):
+    """The index was built with another model than the one in use; the message names both."""
+
+
+class FilterError(IndexFormatError):
+    """A metadata filter names an unknown field or has a malformed value; the message names the field."""
+
+
+class VersionWriteError(IndexFormatError):
+    """A version could not be written as asked (rows or shapes that do not add up, a manifest of another
+    version): a writer's bug, caught before anything was published."""

@@ -1,0 +1,100 @@
+"""Where an index's files live, and how they are written so that readers never see a torn one.
+
+Layout::
+
+    INDEX_ROOT/NAME/CURRENT             the published version name, switched atomically
+    INDEX_ROOT/NAME/<version>/          immutable once published (version: sortable UTC stamp + suffix)
+        manifest.json                   IndexManifest (``store.manifest``)
+        index.faiss                     faiss index, inner product on L2-normalised embeddings; ids = rows
+        embeddings.npy                  (N, D) float32: exact reference, re-scoring, rebuilds
+        rerank_tokens.npy               (N, T, W) float16, or int8 with rerank_scales.npy (N, T) float32
+        metadata.sqlite                 items(row, id, path, fields JSON, deleted) + field_names(name)
+    INDEX_ROOT/NAME/.builds/...         work dirs of unfinished writers, never read by readers
+
+A published version is never modified: ``add`` and ``delete`` write a new version (unchanged large files
+are hard-linked), so a reader holding an old version keeps a consistent view.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import secrets
+from pathlib import Path
+
+from store.errors import IndexFormatError
+
+FORMAT_VERSION = 1
+
+CURRENT_FILE = "CURRENT"
+BUILDS_DIR = ".builds"
+MANIFEST_FILE = "manifest.json"
+INDEX_FILE = "index.faiss"
+EMBEDDINGS_FILE = "embeddings.npy"
+RERANK_FILE = "rerank_tokens.npy"
+RERANK_SCALES_FILE = "rerank_scales.npy"
+METADATA_FILE = "metadata.sqlite"
+
+VERSION_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
+STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
+
+
+def index_dir(root: Path, name: str) -> Path:
+    if not name or "/" in name or name.startswith(".") or name != name.strip():
+        raise IndexFormatError(f"invalid index name {name!r}")
+    return Path(root) / name
+
+
+def builds_dir(root: Path, name: str) -> Path:
+    """``NAME/.builds``: staged versions, trash and writers' work folders (never read by readers)."""
+    return index_dir(root, name) / BUILDS_DIR
+
+
+def is_version_name(text: str) -> bool:
+    return bool(VERSION_RE.match(text))
+
+
+# -- durable writes --------------------------------------------------------------------------------------
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Temp file in the same folder, fsync, os.replace, fsync the folder: readers see old or new, never
+    a torn file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    fsync_dir(path.parent)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_checksums(version_dir: Path) -> dict[str, str]:
+    """sha256 of every data file of a version folder (the manifest itself excluded)."""
+    return {
+        p.name: sha256_file(p)
+        for p in sorted(Path(version_dir).iterdir())
+        if p.is_file() and p.name != MANIFEST_FILE and not p.name.startswith(".")
+    }

@@ -1,0 +1,171 @@
+"""A version's item metadata (``metadata.sqlite``): the schema, writing and reading it whole, the
+translation of search filters into SQL, and the thread-safe read-only view a reader searches through."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from store.errors import FilterError
+
+# (row, id, path, fields, deleted): one item as written and read whole.
+MetadataRow = tuple[int, str, str | None, dict[str, Any], bool]
+
+METADATA_SCHEMA = """
+CREATE TABLE items(
+    row INTEGER PRIMARY KEY,
+    id TEXT UNIQUE NOT NULL,
+    path TEXT,
+    fields TEXT,
+    deleted INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE field_names(name TEXT PRIMARY KEY);
+"""
+MAX_FIELD_INDEXES = 64  # expression indexes: one per field name, the first 64 in sorted order
+RANGE_OPS = {"gte": ">=", "gt": ">", "lte": "<=", "lt": "<"}
+
+
+def field_expr(name: str) -> str:
+    """SQL expression of one metadata field (a literal JSON path, so expression indexes can serve it)."""
+    if '"' in name or any(ord(c) < 32 for c in name) or not name:
+        raise FilterError(f"invalid field name {name!r}")
+    return "json_extract(fields, '$.\"" + name.replace("'", "''") + "\"')"
+
+
+def write_metadata(path: Path, items: Iterable[MetadataRow]) -> None:
+    """Write metadata.sqlite from (row, id, path, fields, deleted) tuples, with an index per field."""
+    path = Path(path)
+    if path.exists():
+        path.unlink()
+    con = sqlite3.connect(path)
+    try:
+        con.executescript(METADATA_SCHEMA)
+        names: set[str] = set()
+
+        def rows() -> Iterable[tuple[int, str, str | None, str, int]]:
+            for row, item_id, item_path, fields, deleted in items:
+                names.update(fields)
+                yield row, item_id, item_path, json.dumps(fields, ensure_ascii=False), int(deleted)
+
+        con.executemany("INSERT INTO items(row, id, path, fields, deleted) VALUES (?, ?, ?, ?, ?)", rows())
+        con.executemany("INSERT INTO field_names(name) VALUES (?)", [(n,) for n in sorted(names)])
+        for i, n in enumerate(sorted(names)[:MAX_FIELD_INDEXES]):
+            con.execute(f"CREATE INDEX ix_field_{i} ON items({field_expr(n)})")
+        con.commit()
+    finally:
+        con.close()
+
+
+def read_metadata(path: Path) -> list[MetadataRow]:
+    """All (row, id, path, fields, deleted) of a metadata.sqlite, by row (for add/delete/rebuilds)."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return [
+            (r, i, p, json.loads(f) if f else {}, bool(d))
+            for r, i, p, f, d in con.execute("SELECT row, id, path, fields, deleted FROM items ORDER BY row")
+        ]
+    finally:
+        con.close()
+
+
+def filter_sql(filters: dict[str, Any], fields: set[str]) -> tuple[str, list[Any]]:
+    """The query for the sorted live rows matching every filter, and its arguments: {field: value}
+    equality, {field: [v1, v2]} any-of, {field: {"gte": x, "lte": y}} numeric range (also gt/lt).
+    FilterError (naming the field) for a field not in ``fields`` or a malformed condition."""
+    clauses: list[str] = ["deleted = 0"]
+    args: list[Any] = []
+    for name, cond in filters.items():
+        if name not in fields:
+            known = ", ".join(sorted(fields)) or "none"
+            raise FilterError(f"unknown filter field {name!r} (known fields: {known})")
+        expr = field_expr(name)
+        if isinstance(cond, dict):
+            if not cond or set(cond) - RANGE_OPS.keys():
+                raise FilterError(
+                    f"filter on {name!r}: range keys must be among gte, gt, lte, lt, got {sorted(cond)}"
+                )
+            for op, value in cond.items():
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise FilterError(f"filter on {name!r}: {op} needs a number, got {value!r}")
+                clauses.append(f"typeof({expr}) IN ('integer', 'real') AND {expr} {RANGE_OPS[op]} ?")
+                args.append(value)
+        elif isinstance(cond, list | tuple):
+            if not cond or not all(isinstance(v, str | int | float | bool) for v in cond):
+                raise FilterError(f"filter on {name!r}: any-of needs a non-empty list of scalars")
+            clauses.append(f"{expr} IN ({','.join('?' * len(cond))})")
+            args.extend(cond)
+        elif isinstance(cond, str | int | float | bool):
+            clauses.append(f"{expr} = ?")
+            args.append(cond)
+        else:
+            raise FilterError(f"filter on {name!r}: unsupported value {cond!r}")
+    return f"SELECT row FROM items WHERE {' AND '.join(clauses)} ORDER BY row", args
+
+
+class MetadataReader:
+    """One published metadata.sqlite, opened read-only and immutable (a published version never changes);
+    one connection shared by threads under a lock."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(f"file:{self.path}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def deleted_rows(self) -> np.ndarray:
+        with self._lock:
+            return np.fromiter(
+                (r for (r,) in self._db.execute("SELECT row FROM items WHERE deleted != 0")), dtype=np.int64
+            )
+
+    def field_names(self) -> set[str]:
+        """Names that filters may use (from the items themselves for a file without ``field_names``)."""
+        with self._lock:
+            try:
+                return {r for (r,) in self._db.execute("SELECT name FROM field_names")}
+            except sqlite3.OperationalError:
+                return {
+                    r for (r,) in self._db.execute("SELECT DISTINCT key FROM items, json_each(items.fields)")
+                }
+
+    def row_count(self) -> int:
+        """Rows in the table, deleted ones included."""
+        with self._lock:
+            (n,) = self._db.execute("SELECT COUNT(*) FROM items").fetchone()
+        return int(n)
+
+    def items(self, rows: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """{"id", "path", **fields} of those of ``rows`` that exist, by row."""
+        found: dict[int, dict[str, Any]] = {}
+        with self._lock:
+            for start in range(0, len(rows), 500):
+                chunk = list(rows[start : start + 500])
+                marks = ",".join("?" * len(chunk))
+                for row, item_id, path, fields in self._db.execute(
+                    f"SELECT row, id, path, fields FROM items WHERE row IN ({marks})", chunk
+                ):
+                    found[row] = {"id": item_id, "path": path, **(json.loads(fields) if fields else {})}
+        return found
+
+    def row_of(self, item_id: str) -> int | None:
+        """The live row of ``item_id`` (None when unknown or deleted)."""
+        with self._lock:
+            hit = self._db.execute(
+                "SELECT row FROM items WHERE id = ? AND deleted = 0", (item_id,)
+            ).fetchone()
+        return None if hit is None else int(hit[0])
+
+    def rows_matching(self, filters: dict[str, Any], fields: set[str]) -> np.ndarray:
+        """Sorted live rows matching every filter (``filter_sql``)."""
+        sql, args = filter_sql(filters, fields)
+        with self._lock:
+            return np.fromiter((r for (r,) in self._db.execute(sql, args)), dtype=np.int64)

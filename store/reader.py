@@ -1,0 +1,356 @@
+"""Reading one version: the query engine ``IndexVersion`` (ANN and exact search, filtered search, exact
+re-scoring, deleted rows, re-rank tokens, item metadata) and ``SearchableIndex``, the surface the service,
+monitoring and the indexer's tuning search through (which a sharded index will implement as well)."""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import faiss
+import numpy as np
+
+from store import exact
+from store.errors import IndexFormatError, IndexNotFoundError, ModelMismatchError
+from store.layout import (
+    EMBEDDINGS_FILE,
+    INDEX_FILE,
+    MANIFEST_FILE,
+    METADATA_FILE,
+    RERANK_FILE,
+    RERANK_SCALES_FILE,
+    index_dir,
+)
+from store.manifest import IndexManifest, check_model
+from store.metadata import MetadataReader
+from store.versions import current_version
+
+# Allowed-row sets up to this size are searched exactly (a gather + matmul beats a filtered ANN walk, and
+# always yields k results).
+EXACT_FILTER_MAX = 16_384
+
+
+@runtime_checkable
+class SearchableIndex(Protocol):
+    """What searching an index needs, whatever its files: one version (``IndexVersion``) or shards of one.
+    Rows are the index's item numbers; results are (Q, k) scores and rows, padded with -inf / -1."""
+
+    @property
+    def manifest(self) -> IndexManifest: ...
+
+    @property
+    def version(self) -> str: ...
+
+    def __len__(self) -> int: ...  # live items
+
+    @property
+    def fields(self) -> set[str]: ...
+
+    def search(
+        self, queries: np.ndarray, k: int, allowed_rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def search_exact(
+        self, queries: np.ndarray, k: int, allowed_rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def filter_rows(self, filters: dict[str, Any]) -> np.ndarray: ...
+
+    def items(self, rows: Sequence[int]) -> list[dict[str, Any]]: ...
+
+    def row_of(self, item_id: str) -> int | None: ...
+
+    def rerank_tokens(self, rows: np.ndarray) -> np.ndarray: ...
+
+
+def _random_access(array: np.ndarray) -> np.ndarray:
+    """Tell the kernel a memory-mapped store is read at random rows (MADV_RANDOM): re-ranking reads 128
+    scattered rows per query, and the default readahead around each one read megabytes per row (measured on
+    a 1M-item fp16 store not yet in the page cache: 2 s for 128 rows, 5 ms with the advice). numpy keeps
+    the mapping in the private ``_mmap``; without it (or on a platform without madvise) nothing changes."""
+    mapping = getattr(array, "_mmap", None)
+    if mapping is not None and hasattr(mmap, "MADV_RANDOM"):
+        with contextlib.suppress(OSError, ValueError):
+            mapping.madvise(mmap.MADV_RANDOM)
+    return array
+
+
+class IndexVersion:
+    """One opened, read-only version of an index (a ``SearchableIndex``). Thread-safe for concurrent
+    searches."""
+
+    manifest: IndexManifest
+    path: Path
+    # Allowed-row sets up to this size are searched exactly (class attribute so tests can lower it).
+    exact_filter_max: int = EXACT_FILTER_MAX
+
+    def __init__(self, path: Path, manifest: IndexManifest) -> None:
+        self.path = Path(path)
+        self.manifest = manifest
+        try:
+            self._index = faiss.read_index(str(self.path / INDEX_FILE))
+            self._embeds = np.load(self.path / EMBEDDINGS_FILE, mmap_mode="r")
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise IndexFormatError(f"cannot read index files of {self.path}: {exc}") from exc
+        n = int(self._embeds.shape[0])
+        if self._embeds.ndim != 2 or self._embeds.shape[1] != manifest.embed_dim:
+            raise IndexFormatError(
+                f"{self.path / EMBEDDINGS_FILE} has shape {self._embeds.shape}, manifest says dim "
+                f"{manifest.embed_dim}"
+            )
+        if self._index.ntotal != n or self._index.d != manifest.embed_dim:
+            raise IndexFormatError(
+                f"{self.path / INDEX_FILE} holds {self._index.ntotal} vectors of dim {self._index.d}, "
+                f"embeddings.npy {n} of dim {manifest.embed_dim}"
+            )
+        self._n = n
+        self._meta = MetadataReader(self.path / METADATA_FILE)
+        deleted = self._meta.deleted_rows()
+        self._live: np.ndarray | None = None
+        self._live_bitmap: np.ndarray | None = None
+        if deleted.size:
+            live = np.ones(n, dtype=bool)
+            live[deleted[(deleted >= 0) & (deleted < n)]] = False
+            self._live = live
+            self._live_bitmap = np.packbits(live, bitorder="little")
+        self._count = n - int(deleted.size)
+        self._fields = self._meta.field_names()
+        rerank_file = self.path / RERANK_FILE
+        self._tokens = _random_access(np.load(rerank_file, mmap_mode="r")) if rerank_file.is_file() else None
+        scales = self.path / RERANK_SCALES_FILE
+        self._scales = _random_access(np.load(scales, mmap_mode="r")) if scales.is_file() else None
+        self._ivf = faiss.try_extract_index_ivf(self._index)
+        self._hnsw = isinstance(self._index, faiss.IndexHNSW)
+        self._flat = isinstance(self._index, faiss.IndexFlat)
+        self.set_search_params(manifest.search_params or {})
+
+    def set_search_params(self, params: dict[str, Any]) -> None:
+        """Apply search parameters (efSearch, nprobe, rescore_factor); the manifest's are applied at open.
+        The indexer tunes through this, so measured recall is what ``search`` delivers."""
+        self._rescore = int(params.get("rescore_factor", 0) or 0)
+        if self._ivf is not None and params.get("nprobe"):
+            self._ivf.nprobe = int(params["nprobe"])
+        if self._hnsw and params.get("efSearch"):
+            self._index.hnsw.efSearch = int(params["efSearch"])
+
+    # -- opening ----------------------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        root: Path,
+        name: str,
+        version: str | None = None,
+        *,
+        expect_fingerprint: str | None = None,
+        expect_model_name: str | None = None,
+    ) -> IndexVersion:
+        """Open ``version`` (default: the one CURRENT names). With ``expect_*``, refuse an index built with
+        another model (ModelMismatchError naming both)."""
+        base = index_dir(root, name)
+        attempts = 3 if version is None else 1
+        for attempt in range(attempts):
+            chosen = version or current_version(root, name)
+            if chosen is None:
+                raise IndexNotFoundError(f"index {name!r} has no published version under {base}")
+            path = base / chosen
+            try:
+                manifest = IndexManifest.load(path / MANIFEST_FILE)
+                check_model(
+                    manifest, expect_fingerprint=expect_fingerprint, expect_model_name=expect_model_name
+                )
+                return cls(path, manifest)
+            except ModelMismatchError:
+                raise
+            except IndexFormatError:
+                # CURRENT moved on and the version it named was pruned while we read it: read CURRENT again.
+                if path.is_dir() or attempt + 1 >= attempts:
+                    if not path.is_dir():
+                        raise IndexNotFoundError(
+                            f"index {name!r} has no version {chosen!r} under {base}"
+                        ) from None
+                    raise
+                time.sleep(0.01)
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self._meta.close()
+        self._index = None  # type: ignore[assignment]
+        self._embeds = None  # type: ignore[assignment]
+        self._tokens = None
+        self._scales = None
+
+    def __enter__(self) -> IndexVersion:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def version(self) -> str:
+        return self.manifest.version
+
+    @property
+    def index_kind(self) -> str:
+        """hnsw, ivf, flat, or other (a factory override this module cannot parameterise)."""
+        if self._hnsw:
+            return "hnsw"
+        if self._ivf is not None:
+            return "ivf"
+        return "flat" if self._flat else "other"
+
+    @property
+    def ivf_nlist(self) -> int:
+        return int(self._ivf.nlist) if self._ivf is not None else 0
+
+    @property
+    def total_rows(self) -> int:
+        """Rows in the files, deleted ones included."""
+        return self._n
+
+    @property
+    def rerank_rows(self) -> int | None:
+        """Rows of the re-rank store (None: the version has none); verification compares them."""
+        return None if self._tokens is None else int(self._tokens.shape[0])
+
+    @property
+    def metadata_rows(self) -> int:
+        """Rows of metadata.sqlite, deleted ones included; verification compares them."""
+        return self._meta.row_count()
+
+    # -- search ------------------------------------------------------------------------------------------
+
+    def _queries(self, queries: np.ndarray, k: int) -> np.ndarray:
+        q = np.ascontiguousarray(np.atleast_2d(np.asarray(queries, dtype=np.float32)))
+        if q.ndim != 2 or q.shape[1] != self.manifest.embed_dim:
+            raise IndexFormatError(f"queries must be (Q, {self.manifest.embed_dim}), got {q.shape}")
+        if k < 1:
+            raise IndexFormatError(f"k must be >= 1, got {k}")
+        return q
+
+    def _allowed(self, allowed_rows: np.ndarray) -> np.ndarray:
+        rows = np.unique(np.asarray(allowed_rows, dtype=np.int64).ravel())
+        rows = rows[(rows >= 0) & (rows < self._n)]
+        if self._live is not None:
+            rows = rows[self._live[rows]]
+        return rows
+
+    def _exact_rows(self, q: np.ndarray, k: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return exact.exact_rows(self._embeds, q, k, rows)
+
+    def search_exact(
+        self, queries: np.ndarray, k: int, allowed_rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Brute-force inner product over live (and allowed) rows: the reference for the ANN index."""
+        q = self._queries(queries, k)
+        if allowed_rows is not None:
+            return self._exact_rows(q, k, self._allowed(allowed_rows))
+        return exact.exact_all(self._embeds, q, k, self._live)
+
+    def _params(self, selector: Any) -> Any:
+        if self._hnsw:
+            p = faiss.SearchParametersHNSW()
+            p.efSearch = self._index.hnsw.efSearch
+        elif self._ivf is not None and self._ivf is self._index:
+            p = faiss.SearchParametersIVF()
+            p.nprobe = self._ivf.nprobe
+        elif self._flat:
+            p = faiss.SearchParameters()
+        else:
+            return None  # a wrapper this module cannot parameterise: callers fall back to exact search
+        if selector is not None:
+            p.sel = selector
+        return p
+
+    def search(
+        self, queries: np.ndarray, k: int, allowed_rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """ANN search with the tuned parameters; deleted rows never come back. Returns (Q, k) scores and
+        rows, padded with -inf / -1. With ``allowed_rows`` (a filter), k results come back whenever k
+        allowed live rows exist."""
+        q = self._queries(queries, k)
+        allowed: np.ndarray | None = None
+        if allowed_rows is not None:
+            allowed = self._allowed(allowed_rows)
+            if allowed.size <= max(self.exact_filter_max, k) or self._flat:
+                return self._exact_rows(q, k, allowed)
+            selector: Any = faiss.IDSelectorBatch(allowed)
+        elif self._live is not None:
+            selector = faiss.IDSelectorBitmap(self._n, faiss.swig_ptr(self._live_bitmap))
+        else:
+            selector = None
+        kc = max(k, k * self._rescore) if self._rescore else k
+        kc = min(kc, max(1, self._n))
+        params = self._params(selector)
+        if params is None and selector is not None:
+            target = allowed if allowed is not None else np.flatnonzero(self._live)
+            return self._exact_rows(q, k, target)
+        if params is None:
+            scores, rows = self._index.search(q, kc)
+        else:
+            if self._hnsw:
+                # A filtered walk keeps only the allowed share of what it visits: widen the beam to match.
+                share = allowed.size / max(1, self._count) if allowed is not None else 1.0
+                params.efSearch = max(min(int(params.efSearch / max(share, 1e-3)), 1024), kc)
+            scores, rows = self._index.search(q, kc, params=params)
+        rows = rows.astype(np.int64, copy=False)
+        if self._rescore:
+            scores, rows = exact.rescore(self._embeds, q, rows, k)
+        else:
+            scores, rows = scores[:, :k], rows[:, :k]
+        scores = np.where(rows < 0, -np.inf, scores).astype(np.float32)
+        # A filtered graph walk can come back short; finish those queries exactly so k results arrive.
+        want = min(k, allowed.size if allowed is not None else self._count)
+        short = np.flatnonzero((rows >= 0).sum(axis=1) < want)
+        if short.size:
+            target = (
+                allowed
+                if allowed is not None
+                else (np.flatnonzero(self._live) if self._live is not None else np.arange(self._n))
+            )
+            s2, r2 = self._exact_rows(q[short], k, target)
+            scores[short], rows[short] = s2, r2
+        return scores, rows
+
+    # -- re-rank store and metadata ----------------------------------------------------------------------
+
+    def rerank_tokens(self, rows: np.ndarray) -> np.ndarray:
+        """(n, T, W) float32 patch tokens of the given rows, read from the memory-mapped store."""
+        if self._tokens is None:
+            raise IndexFormatError(f"{self.path} has no re-rank store ({RERANK_FILE})")
+        rows = np.asarray(rows, dtype=np.int64).ravel()
+        if rows.size and (rows.min() < 0 or rows.max() >= self._n):
+            raise IndexFormatError(f"rows out of range 0..{self._n - 1}")
+        tokens = np.asarray(self._tokens[rows], dtype=np.float32)
+        if self._scales is not None:
+            tokens *= np.asarray(self._scales[rows], dtype=np.float32)[..., None]
+        return tokens
+
+    def items(self, rows: Sequence[int]) -> list[dict[str, Any]]:
+        """{"id", "path", **fields} per row, in the given order; an unknown row raises IndexFormatError."""
+        wanted = [int(r) for r in rows]
+        found = self._meta.items(wanted)
+        missing = [r for r in wanted if r not in found]
+        if missing:
+            raise IndexFormatError(f"unknown rows {missing[:5]} in {self.path}")
+        return [found[r] for r in wanted]
+
+    def row_of(self, item_id: str) -> int | None:
+        return self._meta.row_of(item_id)
+
+    @property
+    def fields(self) -> set[str]:
+        """Metadata field names that filters may use."""
+        return set(self._fields)
+
+    def filter_rows(self, filters: dict[str, Any]) -> np.ndarray:
+        """Sorted live rows matching every filter: {field: value} equality, {field: [v1, v2]} any-of,
+        {field: {"gte": x, "lte": y}} numeric range (also gt/lt)."""
+        return self._meta.rows_matching(filters, self._fields)

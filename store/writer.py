@@ -1,0 +1,246 @@
+"""Writing one index version: ``VersionWriter`` owns the sequence every writer follows (the indexer's
+build, add and delete, the benchmarks, the test fixtures), so the files of a version are written one way:
+
+    stage in NAME/.builds/<version>  ->  arrays (embeddings.npy, rerank_tokens.npy [+ rerank_scales.npy])
+    ->  metadata.sqlite  ->  index.faiss  ->  checksums + manifest.json  ->  install (one rename)
+    ->  publish (switch CURRENT; not when the quality gate refused)  ->  prune
+
+Safety kept from the builder: arrays are preallocated and written with plain writes, never through a
+writable memory map (``store.files``), and every disk-full failure names its file. A failure before
+publishing removes the staged version, and a publish that fails removes the version just installed:
+CURRENT, and the version it names, stay untouched.
+
+One writer per index at a time is the caller's duty, not this class's: the indexer holds its per-index lock
+(``indexer.staging.index_lock``) for a whole operation, from reading CURRENT and encoding shards (work this
+package knows nothing of) to pruning, and the failure policy around it (which shard work to keep, how a
+full disk is explained) is the indexer's too. Fixtures and benchmarks write alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import faiss
+import numpy as np
+
+from store import metadata, versions
+from store.errors import VersionWriteError
+from store.files import NpyWriter, link_or_copy, names_full_disk, write_sparse_zeros
+from store.layout import (
+    CURRENT_FILE,
+    EMBEDDINGS_FILE,
+    INDEX_FILE,
+    MANIFEST_FILE,
+    METADATA_FILE,
+    RERANK_FILE,
+    RERANK_SCALES_FILE,
+    builds_dir,
+    file_checksums,
+    index_dir,
+)
+from store.manifest import IndexManifest
+
+
+class VersionArrays:
+    """The embeddings and re-rank store of a version being written, filled in row order from a parent
+    version's files (``copy_from``) and/or blocks (``append``). ``tokens == 0`` (a model without a fusion
+    encoder): no re-rank store. ``zero_rerank``: the store is an all-zero sparse file of the real shape
+    (benchmarks: nothing written), and ``append`` takes embeddings only."""
+
+    def __init__(
+        self,
+        stage: Path,
+        rows: int,
+        dim: int,
+        *,
+        tokens: int = 0,
+        width: int = 0,
+        rerank_dtype: str = "fp16",
+        zero_rerank: bool = False,
+    ) -> None:
+        has_store = tokens > 0
+        if has_store and rerank_dtype not in ("fp16", "int8"):
+            raise VersionWriteError(f"internal: re-rank dtype {rerank_dtype!r} is neither fp16 nor int8")
+        tok_dtype = np.float16 if rerank_dtype == "fp16" else np.int8
+        self._tok: NpyWriter | None = None
+        self._scales: NpyWriter | None = None
+        with contextlib.ExitStack() as files:  # a failure here closes the files opened so far
+            self._emb = files.enter_context(NpyWriter(stage / EMBEDDINGS_FILE, np.float32, (rows, dim)))
+            if has_store and zero_rerank:
+                write_sparse_zeros(stage / RERANK_FILE, tok_dtype, (rows, tokens, width))
+                if rerank_dtype == "int8":
+                    write_sparse_zeros(stage / RERANK_SCALES_FILE, np.float32, (rows, tokens))
+            elif has_store:
+                self._tok = files.enter_context(
+                    NpyWriter(stage / RERANK_FILE, tok_dtype, (rows, tokens, width))
+                )
+                if rerank_dtype == "int8":
+                    self._scales = files.enter_context(
+                        NpyWriter(stage / RERANK_SCALES_FILE, np.float32, (rows, tokens))
+                    )
+            self._files = files.pop_all()
+
+    def append(
+        self, embeds: np.ndarray, tokens: np.ndarray | None = None, scales: np.ndarray | None = None
+    ) -> None:
+        """The next rows: (m, D) embeddings, (m, T, W) tokens and, for int8, their (m, T) scales."""
+        self._emb.append(embeds)
+        if self._tok is not None:
+            if tokens is None:
+                raise VersionWriteError("internal: this version has a re-rank store: append needs tokens")
+            self._tok.append(tokens)
+        if self._scales is not None and scales is not None:
+            self._scales.append(scales)
+
+    def copy_from(self, version_dir: Path) -> None:
+        """Every row of an installed version's arrays (a parent's, for ``add``), in bounded chunks."""
+        version_dir = Path(version_dir)
+        self._emb.copy_from(np.load(version_dir / EMBEDDINGS_FILE, mmap_mode="r"))
+        if self._tok is not None:
+            self._tok.copy_from(np.load(version_dir / RERANK_FILE, mmap_mode="r"))
+        if self._scales is not None:
+            self._scales.copy_from(np.load(version_dir / RERANK_SCALES_FILE, mmap_mode="r"))
+
+    def __enter__(self) -> VersionArrays:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        # Each file checks its row count and fsyncs (or just closes, after a failure).
+        self._files.__exit__(kind, exc, tb)
+
+
+@dataclass
+class Finished:
+    """What ``VersionWriter.finish`` did."""
+
+    version: str
+    path: Path  # NAME/<version>
+    published: bool
+    pruned: list[str] = field(default_factory=list)
+
+
+class VersionWriter:
+    """Writes one new version of index ``name`` under ``root`` (see the module docstring). Use it as a
+    context manager: leaving it without ``finish`` (a failure, or an early return) removes the staged
+    version."""
+
+    def __init__(self, root: Path, name: str, *, version: str | None = None) -> None:
+        self.root = Path(root)
+        self.name = name
+        self.version = version or versions.new_version_name(self.root, name)
+        self.stage = builds_dir(self.root, name) / self.version
+        if self.stage.exists():
+            shutil.rmtree(self.stage)
+        self.stage.mkdir(parents=True)
+        self._finished: Finished | None = None
+
+    def __enter__(self) -> VersionWriter:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.abort()
+
+    def abort(self) -> None:
+        """Remove the staged version (a no-op once it is installed)."""
+        shutil.rmtree(self.stage, ignore_errors=True)
+
+    # -- files ---------------------------------------------------------------------------------------------
+
+    def arrays(
+        self,
+        rows: int,
+        dim: int,
+        *,
+        tokens: int = 0,
+        width: int = 0,
+        rerank_dtype: str = "fp16",
+        zero_rerank: bool = False,
+    ) -> VersionArrays:
+        """The embeddings and re-rank store for ``rows`` rows, written as a ``with`` block
+        (``VersionArrays``)."""
+        return VersionArrays(
+            self.stage,
+            rows,
+            dim,
+            tokens=tokens,
+            width=width,
+            rerank_dtype=rerank_dtype,
+            zero_rerank=zero_rerank,
+        )
+
+    def save_arrays(
+        self, embeds: np.ndarray, tokens: np.ndarray | None = None, scales: np.ndarray | None = None
+    ) -> None:
+        """All arrays at once: (N, D) embeddings, (N, T, W) tokens (none: no re-rank store), stored fp16,
+        or int8 when their (N, T) ``scales`` are given."""
+        shape = (0, 0) if tokens is None else (int(tokens.shape[1]), int(tokens.shape[2]))
+        dtype = "int8" if scales is not None else "fp16"
+        n, d = int(embeds.shape[0]), int(embeds.shape[1])
+        with self.arrays(n, d, tokens=shape[0], width=shape[1], rerank_dtype=dtype) as arrays:
+            arrays.append(embeds, tokens, scales)
+
+    def embeddings(self) -> np.ndarray:
+        """The staged embeddings, memory-mapped read-only (to train and fill the ANN index)."""
+        return np.load(self.stage / EMBEDDINGS_FILE, mmap_mode="r")
+
+    def write_metadata(self, items: Iterable[metadata.MetadataRow]) -> None:
+        """metadata.sqlite from (row, id, path, fields, deleted), by row."""
+        with names_full_disk(self.stage / METADATA_FILE):
+            metadata.write_metadata(self.stage / METADATA_FILE, items)
+
+    def write_index(self, index: Any) -> None:
+        """index.faiss (ids are rows)."""
+        path = self.stage / INDEX_FILE
+        with names_full_disk(path):
+            faiss.write_index(index, str(path))
+
+    def link_from(self, version_dir: Path, names: Iterable[str]) -> None:
+        """Files of an installed version taken over unchanged (hard links; copies across filesystems)."""
+        for fname in names:
+            link_or_copy(Path(version_dir) / fname, self.stage / fname)
+
+    # -- finishing -----------------------------------------------------------------------------------------
+
+    def finish(
+        self,
+        manifest: IndexManifest,
+        *,
+        publish: bool = True,
+        keep: int | None = None,
+        checksums: bool = True,
+    ) -> Finished:
+        """Checksums and manifest, install, then publish unless ``publish`` is False (a version the quality
+        gate refused is kept, not published), then prune to ``keep`` (None: no pruning). ``checksums``
+        False keeps the manifest's own (benchmarks' multi-GB placeholder stores are not hashed)."""
+        if self._finished is not None:
+            raise VersionWriteError(f"internal: version {self.version} of {self.name!r} is finished already")
+        if manifest.version != self.version:
+            raise VersionWriteError(
+                f"internal: the manifest names version {manifest.version}, the writer stages {self.version}"
+            )
+        if checksums:
+            manifest.checksums = file_checksums(self.stage)
+        with names_full_disk(self.stage / MANIFEST_FILE):
+            manifest.save(self.stage / MANIFEST_FILE)
+        path = versions.install_version(self.root, self.name, self.stage, self.version)
+        if publish:
+            try:
+                with names_full_disk(index_dir(self.root, self.name) / CURRENT_FILE):
+                    versions.publish_version(self.root, self.name, self.version)
+            except BaseException:
+                versions.discard_installed(self.root, self.name, self.version)
+                raise
+        self._finished = Finished(self.version, path, publish)
+        if keep is not None:
+            self._finished.pruned = versions.prune_versions(self.root, self.name, keep)
+        return self._finished
