@@ -82,8 +82,10 @@ class GateRecord:
         raw = manifest.build_params.get(GATE_KEY)
         if not isinstance(raw, dict):
             return None
-        passed = raw.get("passed")
-        return cls(passed if isinstance(passed, bool) else None, tuple(raw.get("reasons") or ()))
+        passed, reasons = raw.get("passed"), raw.get("reasons")
+        # A hand-edited manifest must not make pruning or rollback crash: odd reasons are dropped.
+        kept = tuple(str(r) for r in reasons) if isinstance(reasons, list) else ()
+        return cls(passed if isinstance(passed, bool) else None, kept)
 
 
 def record_gate(manifest: IndexManifest, verdict: dict[str, Any]) -> None:
@@ -129,10 +131,12 @@ def install_version(root: Path, name: str, staged_dir: Path, version: str) -> Pa
     base = index_dir(root, name)
     base.mkdir(parents=True, exist_ok=True)
     staged_dir = Path(staged_dir)
-    for p in staged_dir.iterdir():
+    for p in sorted(staged_dir.rglob("*"), reverse=True):  # a sharded version's shard folders too
         if p.is_file():
             with open(p, "rb") as fh:
                 os.fsync(fh.fileno())
+        elif p.is_dir():
+            fsync_dir(p)
     fsync_dir(staged_dir)
     target = base / version
     os.rename(staged_dir, target)

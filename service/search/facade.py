@@ -2,8 +2,12 @@
 and the catalogue's image files.
 
 Each request leases the served version once, inside the worker thread doing its blocking work (a swap
-meanwhile does not close the version; no lease is taken on the event loop), runs its pipeline there and
-hands what it did to the telemetry. The routes only parse HTTP, call one method and answer.
+meanwhile does not close the version), runs its pipeline there and hands what it did to the telemetry. The
+routes only parse HTTP, call one method and answer. (``/v1/index`` reads the opened version's attributes
+under a lease of its own on the event loop: no I/O, no pipeline.)
+
+Order of answers: request validation first (422), then whether an index is loaded (503), as text search
+always did; the image search checks for an index before it reads the upload or waits for a decoding slot.
 """
 
 from __future__ import annotations
@@ -72,6 +76,10 @@ class SearchFacade:
     ) -> ImageSearchResponse:
         """A search by an uploaded image; ``filters`` is the form field's JSON text."""
         parsed = SearchFilters.from_form(filters)  # a 422 before the upload is read or waits for a slot
+        # No index loaded: the 503 at once, not after reading the upload and waiting up to
+        # image_slot_wait_s for a slot (a lease taken and returned: a lock, no I/O).
+        with self.holder.lease():
+            pass
         data = await upload.read(self.pipeline.max_upload_bytes + 1)  # one byte over: too large, a 413
         try:
             with anyio.fail_after(self.image_slot_wait_s):

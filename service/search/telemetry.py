@@ -1,7 +1,8 @@
 """What a search did, recorded in one place: per-stage timings (``ccrk_search_stage_seconds``), re-rank
 counts (``ccrk_rerank_total``, ``ccrk_rerank_candidates``), text searches' match quality
 (``ccrk_search_match_total``) and the monitor's live traffic. The facade calls it once a search is
-answered, in the same worker thread (the metrics and the monitor's counters are thread-safe).
+answered, in the same worker thread (the metrics and the monitor's counters are thread-safe). A search
+whose client went away meanwhile is still counted: the work was done and the answer computed.
 
 The HTTP layer's per-request latency (``ccrk_request_seconds``) is not here: ``service.middleware`` times
 every route, searches or not, labelled with the query language this module returns for text searches.

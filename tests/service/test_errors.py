@@ -235,6 +235,13 @@ def test_no_index_is_503_then_a_published_version_is_picked_up(tmp_path: Path, c
         assert response.status_code == 503
         assert "no index loaded" in response.json()["detail"][0]["msg"]
         assert c.get("/v1/index").status_code == 503
+        # Every route that reads the index says so, the image search before it reads the upload or waits
+        # for a decoding slot.
+        image = c.post("/v1/search/image", files={"file": ("q.png", png(), "image/png")})
+        assert image.status_code == 503 and "no index loaded" in image.json()["detail"][0]["msg"]
+        both = {"queries": {"en": "a red mug", "de": "eine rote Tasse"}}
+        assert c.post("/v1/consistency", json=both).status_code == 503
+        assert c.get("/v1/images/test-000000").status_code == 503
         version = write_version(tmp_path, catalogue)
         for _ in range(100):  # the poller looks every 0.2 s
             if c.get("/readyz").status_code == 200:

@@ -93,3 +93,18 @@ def test_prune_counts_refused_versions_apart(tmp_path: Path) -> None:
     publish_version(tmp_path, "b", a1)
     assert prune_versions(tmp_path, "b", keep=1) == [x]
     assert list_versions(tmp_path, "b") == [a1, a2, y]
+
+
+def test_a_hand_edited_gate_record_never_breaks_pruning(tmp_path: Path) -> None:
+    """Odd ``reasons`` (a number, a string) in a kept version's manifest: its verdict still reads, and
+    pruning still runs (it used to raise TypeError out of prune and rollback)."""
+    refused = write_version(tmp_path, "shop", n=20, gate=False, publish=False)
+    current = write_version(tmp_path, "shop", n=20)
+    path = tmp_path / "shop" / refused / MANIFEST_FILE
+    for odd in (7, "too slow"):
+        manifest = IndexManifest.load(path)
+        manifest.build_params["quality_gate"]["reasons"] = odd
+        manifest.save(path)
+        assert version_refused(tmp_path, "shop", refused)
+        assert prune_versions(tmp_path, "shop", keep=1) == []
+    assert list_versions(tmp_path, "shop") == [refused, current]
