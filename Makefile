@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet torch==2.14.1 torchvision==0.29.1
-	$(PIP) install --quiet -c constraints.txt -e '.[dev]'
+	$(PIP) install --quiet -c constraints.txt -e '.[dev,ray]'
 	touch $@
 
 # The demo: the embedded default model searching 1,000 freshly drawn products (captions in ten languages),

@@ -67,6 +67,13 @@ class Settings(BaseSettings):
     index_batch_size: int = Field(64, ge=1, description="Images per encoder batch when indexing.")
     index_workers: int = Field(2, ge=0, description="Decode worker processes when indexing (0: in process).")
     shard_size: int = Field(2048, ge=1, description="Items per embedding shard (the unit of resume).")
+    index_shards: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="Shards of a version written by a full build (item id hash modulo this; `add` and"
+        " `delete` keep the parent's): for memory, not latency. 1: one unsharded version, as before.",
+    )
     max_image_pixels: int = Field(
         89_478_485, ge=1, description="Images with more pixels are skipped as decompression bombs."
     )
@@ -74,6 +81,34 @@ class Settings(BaseSettings):
         False,
         description="Index symbolic links in source folders that lead outside the folder (off: skipped and"
         " listed in the build report, so a folder cannot expose other files through the service).",
+    )
+
+    # -- distributed builds (Ray) ----------------------------------------------------------------------
+    engine: Literal["local", "ray"] = Field(
+        "local",
+        description="Where `ccrk index build` and `add` encode their shards: local (this machine's decode"
+        " workers and one encoder) or ray (Ray Data actors on every node of a Ray cluster, each loading the"
+        " model once; needs the ray extra, and an index root every node reaches at the same path).",
+    )
+    ray_address: str | None = Field(
+        None,
+        description="With engine ray: the cluster's head (HOST:PORT, e.g. 10.0.0.5:6379); unset: RAY_ADDRESS,"
+        " else the cluster `ray start` left on this machine, else a local Ray started for this run.",
+    )
+    ray_actors: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="With engine ray: encoder actors (each loads the model once); unset: as many as the"
+        " cluster's CPUs hold at ray_cpus_per_actor each (one per GPU when the device is CUDA), at most one"
+        " per shard still to encode.",
+    )
+    ray_cpus_per_actor: float | None = Field(
+        None,
+        gt=0.0,
+        le=256.0,
+        description="With engine ray: CPUs Ray reserves for each encoder actor (fractions allowed); unset:"
+        " `threads`. With CUDA (device cuda, or auto on a cluster with GPUs) each actor also takes one GPU.",
     )
 
     # -- service ----------------------------------------------------------------------------------------

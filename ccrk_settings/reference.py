@@ -47,6 +47,7 @@ an optional setting (default *unset*) is switched off by leaving the variable ou
 SECTION_TITLES = {
     "model_dir": "Model",
     "index_root": "Indexes",
+    "engine": "Distributed builds (Ray)",
     "host": "Service",
     "probe_set": "Monitoring",
 }

@@ -16,7 +16,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from store.reader import IndexVersion
+from store.reader import IndexVersion, SearchableIndex
 
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 200
@@ -157,7 +157,7 @@ def _drop_self(rows: np.ndarray, self_rows: np.ndarray, k: int) -> np.ndarray:
 
 
 def measure_recall(
-    version: IndexVersion,
+    version: SearchableIndex,
     queries: np.ndarray,
     k: int = 10,
     self_rows: np.ndarray | None = None,

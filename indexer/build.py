@@ -8,7 +8,8 @@ so that a re-run resumes. Free disk space is checked before encoding and before 
 (``indexer.disk``), and a full build whose result is CURRENT already publishes nothing
 (``indexer.build_key``). ``build`` and ``add`` share the steps around their own (``indexer.pipeline``);
 ``delete`` and ``rollback`` live in ``indexer.maintenance`` and are re-exported here, where callers find
-the four operations.
+the four operations. With ``settings.index_shards`` > 1 a build writes a sharded version, and ``add`` and
+``delete`` on a sharded version touch only the owning shards (``indexer.sharded``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import faiss
@@ -26,12 +27,14 @@ from ccrk_settings import Settings
 from indexer import disk
 from indexer.ann import IndexPlan, build_faiss_index, choose_index
 from indexer.build_key import BUILD_KEY, PLAN_HASH, build_key, published_as, without_key
-from indexer.encoding import append_shards, token_shape
+from indexer.encoding import append_shards, stored_token_shape
 from indexer.errors import BuildError
 from indexer.maintenance import delete, rollback
+from indexer.parent import appended_metadata, read_parent
 from indexer.pipeline import Operation, rerank_info, utc_now
 from indexer.quality_gate import QualityGate
 from indexer.report import BuildReport
+from indexer.sharded import add_to_shards, build_sharded
 from indexer.shards import ProgressFn, ShardStore, plan_hash
 from indexer.sources import SourceItem, read_sources
 from indexer.staging import index_lock
@@ -40,8 +43,6 @@ from model.runtime import Encoder
 from store import versions
 from store.layout import BUILDS_DIR, FORMAT_VERSION, INDEX_FILE, MANIFEST_FILE, METADATA_FILE, index_dir
 from store.manifest import IndexManifest, model_fingerprint, model_name_of
-from store.metadata import MetadataRow, read_metadata
-from store.reader import IndexVersion
 
 __all__ = ["BuildReport", "add", "build", "delete", "rollback"]
 
@@ -128,7 +129,7 @@ def build(
         n = len(encoded.ok_items)
         if n == 0:
             raise BuildError(f"build of {name!r}: no item could be decoded; nothing was published")
-        tokens, width = token_shape(encoded.store)
+        tokens, width = stored_token_shape(encoded.store)
         # Again with the items that decoded, now that the shards are written (and others wrote meanwhile).
         need = disk.version_need(
             encoded.ok_items,
@@ -138,6 +139,43 @@ def build(
             rerank_dtype=dtype,
             index=disk.index_bytes(n, d, settings, index_factory),
         )
+        template = IndexManifest(
+            format_version=FORMAT_VERSION,
+            name=name,
+            version="",
+            created_at="",
+            model_name=model_name_of(model_dir),
+            model_fingerprint=fingerprint,
+            embed_dim=d,
+            preprocessing={
+                "image_size": cfg.vision.image_size,
+                "mean": list(cfg.vision.mean),
+                "std": list(cfg.vision.std),
+            },
+            count=n,
+            index_factory="",
+            search_params={},
+            measured_recall_at_10=None,
+            language_recall_at_10={},
+            build_seconds=0.0,
+            skipped=encoded.skipped,
+            checksums={},
+            rerank=rerank_info(dtype, tokens, width),
+            parent_version=versions.current_version(root, name),
+            total_rows=n,
+            build_params={PLAN_HASH: key, BUILD_KEY: result_key},
+        )
+        if settings.index_shards > 1:
+            return build_sharded(
+                op,
+                encoded,
+                encoder,
+                template,
+                gate,
+                index_factory=index_factory,
+                need=need,
+                work_dir=work_dir,
+            )
         with op.new_version(need, f"the new version of {name!r}") as writer:
             with writer.arrays(n, d, tokens=tokens, width=width, rerank_dtype=dtype) as arrays:
                 append_shards(arrays, encoded.store)
@@ -160,36 +198,16 @@ def build(
                 ) from exc
             writer.write_index(index)
             del index, embeds
-            manifest = IndexManifest(
-                format_version=FORMAT_VERSION,
-                name=name,
+            manifest = dataclasses.replace(
+                template,
                 version=writer.version,
                 created_at=utc_now(),
-                model_name=model_name_of(model_dir),
-                model_fingerprint=fingerprint,
-                embed_dim=d,
-                preprocessing={
-                    "image_size": cfg.vision.image_size,
-                    "mean": list(cfg.vision.mean),
-                    "std": list(cfg.vision.std),
-                },
-                count=n,
                 index_factory=plan.factory,
-                search_params={},
-                measured_recall_at_10=None,
-                language_recall_at_10={},
-                build_seconds=0.0,
-                skipped=encoded.skipped,
-                checksums={},
-                rerank=rerank_info(dtype, tokens, width),
-                parent_version=versions.current_version(root, name),
-                total_rows=n,
                 build_params={
                     **plan.build_params,
                     **notes,
                     "estimated_index_bytes": plan.estimated_bytes,
-                    PLAN_HASH: key,
-                    BUILD_KEY: result_key,
+                    **template.build_params,
                 },
             )
             captioned = [(row, it) for row, it in enumerate(encoded.ok_items) if it.captions]
@@ -217,10 +235,9 @@ def add(
     fingerprint = model_fingerprint(model_dir)
     base = index_dir(root, name)
     with index_lock(root, name) as guard:
-        with IndexVersion.open(root, name, expect_fingerprint=fingerprint) as parent:
-            pm, parent_dir, n_old, parent_count = parent.manifest, parent.path, parent.total_rows, len(parent)
-            rows = read_metadata(parent_dir / METADATA_FILE)
-        live_ids = {item_id for _, item_id, _, _, deleted in rows if not deleted}
+        parent = read_parent(root, name, expect_fingerprint=fingerprint)
+        pm, parent_dir, n_old, parent_count = parent.manifest, parent.path, parent.total_rows, parent.count
+        live_ids = parent.live()
         new_items = [it for it in scan.items if it.id not in live_ids]
         report = BuildReport(
             "add",
@@ -246,8 +263,8 @@ def add(
         )
         work_dir = base / BUILDS_DIR / f"add-{key}"
         d, tokens, width = pm.embed_dim, int(pm.rerank["tokens"]), int(pm.rerank["width"])
-        parent_index = (parent_dir / INDEX_FILE).stat().st_size
-        parent_meta = (parent_dir / METADATA_FILE).stat().st_size
+        parent_index = parent.file_bytes(INDEX_FILE)
+        parent_meta = parent.file_bytes(METADATA_FILE)
 
         def need(added: Sequence[SourceItem], pending: tuple[int, int] | None = None) -> disk.SpaceNeed:
             # A new version copies every parent row; the index grows by the parent's bytes per row.
@@ -272,27 +289,16 @@ def add(
         encoded, encoder = op.encode(
             new_items, work_dir, model_dir, cfg, dtype, progress, preflight, f"add to {name!r}"
         )
+        if parent.sharded:
+            return add_to_shards(
+                op, parent, encoded, encoder, gate, need=need(encoded.ok_items), work_dir=work_dir
+            )
         n = n_old + len(encoded.ok_items)
         with op.new_version(need(encoded.ok_items), f"the new version of {name!r}") as writer:
             with writer.arrays(n, d, tokens=tokens, width=width, rerank_dtype=dtype) as arrays:
                 arrays.copy_from(parent_dir)
                 append_shards(arrays, encoded.store)
-            readded = {it.id for it in encoded.ok_items}
-
-            def meta() -> Iterator[MetadataRow]:
-                for row, item_id, path, fields, deleted in rows:
-                    # A deleted id added again gets a new row; the old row keeps a distinct id.
-                    yield (
-                        row,
-                        (f"{item_id}#deleted@{row}" if deleted and item_id in readded else item_id),
-                        path,
-                        fields,
-                        deleted,
-                    )
-                for offset, it in enumerate(encoded.ok_items):
-                    yield n_old + offset, it.id, str(it.path), it.fields, False
-
-            writer.write_metadata(meta())
+            writer.write_metadata(appended_metadata(parent.rows[0], encoded.ok_items, n_old))
             index = faiss.read_index(str(parent_dir / INDEX_FILE))
             embeds = writer.embeddings()
             index.add(np.ascontiguousarray(embeds[n_old:], dtype=np.float32))

@@ -48,6 +48,8 @@ def build_key(
         settings.backend,  # the runtimes' embeddings differ in the last bits
         settings.int8,  # int8 graphs encode images differently
     ]
+    if settings.index_shards > 1:  # left out when unsharded: the keys of earlier builds stay valid
+        options.append(settings.index_shards)
     digest.update(json.dumps(options).encode())
     for item in items:
         try:

@@ -1,4 +1,8 @@
-"""``ccrk index``: build, add, delete, roll back, list and verify index versions."""
+"""``ccrk index``: build, add, delete, roll back, list and verify index versions.
+
+A little over 400 lines because it holds every index command, each a thin typer wrapper (options, the
+settings they override, the summary table); the work is in ``indexer.build`` and ``indexer.maintenance``.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from rich.text import Text
 from ccrk_settings import Settings, SettingsError, settings_with
 from indexer.errors import IndexerError
 from indexer.quality_gate import gate_from_context
+from indexer.report import describe_skipped
 from model.configs import ConfigError
 from model.runtime import EncoderError
 from store import versions
@@ -56,6 +61,13 @@ BatchSize = Annotated[
     int | None, typer.Option(min=1, help="Images per encoder batch (default: settings.index_batch_size)")
 ]
 ReportOut = Annotated[Path | None, typer.Option("--json-report", help="Also write the report as JSON here.")]
+Engine = Annotated[
+    str | None,
+    typer.Option(help="local, or ray: a Ray cluster's actors encode the shards (default: settings.engine)."),
+]
+Address = Annotated[
+    str | None, typer.Option("--address", help="--engine ray: the Ray head, HOST:PORT (settings.ray_address)")
+]
 
 console = Console()
 err_console = Console(stderr=True)
@@ -94,7 +106,12 @@ def _fail(message: str) -> typer.Exit:
 
 
 # The options of these commands that set a setting of another name, for error messages.
-OPTION_OF_SETTING = {"index_workers": "--workers", "index_batch_size": "--batch-size"}
+OPTION_OF_SETTING = {
+    "index_workers": "--workers",
+    "index_batch_size": "--batch-size",
+    "index_shards": "--shards",
+    "ray_address": "--address",
+}
 
 
 def _settings(**overrides: Any) -> Settings:
@@ -118,6 +135,14 @@ def _errors() -> Iterator[None]:
         raise _fail(f"{where}{exc.strerror or exc}") from None
 
 
+def _engine_row(report: Any) -> list[tuple[str, str]]:
+    if report.engine != "ray":
+        return []
+    nodes = report.encode_nodes
+    where = f"{len(nodes)} node" + ("s" if len(nodes) != 1 else "")
+    return [("engine", f"ray: {sum(nodes.values())} shards encoded on {where}")]
+
+
 def _summary(report: Any, json_report: Path | None) -> None:
     table = Table(title=f"ccrk index {report.operation}: {report.name}", show_header=False)
     state = " (published)" if report.published else " (nothing published)"
@@ -137,6 +162,7 @@ def _summary(report: Any, json_report: Path | None) -> None:
             ("items indexed", f"{report.items_indexed:,}"),
             ("skipped (bad)", f"{len(report.skipped):,}"),
             ("shards", f"{report.shards} ({report.resumed_shards} resumed from an earlier run)"),
+            *_engine_row(report),
             ("encode", f"{report.encode_seconds:.1f} s, {report.items_per_second:,.1f} items/s"),
         ]
         if report.ignored_files:
@@ -144,7 +170,11 @@ def _summary(report: Any, json_report: Path | None) -> None:
         if report.skipped_links:
             rows.append(("skipped links", f"{len(report.skipped_links)} (symbolic links not followed)"))
     rows += [
-        ("index", f"{report.index_factory} {json.dumps(report.search_params)}"),
+        (
+            "index",
+            (f"{report.index_shards} shards, " if report.index_shards > 1 else "")
+            + f"{report.index_factory} {json.dumps(report.search_params)}",
+        ),
         (
             "recall@10 vs exact",
             "-" if report.measured_recall_at_10 is None else f"{report.measured_recall_at_10:.4f}",
@@ -161,8 +191,6 @@ def _summary(report: Any, json_report: Path | None) -> None:
     for key, value in rows:
         table.add_row(key, value)
     console.print(table)
-    from indexer.report import describe_skipped
-
     for s in report.skipped[:20]:
         console.print(f"  skipped {describe_skipped(s)}", highlight=False, markup=False)
     if len(report.skipped) > 20:
@@ -208,6 +236,16 @@ def build_command(
             "--force", help="Build and publish even when CURRENT already holds this build's result."
         ),
     ] = False,
+    shards: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Index shards of the version (item id hash modulo S; each its own ANN index), for memory, "
+            "not latency; 1: unsharded (default: settings.index_shards).",
+        ),
+    ] = None,
+    engine: Engine = None,
+    address: Address = None,
 ) -> None:
     """Embed the sources into a new version and publish it (re-run after a crash to resume; a build whose
     result is CURRENT already publishes nothing)."""
@@ -219,6 +257,9 @@ def build_command(
         index_workers=workers,
         threads=threads,
         index_batch_size=batch_size,
+        index_shards=shards,
+        engine=engine,
+        ray_address=address,
     )
     with _errors(), _progress("encoding") as progress:
         report = build(
@@ -247,12 +288,19 @@ def add_command(
     threads: Threads = None,
     batch_size: BatchSize = None,
     json_report: ReportOut = None,
+    engine: Engine = None,
+    address: Address = None,
 ) -> None:
     """Add the sources' new items (ids not in the index yet) as a new version; others are kept as is."""
     from indexer.build import add
 
     settings = _settings(
-        index_root=index_root, index_workers=workers, threads=threads, index_batch_size=batch_size
+        index_root=index_root,
+        index_workers=workers,
+        threads=threads,
+        index_batch_size=batch_size,
+        engine=engine,
+        ray_address=address,
     )
     with _errors(), _progress("encoding new items") as progress:
         report = add(
@@ -326,14 +374,15 @@ def list_command(name: Name, index_root: IndexRoot = None) -> None:
                 continue
             if versions.refused_by_gate(m):
                 status.append("refused by gate")
+            shards = m.sharding.get("shards", [])
             table.add_row(
                 "*" if v == current else "",
                 v,
                 ", ".join(status) or "-",
                 m.created_at,
                 f"{m.count:,}",
-                m.index_factory,
-                json.dumps(m.search_params),
+                (f"{len(shards)} shards: " if shards else "") + m.index_factory,
+                json.dumps([s.get("search_params", {}) for s in shards] if shards else m.search_params),
                 "-" if m.measured_recall_at_10 is None else f"{m.measured_recall_at_10:.3f}",
                 m.model_name,
                 m.parent_version or "-",

@@ -5,9 +5,11 @@ streamed into a version's arrays."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from ccrk_settings import Settings
 from indexer.decode import DecodePool, Decoder
@@ -30,6 +32,7 @@ class Encoded:
     store: ShardStore
     resumed: int
     seconds: float
+    nodes: dict[str, int] = field(default_factory=dict)  # --engine ray: shards encoded per Ray node id
 
 
 def skipped_entry(item: SourceItem, kind: str, detail: str) -> dict[str, str]:
@@ -53,23 +56,41 @@ def encode(
     preflight: Preflight | None = None,
 ) -> tuple[Encoded, Encoder]:
     """Encode ``items`` into shards under ``work_dir``; ``preflight`` runs once the encoder is loaded,
-    before the first shard (the space check)."""
+    before the first shard (the space check). ``settings.engine`` says where: this machine (decode
+    workers and this process's encoder), or a Ray cluster's actors (``indexer.ray_encoding``); the shard
+    files are the same."""
     store = ShardStore(work_dir, settings.shard_size, len(items))
     started = time.perf_counter()
-    # The decode pool forks before the encoder's runtime starts its thread pools.
-    with DecodePool(Decoder(cfg.vision, settings.max_image_pixels), settings.index_workers) as pool:
+    nodes: dict[str, int] = {}
+    if settings.engine == "ray":
+        # The shards are encoded by the cluster's actors; this process's encoder serves what follows
+        # (the space check, tuning, the gate). Imported here: the local engine never loads Ray.
+        from indexer.ray_encoding import encode_shards_on_ray
+
         encoder = load_encoder(model_dir, settings.backend, settings.device, settings.threads, settings.int8)
         if preflight is not None:
             preflight(encoder, store)
-        resumed = encode_shards(
-            items,
-            store,
-            encoder,
-            pool,
-            batch_size=settings.index_batch_size,
-            rerank_dtype=rerank_dtype,
-            progress=progress,
+        run = encode_shards_on_ray(
+            items, store, settings=settings, model_dir=model_dir, rerank_dtype=rerank_dtype, progress=progress
         )
+        resumed, nodes = run.resumed, run.nodes
+    else:
+        # The decode pool forks before the encoder's runtime starts its thread pools.
+        with DecodePool(Decoder(cfg.vision, settings.max_image_pixels), settings.index_workers) as pool:
+            encoder = load_encoder(
+                model_dir, settings.backend, settings.device, settings.threads, settings.int8
+            )
+            if preflight is not None:
+                preflight(encoder, store)
+            resumed = encode_shards(
+                items,
+                store,
+                encoder,
+                pool,
+                batch_size=settings.index_batch_size,
+                rerank_dtype=rerank_dtype,
+                progress=progress,
+            )
     seconds = time.perf_counter() - started
     ok_items: list[SourceItem] = []
     skipped: list[dict[str, str]] = []
@@ -82,7 +103,7 @@ def encode(
                 ok_items.append(item)
             else:
                 skipped.append(skipped_entry(item, shard.kinds[j], shard.details[j]))
-    return Encoded(ok_items, skipped, store, resumed, seconds), encoder
+    return Encoded(ok_items, skipped, store, resumed, seconds, nodes), encoder
 
 
 def check_bad_share(total: int, skipped: list[dict[str, str]], limit: float, what: str) -> None:
@@ -98,7 +119,7 @@ def check_bad_share(total: int, skipped: list[dict[str, str]], limit: float, wha
         )
 
 
-def token_shape(store: ShardStore) -> tuple[int, int]:
+def stored_token_shape(store: ShardStore) -> tuple[int, int]:
     """(T, W) of the encoded patch tokens (T == 0: a model without a re-rank store)."""
     for i in range(store.count):
         shard = store.read(i)
@@ -114,3 +135,22 @@ def append_shards(arrays: VersionArrays, store: ShardStore) -> None:
         if shard.embeds.shape[0] == 0:
             continue
         arrays.append(shard.embeds, shard.tokens, shard.scales)
+
+
+def append_shards_split(arrays: Mapping[int, VersionArrays], owners: np.ndarray, store: ShardStore) -> None:
+    """Every encoded row of the shards into the arrays of the index shard that owns it (``owners``: the
+    owning index shard of each encoded row, in order), keeping their order within each index shard."""
+    pos = 0
+    for i in range(store.count):
+        shard = store.read(i)
+        m = shard.embeds.shape[0]
+        if m == 0:
+            continue
+        mine = owners[pos : pos + m]
+        pos += m
+        for owner in np.unique(mine):
+            sel = mine == owner
+            scales = None if shard.scales is None else shard.scales[sel]
+            arrays[int(owner)].append(shard.embeds[sel], shard.tokens[sel], scales)
+    if pos != owners.shape[0]:
+        raise BuildError(f"internal: {pos} encoded rows, {owners.shape[0]} owners")

@@ -1,5 +1,6 @@
 """Operations on an index that encode nothing: ``delete`` writes a new version with items marked deleted
-(the large files are hard links to the parent's), ``rollback`` publishes an older version. Both run under
+(the large files are hard links to the parent's; of a sharded version, only the owning shards' metadata is
+written, ``indexer.sharded``), ``rollback`` publishes an older version (sharded or not). Both run under
 the index lock (``indexer.staging``); ``delete`` stages its version through ``store.writer`` like every
 writer.
 """
@@ -14,15 +15,16 @@ from ccrk_settings import Settings
 from indexer import disk
 from indexer.build_key import without_key
 from indexer.errors import BuildError
+from indexer.parent import read_parent
 from indexer.pipeline import Operation, utc_now
 from indexer.report import BuildReport
+from indexer.sharded import delete_from_shards
 from indexer.staging import index_lock
 from store import versions
 from store.layout import MANIFEST_FILE, METADATA_FILE, index_dir
 from store.manifest import IndexManifest
-from store.metadata import read_metadata
-from store.reader import IndexVersion
 from store.versions import GateRecord
+from store.writer import Finished
 
 
 def delete(name: str, ids: Sequence[str], *, settings: Settings) -> BuildReport:
@@ -33,19 +35,25 @@ def delete(name: str, ids: Sequence[str], *, settings: Settings) -> BuildReport:
     if not ids:
         raise BuildError("no id given to delete")
     with index_lock(root, name) as guard:
-        with IndexVersion.open(root, name) as parent:
-            pm, parent_dir, parent_count = parent.manifest, parent.path, len(parent)
-            rows = read_metadata(parent_dir / METADATA_FILE)
-        live = {item_id: row for row, item_id, _, _, deleted in rows if not deleted}
+        parent = read_parent(root, name)
+        pm, parent_dir, parent_count, rows = parent.manifest, parent.path, parent.count, parent.rows[0]
+        live = parent.live()
         unknown = [i for i in ids if i not in live]
         if unknown:
             raise BuildError(
                 f"cannot delete from {name!r}: unknown or already deleted id(s) "
                 f"{', '.join(map(repr, unknown[:20]))}; nothing was published"
             )
-        doomed = {live[i] for i in ids}
         report = BuildReport("delete", name, None, False)
         op = Operation(root, name, settings, guard, report, started)
+        if parent.sharded:
+            by_shard: dict[int, set[int]] = {}
+            for item_id in ids:
+                shard, row = live[item_id]
+                by_shard.setdefault(shard, set()).add(row)
+            done, manifest = delete_from_shards(op, parent, by_shard, started)
+            return _deleted(report, done, manifest, len(set(ids)))
+        doomed = {live[i][1] for i in ids}
         # The large files are hard links: only the metadata is written again.
         meta_bytes = (parent_dir / METADATA_FILE).stat().st_size
         need = disk.SpaceNeed({"metadata": meta_bytes, "manifest": disk.MANIFEST_BYTES})
@@ -67,11 +75,15 @@ def delete(name: str, ids: Sequence[str], *, settings: Settings) -> BuildReport:
             )
             manifest.build_seconds = round(time.perf_counter() - started, 3)
             done = writer.finish(manifest, keep=settings.keep_versions)
-        report.version, report.pruned = done.version, done.pruned
-        report.published = True
-        report.items_indexed = len(doomed)
-        report.fill_from(manifest)
-        report.build_seconds = manifest.build_seconds
+        return _deleted(report, done, manifest, len(doomed))
+
+
+def _deleted(report: BuildReport, done: Finished, manifest: IndexManifest, deleted: int) -> BuildReport:
+    report.version, report.pruned = done.version, done.pruned
+    report.published = True
+    report.items_indexed = deleted
+    report.fill_from(manifest)
+    report.build_seconds = manifest.build_seconds
     return report
 
 
@@ -99,7 +111,7 @@ def rollback(name: str, *, settings: Settings, to: str | None = None, force: boo
         manifest = IndexManifest.load(index_dir(root, name) / to / MANIFEST_FILE)
         verdict = GateRecord.of(manifest)
         forced = verdict is not None and verdict.refused
-        if verdict is not None and forced and not force:
+        if forced and not force:
             reasons = "; ".join(verdict.reasons)
             raise BuildError(
                 f"version {to} of {name!r} was refused by the quality gate and never published"

@@ -28,7 +28,7 @@ import numpy as np
 
 from indexer.ood_queries import kinds_for_language, ood_queries
 from model.runtime import Encoder
-from store.reader import IndexVersion
+from store.reader import SearchableIndex
 
 MatchLabel = Literal["strong", "weak", "none"]
 CAPTIONS_PER_LANGUAGE = 200
@@ -148,7 +148,7 @@ def calibrate(
     return MatchCalibration(default, per_language, "captions+ood" if usable else "ood", measured)
 
 
-def index_top_scores(index: IndexVersion, encoder: Encoder, batch: int = 64) -> TopScores:
+def index_top_scores(index: SearchableIndex, encoder: Encoder, batch: int = 64) -> TopScores:
     """The version's top-1 score for each query, searched as the service searches (tuned parameters)."""
 
     def top_scores(texts: Sequence[str]) -> np.ndarray:
@@ -163,7 +163,7 @@ def index_top_scores(index: IndexVersion, encoder: Encoder, batch: int = 64) -> 
 
 
 def calibrate_version(
-    index: IndexVersion, encoder: Encoder, captions: Mapping[str, Sequence[str]], seed: int = 0
+    index: SearchableIndex, encoder: Encoder, captions: Mapping[str, Sequence[str]], seed: int = 0
 ) -> MatchCalibration:
     """``calibrate`` on an opened version, for the encoder's languages."""
     return calibrate(index_top_scores(index, encoder), captions, tuple(encoder.config.languages), seed)

@@ -6,6 +6,7 @@
 Each operation differs only in what it encodes, which rows it copies from a parent, and how it makes its
 ANN index and manifest (``indexer.build``); the steps before and after are these. ``delete`` writes no
 new rows and skips tuning and the gate, but stages its version here too (``Operation.new_version``).
+Sharded versions take the same steps shard by shard (``indexer.sharded``).
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ from indexer.quality_gate import QualityGate, resolve_gate
 from indexer.report import BuildReport
 from indexer.shards import ProgressFn
 from indexer.sources import SourceItem
-from indexer.tuning import Captioned, tune_staged
+from indexer.tuning import CaptionedRows, tune_staged
 from model.model_dir import ModelConfig
 from model.runtime import Encoder
 from store.layout import index_dir
 from store.manifest import IndexManifest
+from store.sharded_writer import ShardedVersionWriter
 from store.versions import record_gate
-from store.writer import VersionWriter
+from store.writer import Finished, VersionWriter
 
 
 def utc_now() -> str:
@@ -79,6 +81,7 @@ class Operation:
             items, work_dir, model_dir, self.settings, cfg, rerank_dtype, progress, preflight
         )
         self.report.resumed_shards, self.report.shards = encoded.resumed, encoded.store.count
+        self.report.engine, self.report.encode_nodes = self.settings.engine, encoded.nodes
         self.report.skipped, self.report.encode_seconds = encoded.skipped, encoded.seconds
         encoding.check_bad_share(len(items), encoded.skipped, self.settings.max_bad_fraction, what)
         return encoded, encoder
@@ -95,7 +98,7 @@ class Operation:
         manifest: IndexManifest,
         plan: IndexPlan,
         encoder: Encoder,
-        captioned: Captioned,
+        captioned: CaptionedRows,
         gate: QualityGate | None,
         *,
         items_indexed: int,
@@ -108,31 +111,46 @@ class Operation:
         report, settings = self.report, self.settings
         tune_staged(writer, manifest, plan, encoder, captioned, settings, report)
         report.notes.extend(notes)
-        publish = judge(writer, manifest, encoder, captioned, settings, report, gate)
+        publish = judge(writer.stage, manifest, encoder, captioned, settings, report, gate)
         manifest.build_seconds = round(time.perf_counter() - self.started, 3)
         done = writer.finish(manifest, publish=publish, keep=settings.keep_versions)
+        return self.finished(done, manifest, items_indexed, work_dir)
+
+    def new_sharded_version(self, need: disk.SpaceNeed, what: str, shard_count: int) -> ShardedVersionWriter:
+        """A writer of the next version, sharded (``store.sharded_writer``), once ``need`` is known to fit."""
+        self.guard.need = need
+        disk.check_free_space(self.base, need, what)
+        return ShardedVersionWriter(self.root, self.name, shard_count)
+
+    def finished(
+        self, done: Finished, manifest: IndexManifest, items_indexed: int, work_dir: Path | None
+    ) -> BuildReport:
+        """Fill in the report once the version is in place; the shard work folder goes."""
+        report = self.report
         report.version, report.pruned = done.version, done.pruned
-        report.published = publish
+        report.published = done.published
         report.items_indexed = items_indexed
         report.fill_from(manifest)
         report.build_seconds = manifest.build_seconds
-        shutil.rmtree(work_dir, ignore_errors=True)
+        if work_dir is not None:
+            shutil.rmtree(work_dir, ignore_errors=True)
         return report
 
 
 def judge(
-    writer: VersionWriter,
+    stage: Path,
     manifest: IndexManifest,
     encoder: Encoder,
-    captioned: Captioned,
+    captioned: CaptionedRows,
     settings: Settings,
     report: BuildReport,
     gate: QualityGate | None,
 ) -> bool:
-    """Whether the staged version may be published (the injected gate, see ``indexer.quality_gate``; on
-    when a gate threshold is set). The verdict goes into the manifest and the report."""
+    """Whether the version staged in ``stage`` may be published (the injected gate, see
+    ``indexer.quality_gate``; on when a gate threshold is set). The verdict goes into the manifest and the
+    report."""
     verdict = resolve_gate(gate)(
-        writer.stage, manifest, encoder, settings, [(it.id, it.captions) for _, it in captioned]
+        stage, manifest, encoder, settings, [(it.id, it.captions) for _, it in captioned]
     )
     if verdict is None:
         return True

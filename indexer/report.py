@@ -37,6 +37,9 @@ class BuildReport:
     pruned: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     gate: dict[str, Any] | None = None  # quality gate verdict (indexer.quality_gate), when on
+    index_shards: int = 1  # shards of the version (``store.sharding``); 1: unsharded
+    engine: str = "local"  # where the shards were encoded: local, or ray (``indexer.ray_encoding``)
+    encode_nodes: dict[str, int] = field(default_factory=dict)  # engine ray: shards encoded per node id
 
     @property
     def items_per_second(self) -> float:
@@ -51,6 +54,10 @@ class BuildReport:
         self.measured_recall_at_10 = manifest.measured_recall_at_10
         self.language_recall_at_10 = manifest.language_recall_at_10
         self.rerank_bytes_per_image = int(manifest.rerank["bytes_per_image"])
+        shards = manifest.sharding.get("shards", [])
+        self.index_shards = max(1, len(shards))
+        if shards:  # each shard has its own tuned parameters
+            self.search_params = {"per_shard": [s.get("search_params", {}) for s in shards]}
 
 
 def describe_skipped(entry: dict[str, str]) -> str:

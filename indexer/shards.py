@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,7 +83,9 @@ class ShardStore:
         return self.total - sum(hi - lo for lo, hi in map(self.bounds, done)), self.count - len(done)
 
     def write(self, index: int, shard: Shard) -> None:
-        tmp = self.dir / f".shard-{index:06d}.{os.getpid()}.tmp"
+        # Host and process in the name: on shared storage (``--engine ray``) writers on several machines
+        # never share a temp file, even with equal process ids.
+        tmp = self.dir / f".shard-{index:06d}.{socket.gethostname()}.{os.getpid()}.tmp"
         arrays: dict[str, np.ndarray] = {
             "ok": shard.ok,
             "embeds": shard.embeds,
@@ -122,7 +125,7 @@ class ShardStore:
         return masks
 
 
-def _encode_shard(
+def encode_shard(
     index: int,
     results: Iterator[DecodeResult],
     n: int,
@@ -131,6 +134,10 @@ def _encode_shard(
     rerank_dtype: str,
     on_items: Callable[[int], None],
 ) -> Shard:
+    """Shard ``index`` of ``n`` items from their decode ``results`` (in order): the good ones encoded in
+    batches of ``batch_size``, the bad ones marked with their reason; ``on_items(count)`` after each batch
+    and each bad item. The one per-shard step of both engines (this module's ``encode_shards`` and
+    ``indexer.ray_encoding``'s actors), so a shard's rows do not depend on where it was encoded."""
     ok = np.zeros(n, dtype=bool)
     kinds = [""] * n
     details = [""] * n
@@ -206,6 +213,6 @@ def encode_shards(
         upcoming = start(pending[pos + 1]) if pos + 1 < len(pending) else None
         lo, hi = store.bounds(i)
         assert current is not None
-        shard = _encode_shard(i, current, hi - lo, encoder, batch_size, rerank_dtype, on_items)
+        shard = encode_shard(i, current, hi - lo, encoder, batch_size, rerank_dtype, on_items)
         store.write(i, shard)
     return len(done)

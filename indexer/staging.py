@@ -32,16 +32,20 @@ class Guard:
     need: disk.SpaceNeed | None = None
 
 
+def remove_stale(builds: Path) -> None:
+    """Remove staged versions and trash under ``NAME/.builds`` (their writers are gone)."""
+    for path in builds.iterdir():
+        if path.is_dir() and (is_version_name(path.name) or path.name.startswith("trash-")):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def remove_unfinished(builds: Path) -> list[Path]:
     """Remove staged versions, trash, and work folders without a shard under ``NAME/.builds``; returns
     the work folders kept."""
+    remove_stale(builds)
     kept: list[Path] = []
     for path in sorted(builds.iterdir()):
-        if not path.is_dir():
-            continue
-        if is_version_name(path.name) or path.name.startswith("trash-"):
-            shutil.rmtree(path, ignore_errors=True)
-        elif path.name.startswith(("build-", "add-")):
+        if path.is_dir() and path.name.startswith(("build-", "add-")):
             if any((path / "shards").glob("shard-*.npz")):
                 kept.append(path)
             else:
@@ -85,8 +89,6 @@ def index_lock(root: Path, name: str) -> Iterator[Guard]:
         except BlockingIOError:
             raise BuildError(f"another build, add or delete is running on index {name!r}") from None
         # Staged versions and trash of writers that died mid-way (we hold the lock: none is running).
-        for stale in builds.iterdir():
-            if stale.is_dir() and (is_version_name(stale.name) or stale.name.startswith("trash-")):
-                shutil.rmtree(stale, ignore_errors=True)
+        remove_stale(builds)
         with cleaned_on_failure(root, name) as guard:
             yield guard

@@ -96,7 +96,7 @@ def run_command(
     from monitoring.probe_set import ProbeSetError, load_probe_set
     from store.errors import IndexFormatError
     from store.manifest import model_fingerprint, model_name_of
-    from store.reader import IndexVersion
+    from store.opening import open_version
 
     try:
         settings = settings_with(
@@ -120,7 +120,7 @@ def run_command(
             from model.runtime import load_encoder
 
             encoder = load_encoder(settings.model_dir, backend=settings.backend, threads=settings.threads)
-            with IndexVersion.open(
+            with open_version(
                 settings.index_root,
                 settings.index_name,
                 version,

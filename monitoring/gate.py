@@ -26,7 +26,7 @@ from monitoring.probe_set import Probe, ProbeSetError, load_probe_set, probes_fr
 from monitoring.report import recall_drops
 from store.errors import IndexFormatError
 from store.manifest import IndexManifest
-from store.reader import IndexVersion
+from store.opening import open_path, open_version
 from store.versions import current_version
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ def quality_gate(
         return refuse
     search_kw: dict[str, Any] = {"depth": settings.probe_depth}
     try:
-        with IndexVersion(stage, manifest) as staged:
+        with open_path(stage, manifest) as staged:
             candidate = run_probes(probes, index_searcher(staged, encoder, manifest.model_name), **search_kw)
     except ProbeError as exc:
         refuse.reasons.append(f"the probe run failed: {exc}")
@@ -103,7 +103,7 @@ def quality_gate(
     notes: list[str] = []
     if current is not None and thresholds.max_recall_drop is not None:
         try:
-            with IndexVersion.open(settings.index_root, manifest.name, current) as published:
+            with open_version(settings.index_root, manifest.name, current) as published:
                 baseline = run_probes(probes, index_searcher(published, encoder), **search_kw)
         except (IndexFormatError, OSError, ProbeError) as exc:
             notes.append(f"CURRENT {current} could not be probed ({exc}); no drop check")

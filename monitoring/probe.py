@@ -4,8 +4,9 @@ Per language: Recall@1/5/10, overlap@k with the other languages' lists, latency;
 mrv_std (``model.metrics``, numpy only) on the (probes, languages) table of 0-based target ranks. A target
 not within the first ``depth`` results counts as rank ``depth`` (so MRV is a lower bound past that depth).
 
-Two ways to search: in process against an ``IndexVersion`` and an ``Encoder`` (the quality gate, the
-service's background probes, ``ccrk probe run --index-root``), or over HTTP against a running service.
+Two ways to search: in process against an opened version (a ``SearchableIndex``, sharded or not) and an
+``Encoder`` (the quality gate, the service's background probes, ``ccrk probe run --index-root``), or over
+HTTP against a running service.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from model.metrics import mrv, mrv_std, recall_at_k
 from model.runtime import Encoder
 from monitoring.consistency import consistency_report
 from monitoring.probe_set import Probe
-from store.reader import IndexVersion
+from store.reader import SearchableIndex
 
 RECALL_KS = (1, 5, 10)
 OVERLAP_K = 10
@@ -43,7 +44,7 @@ class Answer:
 SearchFn = Callable[[str, str, int], Answer]  # (lang, text, depth) -> answer
 
 
-def index_searcher(index: IndexVersion, encoder: Encoder, model: str | None = None) -> SearchFn:
+def index_searcher(index: SearchableIndex, encoder: Encoder, model: str | None = None) -> SearchFn:
     """Dual-encoder search of one opened version, as the service's first stage does it (no re-ranking)."""
     version = index.manifest.version
 

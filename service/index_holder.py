@@ -19,7 +19,7 @@ from typing import Any
 
 from service.errors import IndexUnavailableError, ReloadFailedError
 from store.errors import IndexFormatError
-from store.reader import IndexVersion
+from store.opening import OpenedIndex, open_version
 from store.versions import current_version, version_refused
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 class Served:
     """One opened version and the count of requests using it."""
 
-    index: IndexVersion
+    index: OpenedIndex  # an IndexVersion, or a ShardedIndex over the shards of a sharded version
     loaded_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     leases: int = 0
     retired: bool = False
@@ -145,9 +145,7 @@ class IndexHolder:
                         f"version {version!r} of index {self.name!r} was refused by the quality gate; "
                         "add force=true to serve it anyway"
                     )
-                index = IndexVersion.open(
-                    self.root, self.name, target, expect_fingerprint=self.expect_fingerprint
-                )
+                index = open_version(self.root, self.name, target, expect_fingerprint=self.expect_fingerprint)
             except (OSError, IndexFormatError, ValueError) as exc:
                 self._failed_version = target
                 message = f"cannot open version {target!r} of index {self.name!r}: {exc}"

@@ -102,6 +102,9 @@ class NpyWriter:
             raise VersionWriteError(
                 f"internal: block {arr.shape} does not fit {self.path.name} {self.shape} at row {self.rows}"
             )
+        if arr.size == 0:  # no rows (e.g. an empty shard): nothing to write
+            self.rows += arr.shape[0]
+            return
         with names_full_disk(self.path):
             self._fh.write(memoryview(arr).cast("B"))
         self.rows += arr.shape[0]

@@ -11,6 +11,12 @@ Layout::
         metadata.sqlite                 items(row, id, path, fields JSON, deleted) + field_names(name)
     INDEX_ROOT/NAME/.builds/...         work dirs of unfinished writers, never read by readers
 
+A sharded version (``store.sharding``) holds no data files of its own::
+
+    INDEX_ROOT/NAME/<version>/
+        manifest.json                   format_version 2, with a ``sharding`` block (rule, shards, checksums)
+        shard-000/ ... shard-{S-1}/     each an ordinary format-1 version folder, as above
+
 A published version is never modified: ``add`` and ``delete`` write a new version (unchanged large files
 are hard-linked), so a reader holding an old version keeps a consistent view.
 """
@@ -26,7 +32,9 @@ from pathlib import Path
 
 from store.errors import IndexFormatError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # an unsharded version, and each shard of a sharded one
+SHARDED_FORMAT_VERSION = 2  # a sharded version's own manifest (older readers refuse it)
+MAX_FORMAT_VERSION = SHARDED_FORMAT_VERSION  # the newest format this code reads
 
 CURRENT_FILE = "CURRENT"
 BUILDS_DIR = ".builds"

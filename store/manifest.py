@@ -1,5 +1,10 @@
 """A version's manifest (``manifest.json``: what was built, with which model, how to search it) and the
-model compatibility check that compares it with the model in use."""
+model compatibility check that compares it with the model in use.
+
+An unsharded version's manifest is format 1, written exactly as before sharding existed (no ``sharding``
+key). A sharded version's own manifest is format 2 and carries the ``sharding`` block (``store.sharding``);
+each of its shards has an ordinary format-1 manifest. Code that reads only format 1 refuses format 2 with
+"format_version 2 is not supported (this code reads up to 1)"."""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from store.errors import IndexFormatError, IndexNotFoundError, ModelMismatchError
-from store.layout import FORMAT_VERSION, write_atomic
+from store.layout import FORMAT_VERSION, MAX_FORMAT_VERSION, SHARDED_FORMAT_VERSION, write_atomic
 
 
 @dataclass
@@ -41,9 +46,19 @@ class IndexManifest:
     recall_measured_on: int = 0  # held-out queries behind measured_recall_at_10
     # indexer.match_calibration.MatchCalibration.to_dict(): thresholds of "strong / weak / no match".
     match_calibration: dict[str, Any] = field(default_factory=dict)
+    # Format 2 only: the shards of a sharded version (``store.sharding.Sharding.to_dict()``); left out of
+    # the JSON when empty, so unsharded manifests are written exactly as before.
+    sharding: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_sharded(self) -> bool:
+        return bool(self.sharding)
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2, ensure_ascii=False, sort_keys=False)
+        data = dataclasses.asdict(self)
+        if not data["sharding"]:
+            del data["sharding"]
+        return json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False)
 
     @classmethod
     def from_json(cls, text: str) -> IndexManifest:
@@ -54,10 +69,16 @@ class IndexManifest:
         if not isinstance(data, dict):
             raise IndexFormatError("manifest must be a JSON object")
         fmt = data.get("format_version")
-        if not isinstance(fmt, int) or fmt > FORMAT_VERSION:
+        if not isinstance(fmt, int) or fmt > MAX_FORMAT_VERSION:
+            newest = MAX_FORMAT_VERSION
             raise IndexFormatError(
-                f"manifest format_version {fmt!r} is not supported (this code reads up to {FORMAT_VERSION})"
+                f"manifest format_version {fmt!r} is not supported (this code reads up to {newest})"
             )
+        sharded = bool(data.get("sharding"))
+        if fmt == SHARDED_FORMAT_VERSION and not sharded:
+            raise IndexFormatError(f"manifest format_version {fmt} (sharded) lacks its sharding block")
+        if sharded and fmt == FORMAT_VERSION:
+            raise IndexFormatError(f"manifest format_version {fmt} has a sharding block (needs version 2)")
         known = {f.name for f in dataclasses.fields(cls)}
         required = {
             f.name

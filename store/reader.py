@@ -1,15 +1,16 @@
 """Reading one version: the query engine ``IndexVersion`` (ANN and exact search, filtered search, exact
 re-scoring, deleted rows, re-rank tokens, item metadata) and ``SearchableIndex``, the surface the service,
-monitoring and the indexer's tuning search through (which a sharded index will implement as well)."""
+monitoring and the indexer's tuning search through (``store.sharded.ShardedIndex`` implements it over the
+shards of a sharded version; ``store.opening.open_version`` opens either kind)."""
 
 from __future__ import annotations
 
 import contextlib
 import mmap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import faiss
 import numpy as np
@@ -18,6 +19,7 @@ from store import exact
 from store.errors import IndexFormatError, IndexNotFoundError, ModelMismatchError
 from store.layout import (
     EMBEDDINGS_FILE,
+    FORMAT_VERSION,
     INDEX_FILE,
     MANIFEST_FILE,
     METADATA_FILE,
@@ -67,6 +69,45 @@ class SearchableIndex(Protocol):
     def rerank_tokens(self, rows: np.ndarray) -> np.ndarray: ...
 
 
+Opened = TypeVar("Opened")
+
+
+def open_named(
+    root: Path,
+    name: str,
+    version: str | None,
+    opener: Callable[[Path, IndexManifest], Opened],
+    *,
+    expect_fingerprint: str | None = None,
+    expect_model_name: str | None = None,
+) -> Opened:
+    """``opener(path, manifest)`` of ``version`` (default: the one CURRENT names), after the model check.
+    CURRENT is read again (up to 3 times) when the version it named was pruned while being opened."""
+    base = index_dir(root, name)
+    attempts = 3 if version is None else 1
+    for attempt in range(attempts):
+        chosen = version or current_version(root, name)
+        if chosen is None:
+            raise IndexNotFoundError(f"index {name!r} has no published version under {base}")
+        path = base / chosen
+        try:
+            manifest = IndexManifest.load(path / MANIFEST_FILE)
+            check_model(manifest, expect_fingerprint=expect_fingerprint, expect_model_name=expect_model_name)
+            return opener(path, manifest)
+        except ModelMismatchError:
+            raise
+        except IndexFormatError:
+            # CURRENT moved on and the version it named was pruned while we read it: read CURRENT again.
+            if path.is_dir() or attempt + 1 >= attempts:
+                if not path.is_dir():
+                    raise IndexNotFoundError(
+                        f"index {name!r} has no version {chosen!r} under {base}"
+                    ) from None
+                raise
+            time.sleep(0.01)
+    raise AssertionError("unreachable")
+
+
 def _random_access(array: np.ndarray) -> np.ndarray:
     """Tell the kernel a memory-mapped store is read at random rows (MADV_RANDOM): re-ranking reads 128
     scattered rows per query, and the default readahead around each one read megabytes per row (measured on
@@ -91,6 +132,11 @@ class IndexVersion:
     def __init__(self, path: Path, manifest: IndexManifest) -> None:
         self.path = Path(path)
         self.manifest = manifest
+        if manifest.is_sharded or manifest.format_version > FORMAT_VERSION:
+            raise IndexFormatError(
+                f"{self.path} is a sharded version (manifest format_version {manifest.format_version}): open "
+                "it with store.opening.open_version, or open one of its shard folders"
+            )
         try:
             self._index = faiss.read_index(str(self.path / INDEX_FILE))
             self._embeds = np.load(self.path / EMBEDDINGS_FILE, mmap_mode="r")
@@ -149,33 +195,17 @@ class IndexVersion:
         expect_fingerprint: str | None = None,
         expect_model_name: str | None = None,
     ) -> IndexVersion:
-        """Open ``version`` (default: the one CURRENT names). With ``expect_*``, refuse an index built with
+        """Open ``version`` (default: the one CURRENT names), which must be unsharded
+        (``store.opening.open_version`` opens either kind). With ``expect_*``, refuse an index built with
         another model (ModelMismatchError naming both)."""
-        base = index_dir(root, name)
-        attempts = 3 if version is None else 1
-        for attempt in range(attempts):
-            chosen = version or current_version(root, name)
-            if chosen is None:
-                raise IndexNotFoundError(f"index {name!r} has no published version under {base}")
-            path = base / chosen
-            try:
-                manifest = IndexManifest.load(path / MANIFEST_FILE)
-                check_model(
-                    manifest, expect_fingerprint=expect_fingerprint, expect_model_name=expect_model_name
-                )
-                return cls(path, manifest)
-            except ModelMismatchError:
-                raise
-            except IndexFormatError:
-                # CURRENT moved on and the version it named was pruned while we read it: read CURRENT again.
-                if path.is_dir() or attempt + 1 >= attempts:
-                    if not path.is_dir():
-                        raise IndexNotFoundError(
-                            f"index {name!r} has no version {chosen!r} under {base}"
-                        ) from None
-                    raise
-                time.sleep(0.01)
-        raise AssertionError("unreachable")
+        return open_named(
+            root,
+            name,
+            version,
+            cls,
+            expect_fingerprint=expect_fingerprint,
+            expect_model_name=expect_model_name,
+        )
 
     def close(self) -> None:
         self._meta.close()
@@ -318,6 +348,13 @@ class IndexVersion:
             s2, r2 = self._exact_rows(q[short], k, target)
             scores[short], rows[short] = s2, r2
         return scores, rows
+
+    def embeddings(self, rows: np.ndarray) -> np.ndarray:
+        """(n, D) float32 stored embeddings of the given rows (held-out queries, re-scoring)."""
+        rows = np.asarray(rows, dtype=np.int64).ravel()
+        if rows.size and (rows.min() < 0 or rows.max() >= self._n):
+            raise IndexFormatError(f"rows out of range 0..{self._n - 1}")
+        return np.asarray(self._embeds[rows], dtype=np.float32)
 
     # -- re-rank store and metadata ----------------------------------------------------------------------
 

@@ -1,15 +1,98 @@
 """Checking one installed version: its files against the manifest's checksums, its counts and shapes
-against each other (through the reader's public accessors), and its model against the one in use."""
+against each other (through the reader's public accessors), and its model against the one in use.
+
+A sharded version is checked shard by shard (each shard's manifest against the sha256 the version's
+manifest records, its files against its own checksums, its counts, every item in the shard the hash rule
+names), then its totals against the version's manifest."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from store.errors import IndexFormatError, ModelMismatchError
-from store.layout import MANIFEST_FILE, index_dir, sha256_file
+from store.layout import MANIFEST_FILE, METADATA_FILE, index_dir, sha256_file
 from store.manifest import IndexManifest, check_model, model_fingerprint, model_name_of
+from store.metadata import read_metadata
 from store.reader import IndexVersion
+from store.sharded import load_shard_manifest
+from store.sharding import Sharding, shard_of
 from store.versions import current_version
+
+
+def _checksum_problems(path: Path, manifest: IndexManifest, where: str = "") -> list[str]:
+    """Files of one ordinary version folder (an unsharded version, or one shard) against its checksums."""
+    problems: list[str] = []
+    for fname, expected in manifest.checksums.items():
+        fpath = path / fname
+        if not fpath.is_file():
+            problems.append(f"{where}{fname}: missing")
+        elif sha256_file(fpath) != expected:
+            problems.append(f"{where}{fname}: checksum mismatch")
+    return problems
+
+
+def _count_problems(path: Path, manifest: IndexManifest, where: str = "") -> list[str]:
+    """Counts and shapes of one ordinary version folder, through the reader."""
+    problems: list[str] = []
+    try:
+        with IndexVersion(path, manifest) as opened:
+            if len(opened) != manifest.count:
+                problems.append(f"{where}manifest count {manifest.count} but {len(opened)} live items")
+            if opened.rerank_rows is not None and opened.rerank_rows != opened.total_rows:
+                problems.append(
+                    f"{where}re-rank store has {opened.rerank_rows} rows, index {opened.total_rows}"
+                )
+            if opened.metadata_rows != opened.total_rows:
+                problems.append(f"{where}metadata has {opened.metadata_rows} rows, index {opened.total_rows}")
+    except IndexFormatError as exc:
+        problems.append(f"{where}{exc}")
+    return problems
+
+
+def _verify_shards(path: Path, manifest: IndexManifest) -> list[str]:
+    try:
+        sharding = Sharding.from_dict(manifest.sharding)
+    except IndexFormatError as exc:
+        return [str(exc)]
+    problems: list[str] = []
+    for i, entry in enumerate(sharding.shards):
+        where = f"{entry.dir}/"
+        try:
+            shard, digest = load_shard_manifest(path, sharding, i)
+        except IndexFormatError as exc:
+            problems.append(str(exc))
+            continue
+        if digest != entry.manifest_sha256:
+            problems.append(f"{where}{MANIFEST_FILE}: checksum mismatch")
+            continue
+        if (shard.count, shard.total_rows) != (entry.count, entry.total_rows):
+            problems.append(
+                f"{where}: {shard.count} items in {shard.total_rows} rows, the version's manifest says "
+                f"{entry.count} in {entry.total_rows}"
+            )
+        if (shard.embed_dim, shard.model_fingerprint) != (manifest.embed_dim, manifest.model_fingerprint):
+            problems.append(f"{where}: built with another model or embedding dim than the version's")
+        found = _checksum_problems(path / entry.dir, shard, where)
+        found = found or _count_problems(path / entry.dir, shard, where)
+        problems += found
+        if not found:
+            strays = [
+                item_id
+                for _, item_id, _, _, deleted in read_metadata(path / entry.dir / METADATA_FILE)
+                if not deleted and shard_of(item_id, sharding.shard_count) != i
+            ]
+            if strays:
+                problems.append(
+                    f"{where}: {len(strays)} item(s) the hash rule puts elsewhere, e.g. {strays[0]!r}"
+                )
+    count = sum(s.count for s in sharding.shards)
+    total = sum(s.total_rows for s in sharding.shards)
+    if (count, total) != (manifest.count, manifest.total_rows):
+        problems.append(
+            f"the shards hold {count} items in {total} rows, the version's manifest says {manifest.count} in "
+            f"{manifest.total_rows}"
+        )
+    return problems
 
 
 def verify_version(
@@ -24,25 +107,13 @@ def verify_version(
         manifest = IndexManifest.load(path / MANIFEST_FILE)
     except IndexFormatError as exc:
         return [str(exc)]
-    problems: list[str] = []
-    for fname, expected in manifest.checksums.items():
-        fpath = path / fname
-        if not fpath.is_file():
-            problems.append(f"{fname}: missing")
-        elif sha256_file(fpath) != expected:
-            problems.append(f"{fname}: checksum mismatch")
-    if problems:
-        return problems
-    try:
-        with IndexVersion(path, manifest) as opened:
-            if len(opened) != manifest.count:
-                problems.append(f"manifest count {manifest.count} but {len(opened)} live items")
-            if opened.rerank_rows is not None and opened.rerank_rows != opened.total_rows:
-                problems.append(f"re-rank store has {opened.rerank_rows} rows, index {opened.total_rows}")
-            if opened.metadata_rows != opened.total_rows:
-                problems.append(f"metadata has {opened.metadata_rows} rows, index {opened.total_rows}")
-    except IndexFormatError as exc:
-        problems.append(str(exc))
+    if manifest.is_sharded:
+        problems = _verify_shards(path, manifest)
+    else:
+        problems = _checksum_problems(path, manifest)
+        if problems:
+            return problems
+        problems = _count_problems(path, manifest)
     if model_dir is not None:
         try:
             check_model(

@@ -14,6 +14,9 @@ One writer per index at a time is the caller's duty, not this class's: the index
 (``indexer.staging.index_lock``) for a whole operation, from reading CURRENT and encoding shards (work this
 package knows nothing of) to pruning, and the failure policy around it (which shard work to keep, how a
 full disk is explained) is the indexer's too. Fixtures and benchmarks write alone.
+
+A sharded version is written the same way by ``store.sharded_writer.ShardedVersionWriter``: its shards are
+staged as ordinary version folders inside the one stage, which is installed and published once.
 """
 
 from __future__ import annotations
@@ -127,34 +130,12 @@ class Finished:
     pruned: list[str] = field(default_factory=list)
 
 
-class VersionWriter:
-    """Writes one new version of index ``name`` under ``root`` (see the module docstring). Use it as a
-    context manager: leaving it without ``finish`` (a failure, or an early return) removes the staged
-    version."""
+class StagedFiles:
+    """The files of one version folder being written under ``stage`` (an unsharded version's, or one shard's
+    inside a sharded version's stage, ``store.sharded_writer``): arrays, metadata, the ANN index, files
+    linked from a parent."""
 
-    def __init__(self, root: Path, name: str, *, version: str | None = None) -> None:
-        self.root = Path(root)
-        self.name = name
-        self.version = version or versions.new_version_name(self.root, name)
-        self.stage = builds_dir(self.root, name) / self.version
-        if self.stage.exists():
-            shutil.rmtree(self.stage)
-        self.stage.mkdir(parents=True)
-        self._finished: Finished | None = None
-
-    def __enter__(self) -> VersionWriter:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.abort()
-
-    def abort(self) -> None:
-        """Remove the staged version (a no-op once it is installed)."""
-        shutil.rmtree(self.stage, ignore_errors=True)
-
-    # -- files ---------------------------------------------------------------------------------------------
+    stage: Path
 
     def arrays(
         self,
@@ -209,6 +190,34 @@ class VersionWriter:
         for fname in names:
             link_or_copy(Path(version_dir) / fname, self.stage / fname)
 
+
+class VersionWriter(StagedFiles):
+    """Writes one new version of index ``name`` under ``root`` (see the module docstring). Use it as a
+    context manager: leaving it without ``finish`` (a failure, or an early return) removes the staged
+    version."""
+
+    def __init__(self, root: Path, name: str, *, version: str | None = None) -> None:
+        self.root = Path(root)
+        self.name = name
+        self.version = version or versions.new_version_name(self.root, name)
+        self.stage = builds_dir(self.root, name) / self.version
+        if self.stage.exists():
+            shutil.rmtree(self.stage)
+        self.stage.mkdir(parents=True)
+        self._finished: Finished | None = None
+
+    def __enter__(self) -> VersionWriter:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.abort()
+
+    def abort(self) -> None:
+        """Remove the staged version (a no-op once it is installed)."""
+        shutil.rmtree(self.stage, ignore_errors=True)
+
     # -- finishing -----------------------------------------------------------------------------------------
 
     def finish(
@@ -232,15 +241,24 @@ class VersionWriter:
             manifest.checksums = file_checksums(self.stage)
         with names_full_disk(self.stage / MANIFEST_FILE):
             manifest.save(self.stage / MANIFEST_FILE)
-        path = versions.install_version(self.root, self.name, self.stage, self.version)
-        if publish:
-            try:
-                with names_full_disk(index_dir(self.root, self.name) / CURRENT_FILE):
-                    versions.publish_version(self.root, self.name, self.version)
-            except BaseException:
-                versions.discard_installed(self.root, self.name, self.version)
-                raise
-        self._finished = Finished(self.version, path, publish)
-        if keep is not None:
-            self._finished.pruned = versions.prune_versions(self.root, self.name, keep)
+        self._finished = install_and_publish(self.root, self.name, self.stage, self.version, publish, keep)
         return self._finished
+
+
+def install_and_publish(
+    root: Path, name: str, stage: Path, version: str, publish: bool, keep: int | None
+) -> Finished:
+    """Install a completely written stage (manifest included) with one rename, publish it unless
+    ``publish`` is False (a failed publish removes the installed version again), then prune to ``keep``."""
+    path = versions.install_version(root, name, stage, version)
+    if publish:
+        try:
+            with names_full_disk(index_dir(root, name) / CURRENT_FILE):
+                versions.publish_version(root, name, version)
+        except BaseException:
+            versions.discard_installed(root, name, version)
+            raise
+    finished = Finished(version, path, publish)
+    if keep is not None:
+        finished.pruned = versions.prune_versions(root, name, keep)
+    return finished

@@ -43,6 +43,10 @@ TRAINING_ONLY_MODULES = {
     "efficientnet-lite-pytorch": "efficientnet_lite_pytorch",
 }
 TRAINING_ONLY = tuple(TRAINING_ONLY_MODULES)
+# Extras the images leave out as well (pyproject's optional-dependencies), with their module: Ray is for
+# distributed builds (`--engine ray`), which run from a full install.
+EXTRA_ONLY_MODULES = {"ray": "ray"}
+IMAGE_ABSENT_MODULES = TRAINING_ONLY_MODULES | EXTRA_ONLY_MODULES
 SHELL_OPERATORS = {"||", "&&", ";", "|", "&", "(", ")"}
 
 

@@ -13,6 +13,7 @@ from packaging.requirements import Requirement
 
 from tests.deploy.deployment import (
     DOCKERFILES,
+    EXTRA_ONLY_MODULES,
     REPO,
     TRAINING_ONLY,
     Stage,
@@ -203,3 +204,5 @@ def test_requirement_lists_match_pyproject() -> None:
     gpu_extra = {Requirement(d).name.lower() for d in project["optional-dependencies"]["gpu"]}
     assert set(gpu) == (set(cpu) - {"faiss-cpu", "onnxruntime"}) | gpu_extra
     assert all(str(gpu[name].specifier).startswith("==") for name in gpu_extra), "CUDA builds are pinned"
+    for extra in EXTRA_ONLY_MODULES:  # distributed builds run from a full install, not from the images
+        assert extra not in cpu and extra not in gpu, extra

@@ -18,10 +18,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.deploy.deployment import REPO, TRAINING_ONLY_MODULES, copies, dockerfile_stages
+from tests.deploy.deployment import IMAGE_ABSENT_MODULES, REPO, copies, dockerfile_stages
 
-# Module names of the distributions the images leave out.
-ABSENT = ",".join(TRAINING_ONLY_MODULES.values())
+# Module names of the distributions the images leave out (the training stack, Ray).
+ABSENT = ",".join(IMAGE_ABSENT_MODULES.values())
 # Runs `ccrk ARGS` with those modules unimportable: `import torch` raises ImportError, as in the image.
 CCRK = (
     "import sys\n"
@@ -209,7 +209,7 @@ def test_container_commands_run_without_the_training_stack(tmp_path: Path) -> No
     assert proc.returncode in (0, -15) and "Application shutdown complete" in served, served
 
 
-@pytest.mark.parametrize("module", TRAINING_ONLY_MODULES.values())
+@pytest.mark.parametrize("module", IMAGE_ABSENT_MODULES.values())
 def test_the_import_block_really_blocks(module: str, tmp_path: Path) -> None:
     """The harness above proves nothing unless `import MODULE` fails under it."""
     script = CCRK.split("sys.argv = ")[0] + f"import {module}\n"

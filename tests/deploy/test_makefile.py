@@ -30,7 +30,8 @@ def option(argv: list[str], name: str) -> str:
 
 def test_demo_draws_builds_then_serves() -> None:
     lines = make_dry_run("demo")
-    assert any("pip install" in line and "-e '.[dev]'" in line for line in lines), "demo installs first"
+    # The ray extra too, so that the tests of `--engine ray` always run (`make test` installs the same way).
+    assert any("pip install" in line and "-e '.[dev,ray]'" in line for line in lines), "demo installs first"
     calls = recipe("demo")
     expected = [["data", "synth"], ["probe", "make-set"], ["index", "build"], ["serve"]]
     assert [argv[: len(e)] for (_, argv), e in zip(calls, expected, strict=True)] == expected

@@ -1,16 +1,19 @@
 """The index holder: the served version's metadata row cache (same answers as the format module's reader,
-bounded, copied) and version overrides against the poller."""
+bounded, copied), version overrides against the poller, and sharded versions served like any other."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from service.index_holder import IndexHolder, Served
 from store.errors import IndexFormatError
 from store.reader import IndexVersion
+from store.sharded import ShardedIndex
 from tests.fixtures import INDEX_NAME, Catalogue, write_version
+from tests.store.writing import grid_vectors, write_rows
 
 
 def test_item_cache_answers_like_sqlite_and_stays_bounded(
@@ -69,5 +72,28 @@ def test_a_version_override_lasts_until_current_changes(tmp_path: Path, catalogu
         assert holder.reload(first) is not None
         assert holder.reload() is not None and holder.served.version == third  # CURRENT, asked for
         assert holder.check() is False and holder.served.version == third
+    finally:
+        holder.close()
+
+
+def test_a_sharded_version_swaps_in_and_out(tmp_path: Path) -> None:
+    """CURRENT naming a sharded version is opened over its shards (``store.opening.open_version``) and served
+    like any version; the leased one is closed only when returned."""
+    embeds = grid_vectors(40, 16, np.random.default_rng(0))
+    ids = [f"sku-{i}" for i in range(40)]
+    plain = write_rows(tmp_path, INDEX_NAME, embeds, ids)
+    sharded = write_rows(tmp_path, INDEX_NAME, embeds, ids, shard_count=3)
+    holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None)
+    try:
+        assert holder.reload(plain) is not None and isinstance(holder.served.index, IndexVersion)
+        with holder.lease() as old:
+            assert holder.reload() is not None and holder.served.version == sharded
+            assert isinstance(holder.served.index, ShardedIndex) and len(holder.served.index) == 40
+            assert old.retired and len(old.index) == 40  # still open while leased
+        served = holder.served
+        rows = [served.index.row_of(i) for i in ids[:5]]
+        assert [item["id"] for item in served.items(rows)] == ids[:5]
+        _, found = served.index.search(embeds[:5], 1)
+        assert found[:, 0].tolist() == rows
     finally:
         holder.close()

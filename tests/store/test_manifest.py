@@ -11,7 +11,7 @@ import pytest
 
 from store import versions
 from store.errors import IndexFormatError, ModelMismatchError
-from store.layout import FORMAT_VERSION, MANIFEST_FILE
+from store.layout import FORMAT_VERSION, MANIFEST_FILE, MAX_FORMAT_VERSION
 from store.manifest import IndexManifest, model_fingerprint
 from store.reader import IndexVersion
 from tests.store.writing import write_version
@@ -46,7 +46,7 @@ def test_manifest_round_trip_and_future_format(tmp_path: Path) -> None:
     manifest = IndexManifest.load(path)
     assert IndexManifest.from_json(manifest.to_json()) == manifest
     data = json.loads(path.read_text())
-    data["format_version"] = FORMAT_VERSION + 1
+    data["format_version"] = MAX_FORMAT_VERSION + 1
     with pytest.raises(IndexFormatError, match="not supported"):
         IndexManifest.from_json(json.dumps(data))
     del data["embed_dim"]

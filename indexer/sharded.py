@@ -1,0 +1,372 @@
+"""Sharded versions in the indexer (``CCRK_INDEX_SHARDS`` / ``ccrk index build --shards S``; the format is
+``store.sharding``'s).
+
+``build`` partitions the encoded items by the store's hash rule and writes each shard as an ordinary
+version inside one staged version (``store.sharded_writer``): its own ANN index chosen for its size within
+the memory budget, its own search parameters tuned on held-out queries. The merged index (every shard's
+results merged, as the service searches it) is then measured as one: recall@10 of the merged ANN results
+against exact search over all shards, text->image recall per language, the match calibration, and the
+quality gate's verdict. ``add`` appends each new item to its owning shard and ``delete`` rewrites the
+owning shards' metadata; the other shards are hard-linked from the parent. CURRENT switches once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import time
+from collections.abc import Collection
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from ccrk_settings import Settings
+from indexer import disk
+from indexer.ann import IndexPlan, build_faiss_index, choose_index, measure_recall
+from indexer.build_key import without_key
+from indexer.encoding import Encoded, append_shards_split
+from indexer.errors import BuildError
+from indexer.parent import ParentVersion, appended_metadata
+from indexer.pipeline import Operation, judge, utc_now
+from indexer.quality_gate import QualityGate
+from indexer.report import BuildReport
+from indexer.tuning import (
+    CaptionedRows,
+    caption_queries,
+    measure_quality,
+    recall_note,
+    tune_version,
+    tuning_queries,
+)
+from model.runtime import Encoder
+from store.layout import INDEX_FILE, METADATA_FILE, SHARDED_FORMAT_VERSION
+from store.manifest import IndexManifest
+from store.reader import IndexVersion
+from store.sharded import ShardedIndex
+from store.sharded_writer import ShardedVersionWriter, ShardStage
+from store.sharding import SHARD_KEY, Sharding, partition
+from store.writer import Finished
+
+# Per shard to tune and seal: its stage, its manifest (filled in by tuning) and its index plan.
+ToTune = dict[int, tuple[ShardStage, IndexManifest, IndexPlan]]
+
+
+def _ranks(owners: np.ndarray, shard_count: int) -> tuple[np.ndarray, np.ndarray]:
+    """(items per shard, each item's position among its shard's items), keeping the items' order."""
+    sizes = np.bincount(owners, minlength=shard_count).astype(np.int64)
+    rank = np.empty(owners.shape[0], dtype=np.int64)
+    for i in range(shard_count):
+        rank[owners == i] = np.arange(sizes[i])
+    return sizes, rank
+
+
+def _offsets(totals: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(totals)[:-1]]).astype(np.int64)
+
+
+def factories(sharding: Sharding) -> str:
+    """The version's ``index_factory``: its shards' (those with items), one when they agree."""
+    used = sorted({s.index_factory for s in sharding.shards if s.total_rows}) or ["Flat"]
+    return " | ".join(used)
+
+
+def write_shard_index(
+    stage: ShardStage, n: int, d: int, settings: Settings, factory: str | None
+) -> tuple[IndexPlan, dict]:
+    """The ANN index of one shard of ``n`` items (chosen for its size; an empty shard's is Flat)."""
+    if n == 0:
+        stage.write_index(faiss.index_factory(d, "Flat", faiss.METRIC_INNER_PRODUCT))
+        return IndexPlan("Flat", "exact"), {}
+    try:
+        plan = choose_index(
+            n,
+            d,
+            exact_max_items=settings.exact_max_items,
+            memory_budget_mb=settings.memory_budget_mb,
+            factory=factory,
+        )
+        embeds = stage.embeddings()
+        index, notes = build_faiss_index(embeds, plan)
+    except (ValueError, RuntimeError) as exc:
+        raise BuildError(
+            f"cannot build index {factory or ''} of shard {stage.index}: {str(exc).splitlines()[0]}"
+        ) from exc
+    stage.write_index(index)
+    return plan, notes
+
+
+def build_sharded(
+    op: Operation,
+    encoded: Encoded,
+    encoder: Encoder,
+    template: IndexManifest,
+    gate: QualityGate | None,
+    *,
+    index_factory: str | None,
+    need: disk.SpaceNeed,
+    work_dir: Path,
+) -> BuildReport:
+    """A full build's version in ``settings.index_shards`` shards; ``template`` is the manifest an
+    unsharded build would write (its version and index fields are filled in here)."""
+    settings, items = op.settings, encoded.ok_items
+    shard_count = settings.index_shards
+    owners = partition([it.id for it in items], shard_count)
+    sizes, rank = _ranks(owners, shard_count)
+    global_rows = _offsets(sizes)[owners] + rank
+    d, tokens, width = template.embed_dim, int(template.rerank["tokens"]), int(template.rerank["width"])
+    with op.new_sharded_version(need, f"the new version of {op.name!r}", shard_count) as writer:
+        stages = [writer.shard(i) for i in range(shard_count)]
+        with contextlib.ExitStack() as files:
+            arrays = {
+                i: files.enter_context(
+                    stage.arrays(
+                        int(sizes[i]), d, tokens=tokens, width=width, rerank_dtype=settings.rerank_dtype
+                    )
+                )
+                for i, stage in enumerate(stages)
+            }
+            append_shards_split(arrays, owners, encoded.store)
+        to_tune: ToTune = {}
+        for i, stage in enumerate(stages):
+            mine = np.flatnonzero(owners == i)
+            stage.write_metadata(
+                (int(rank[j]), items[j].id, str(items[j].path), items[j].fields, False) for j in mine
+            )
+            plan, notes = write_shard_index(stage, int(sizes[i]), d, settings, index_factory)
+            shard_manifest = dataclasses.replace(
+                copy.deepcopy(template),
+                version=writer.version,
+                created_at=utc_now(),
+                count=int(sizes[i]),
+                total_rows=int(sizes[i]),
+                index_factory=plan.factory,
+                skipped=[],
+                build_params={
+                    **plan.build_params,
+                    **notes,
+                    "estimated_index_bytes": plan.estimated_bytes,
+                    SHARD_KEY: {"index": i, "of": shard_count},
+                },
+            )
+            to_tune[i] = (stage, shard_manifest, plan)
+        manifest = dataclasses.replace(
+            template, format_version=SHARDED_FORMAT_VERSION, version=writer.version, created_at=utc_now()
+        )
+        captioned = [(int(global_rows[j]), it) for j, it in enumerate(items) if it.captions]
+        return publish_sharded(
+            op,
+            writer,
+            manifest,
+            to_tune,
+            encoder,
+            captioned,
+            gate,
+            items_indexed=len(items),
+            work_dir=work_dir,
+        )
+
+
+def add_to_shards(
+    op: Operation,
+    parent: ParentVersion,
+    encoded: Encoded,
+    encoder: Encoder,
+    gate: QualityGate | None,
+    *,
+    need: disk.SpaceNeed,
+    work_dir: Path,
+) -> BuildReport:
+    """An ``add`` to a sharded parent: each new item appended to its owning shard (copied and extended,
+    the ANN index the parent's plus the new rows, re-tuned); shards without new items hard-linked."""
+    pm, items, settings = parent.manifest, encoded.ok_items, op.settings
+    shard_count = len(parent.shard_manifests)
+    owners = partition([it.id for it in items], shard_count)
+    added, rank = _ranks(owners, shard_count)
+    old_totals = np.array([m.total_rows for m in parent.shard_manifests], dtype=np.int64)
+    totals = old_totals + added
+    global_rows = _offsets(totals)[owners] + old_totals[owners] + rank
+    d, tokens, width = pm.embed_dim, int(pm.rerank["tokens"]), int(pm.rerank["width"])
+    dtype = str(pm.rerank["dtype"])
+    with op.new_sharded_version(need, f"the new version of {op.name!r}", shard_count) as writer:
+        stages: dict[int, ShardStage] = {}
+        for i in range(shard_count):
+            if added[i]:
+                stages[i] = writer.shard(i)
+            else:
+                writer.link_shard(i, parent.shard_dirs[i])
+        with contextlib.ExitStack() as files:
+            arrays = {}
+            for i, stage in stages.items():
+                arrays[i] = files.enter_context(
+                    stage.arrays(int(totals[i]), d, tokens=tokens, width=width, rerank_dtype=dtype)
+                )
+                arrays[i].copy_from(parent.shard_dirs[i])
+            append_shards_split(arrays, owners, encoded.store)
+        to_tune: ToTune = {}
+        notes: list[str] = []
+        for i, stage in stages.items():
+            mine = [items[j] for j in np.flatnonzero(owners == i)]
+            stage.write_metadata(appended_metadata(parent.rows[i], mine, int(old_totals[i])))
+            index = faiss.read_index(str(parent.shard_dirs[i] / INDEX_FILE))
+            embeds = stage.embeddings()
+            index.add(np.ascontiguousarray(embeds[int(old_totals[i]) :], dtype=np.float32))
+            stage.write_index(index)
+            del index, embeds
+            sm = parent.shard_manifests[i]
+            shard_manifest = dataclasses.replace(
+                copy.deepcopy(sm),
+                version=writer.version,
+                created_at=utc_now(),
+                count=sm.count + int(added[i]),
+                total_rows=int(totals[i]),
+                skipped=[],
+                parent_version=sm.version,
+                checksums={},
+                build_params=without_key(sm.build_params),
+            )
+            rescore = int(sm.search_params.get("rescore_factor", 0))
+            to_tune[i] = (
+                stage,
+                shard_manifest,
+                IndexPlan(sm.index_factory, "parent", rescore_factor=rescore),
+            )
+            if totals[i] > settings.exact_max_items and sm.index_factory == "Flat":
+                notes.append(
+                    f"shard {i}: {totals[i]} items now exceed exact_max_items {settings.exact_max_items}: "
+                    "the next full build chooses an ANN index"
+                )
+        manifest = dataclasses.replace(
+            pm,
+            version=writer.version,
+            created_at=utc_now(),
+            count=parent.count + len(items),
+            total_rows=int(totals.sum()),
+            skipped=encoded.skipped,
+            parent_version=pm.version,
+            checksums={},
+            build_params=without_key(pm.build_params),
+        )
+        captioned = [(int(global_rows[j]), it) for j, it in enumerate(items) if it.captions]
+        return publish_sharded(
+            op,
+            writer,
+            manifest,
+            to_tune,
+            encoder,
+            captioned,
+            gate,
+            items_indexed=len(items),
+            work_dir=work_dir,
+            notes=notes,
+        )
+
+
+def publish_sharded(
+    op: Operation,
+    writer: ShardedVersionWriter,
+    manifest: IndexManifest,
+    to_tune: ToTune,
+    encoder: Encoder,
+    captioned: CaptionedRows,
+    gate: QualityGate | None,
+    *,
+    items_indexed: int,
+    work_dir: Path,
+    notes: Collection[str] = (),
+) -> BuildReport:
+    """Tune and seal the shards written (the others are linked), measure the merged index as the service
+    searches it, let the gate judge it, and finish it (published unless refused)."""
+    settings, report = op.settings, op.report
+    target = settings.target_recall
+    texts = caption_queries(encoder, captioned, seed=0)  # encoded once, for every shard and the merge
+    for i, (stage, shard_manifest, plan) in sorted(to_tune.items()):
+        if shard_manifest.count > 0:
+            with IndexVersion(stage.stage, shard_manifest) as shard:
+                queries = (
+                    (texts, None, "captions") if texts is not None else tuning_queries(shard, encoder, (), 0)
+                )
+                recall = tune_version(shard, shard_manifest, plan, queries, target)
+            if recall < target:
+                report.notes.append(
+                    f"shard {i}: " + recall_note(recall, target, shard_manifest.search_params)
+                )
+        stage.seal(shard_manifest)
+    sharding = writer.sharding()
+    manifest.sharding = sharding.to_dict()
+    manifest.index_factory, manifest.search_params = factories(sharding), {}
+    with ShardedIndex(writer.stage, manifest) as merged:
+        embeds, self_rows, origin = (
+            (texts, None, "captions") if texts is not None else tuning_queries(merged, encoder, (), 0)
+        )
+        recall = measure_recall(merged, embeds, 10, self_rows) if len(merged) else 1.0
+        sharding.merged_recall_at_10 = round(recall, 4)
+        sharding.merged_recall_measured_on = int(embeds.shape[0])
+        manifest.sharding = sharding.to_dict()
+        manifest.measured_recall_at_10 = sharding.merged_recall_at_10
+        manifest.recall_measured_on = sharding.merged_recall_measured_on
+        manifest.build_params = {**manifest.build_params, "tuning_queries": origin}
+        if recall < target:
+            report.notes.append("merged results: " + recall_note(recall, target, "tuned per shard"))
+        report.notes.extend(notes)
+        measure_quality(merged, manifest, encoder, captioned)
+    publish = judge(writer.stage, manifest, encoder, captioned, settings, report, gate)
+    manifest.build_seconds = round(time.perf_counter() - op.started, 3)
+    done = writer.finish(manifest, publish=publish, keep=settings.keep_versions)
+    return op.finished(done, manifest, items_indexed, work_dir)
+
+
+def delete_from_shards(
+    op: Operation, parent: ParentVersion, doomed: dict[int, set[int]], started: float
+) -> tuple[Finished, IndexManifest]:
+    """A ``delete`` from a sharded parent: the owning shards' metadata written again (their other files
+    hard-linked), the other shards linked whole; search parameters and recall stay the parent's."""
+    pm = parent.manifest
+    shard_count = len(parent.shard_manifests)
+    need = disk.SpaceNeed(
+        {
+            "metadata": sum((parent.shard_dirs[i] / METADATA_FILE).stat().st_size for i in doomed),
+            "manifest": disk.MANIFEST_BYTES * (1 + len(doomed)),
+        }
+    )
+    with op.new_sharded_version(need, f"the deletion from {op.name!r}", shard_count) as writer:
+        for i in range(shard_count):
+            if i not in doomed:
+                writer.link_shard(i, parent.shard_dirs[i])
+                continue
+            sm, gone = parent.shard_manifests[i], doomed[i]
+            stage = writer.shard(i)
+            stage.link_from(parent.shard_dirs[i], [f for f in sm.checksums if f != METADATA_FILE])
+            stage.write_metadata(
+                (row, item_id, path, fields, deleted or row in gone)
+                for row, item_id, path, fields, deleted in parent.rows[i]
+            )
+            stage.seal(
+                dataclasses.replace(
+                    copy.deepcopy(sm),
+                    version=writer.version,
+                    created_at=utc_now(),
+                    count=sm.count - len(gone),
+                    skipped=[],
+                    parent_version=sm.version,
+                    checksums={},
+                    build_params=without_key(sm.build_params),
+                )
+            )
+        old = Sharding.from_dict(pm.sharding)
+        sharding = writer.sharding(old.merged_recall_at_10, old.merged_recall_measured_on)
+        manifest = dataclasses.replace(
+            pm,
+            version=writer.version,
+            created_at=utc_now(),
+            count=parent.count - sum(len(g) for g in doomed.values()),
+            skipped=[],
+            parent_version=pm.version,
+            checksums={},
+            build_params=without_key(pm.build_params),
+            sharding=sharding.to_dict(),
+        )
+        manifest.build_seconds = round(time.perf_counter() - started, 3)
+        done = writer.finish(manifest, keep=op.settings.keep_versions)
+    return done, manifest

@@ -1,0 +1,218 @@
+"""``ShardedIndex``: one sharded version (``store.sharding``) opened as a ``SearchableIndex`` over its
+shards, each an ordinary ``IndexVersion``.
+
+Rows are global: shard offset + local row, the offsets being the cumulative ``total_rows`` of the shards
+in order. A search asks every shard for its own top k (ANN with the shard's tuned parameters, or exact)
+and merges them (``store.merge.merge_topk``: score, then global row), so exact search over the shards
+equals exact search over one index of the same rows. ``row_of`` asks only the owning shard (the hash rule);
+items and re-rank tokens are read from the shards owning the rows asked for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from store.errors import IndexFormatError, IndexNotFoundError
+from store.layout import FORMAT_VERSION, MANIFEST_FILE
+from store.manifest import IndexManifest
+from store.merge import merge_topk
+from store.metadata import filter_sql
+from store.reader import IndexVersion
+from store.sharding import Sharding, locate, shard_of
+
+Results = tuple[np.ndarray, np.ndarray]
+
+
+def load_shard_manifest(version_dir: Path, sharding: Sharding, index: int) -> tuple[IndexManifest, str]:
+    """Shard ``index``'s manifest and the sha256 of its bytes (IndexFormatError when missing or not an
+    ordinary format-1 manifest)."""
+    path = Path(version_dir) / sharding.shards[index].dir / MANIFEST_FILE
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise IndexNotFoundError(f"shard manifest not found: {path}") from None
+    try:
+        manifest = IndexManifest.from_json(raw.decode("utf-8"))
+    except (IndexFormatError, UnicodeDecodeError) as exc:
+        raise IndexFormatError(f"{path}: {exc}") from None
+    if manifest.is_sharded or manifest.format_version > FORMAT_VERSION:
+        raise IndexFormatError(f"{path}: a shard must be an ordinary format-{FORMAT_VERSION} version")
+    return manifest, hashlib.sha256(raw).hexdigest()
+
+
+class ShardedIndex:
+    """One opened, read-only sharded version (a ``SearchableIndex``). Thread-safe for concurrent searches,
+    as its shards are."""
+
+    manifest: IndexManifest
+    path: Path
+
+    def __init__(self, path: Path, manifest: IndexManifest) -> None:
+        self.path = Path(path)
+        self.manifest = manifest
+        if not manifest.is_sharded:
+            raise IndexFormatError(f"{self.path} is not a sharded version: open it as an IndexVersion")
+        self.sharding = Sharding.from_dict(manifest.sharding)
+        shards: list[IndexVersion] = []
+        try:
+            for i, entry in enumerate(self.sharding.shards):
+                shard_manifest, digest = load_shard_manifest(self.path, self.sharding, i)
+                where = self.path / entry.dir
+                if digest != entry.manifest_sha256:
+                    raise IndexFormatError(
+                        f"{where / MANIFEST_FILE}: sha256 differs from the version's manifest"
+                    )
+                if (shard_manifest.embed_dim, shard_manifest.model_fingerprint) != (
+                    manifest.embed_dim,
+                    manifest.model_fingerprint,
+                ):
+                    raise IndexFormatError(f"{where}: another model or embedding dim than the version's")
+                shard = IndexVersion(where, shard_manifest)
+                shards.append(shard)
+                if shard.total_rows != entry.total_rows:
+                    raise IndexFormatError(
+                        f"{where} holds {shard.total_rows} rows, the version's manifest says "
+                        f"{entry.total_rows}"
+                    )
+        except BaseException:
+            for shard in shards:
+                shard.close()
+            raise
+        self._shards = tuple(shards)
+        self._offsets = self.sharding.offsets()
+        self._totals = np.array([s.total_rows for s in shards], dtype=np.int64)
+        self._fields = set().union(*(s.fields for s in shards))
+
+    # -- the shards ------------------------------------------------------------------------------------------
+
+    @property
+    def shards(self) -> tuple[IndexVersion, ...]:
+        return self._shards
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        """Each shard's global row offset."""
+        return tuple(int(o) for o in self._offsets)
+
+    @property
+    def version(self) -> str:
+        return self.manifest.version
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self._shards)
+
+    @property
+    def total_rows(self) -> int:
+        return int(self._totals.sum())
+
+    @property
+    def fields(self) -> set[str]:
+        return set(self._fields)
+
+    def close(self) -> None:
+        for shard in self._shards:
+            shard.close()
+
+    def __enter__(self) -> ShardedIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- search ------------------------------------------------------------------------------------------
+
+    def _queries(self, queries: np.ndarray, k: int) -> np.ndarray:
+        q = np.ascontiguousarray(np.atleast_2d(np.asarray(queries, dtype=np.float32)))
+        if q.ndim != 2 or q.shape[1] != self.manifest.embed_dim:
+            raise IndexFormatError(f"queries must be (Q, {self.manifest.embed_dim}), got {q.shape}")
+        if k < 1:
+            raise IndexFormatError(f"k must be >= 1, got {k}")
+        return q
+
+    def _fan_out(
+        self,
+        queries: np.ndarray,
+        k: int,
+        allowed_rows: np.ndarray | None,
+        search: Callable[[IndexVersion, np.ndarray, int, np.ndarray | None], Results],
+    ) -> Results:
+        q = self._queries(queries, k)
+        allowed = None if allowed_rows is None else np.unique(np.asarray(allowed_rows, np.int64).ravel())
+        scores: list[np.ndarray] = []
+        rows: list[np.ndarray] = []
+        for shard, offset, total in zip(self._shards, self._offsets, self._totals, strict=True):
+            local: np.ndarray | None = None
+            if allowed is not None:
+                local = allowed[(allowed >= offset) & (allowed < offset + total)] - offset
+            if len(shard) == 0 or (local is not None and local.size == 0):
+                s, r = np.zeros((q.shape[0], 0), np.float32), np.zeros((q.shape[0], 0), np.int64)
+            else:
+                s, r = search(shard, q, k, local)
+            scores.append(s)
+            rows.append(r)
+        return merge_topk(scores, rows, self._offsets, k)
+
+    def search(self, queries: np.ndarray, k: int, allowed_rows: np.ndarray | None = None) -> Results:
+        """Every shard's ANN search (its tuned parameters), merged: (Q, k) scores and global rows, padded
+        with -inf / -1."""
+        return self._fan_out(queries, k, allowed_rows, lambda s, q, k, a: s.search(q, k, a))
+
+    def search_exact(self, queries: np.ndarray, k: int, allowed_rows: np.ndarray | None = None) -> Results:
+        """Exact search over every shard, merged: equal to exact search over one index of the same rows."""
+        return self._fan_out(queries, k, allowed_rows, lambda s, q, k, a: s.search_exact(q, k, a))
+
+    def filter_rows(self, filters: dict[str, Any]) -> np.ndarray:
+        """Sorted live global rows matching every filter (see ``IndexVersion.filter_rows``). A field no item
+        of a shard carries matches nothing there."""
+        filter_sql(filters, self._fields)  # unknown fields and malformed conditions raise FilterError here
+        parts = [
+            shard.filter_rows(filters) + offset
+            for shard, offset in zip(self._shards, self._offsets, strict=True)
+            if set(filters) <= shard.fields
+        ]
+        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+    # -- rows: items, embeddings, re-rank tokens ------------------------------------------------------------
+
+    def locate(self, rows: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(shard, local row) of global rows; IndexFormatError for an unknown row."""
+        return locate(np.asarray(rows, dtype=np.int64), self._offsets, self._totals)
+
+    def _gather(
+        self, rows: Sequence[int] | np.ndarray, read: Callable[[IndexVersion, np.ndarray], Any]
+    ) -> list:
+        """``read(shard, local rows)`` per owning shard, as one list in the order of ``rows``."""
+        shard_of_row, local = self.locate(rows)
+        out: list[Any] = [None] * len(local)
+        for i in np.unique(shard_of_row):
+            pos = np.flatnonzero(shard_of_row == i)
+            for p, value in zip(pos, read(self._shards[int(i)], local[pos]), strict=True):
+                out[int(p)] = value
+        return out
+
+    def items(self, rows: Sequence[int]) -> list[dict[str, Any]]:
+        """{"id", "path", **fields} per global row, in the given order."""
+        return self._gather([int(r) for r in rows], lambda shard, local: shard.items(local.tolist()))
+
+    def row_of(self, item_id: str) -> int | None:
+        """The live global row of ``item_id``, asked of its owning shard only."""
+        owner = shard_of(item_id, len(self._shards))
+        row = self._shards[owner].row_of(item_id)
+        return None if row is None else int(self._offsets[owner]) + row
+
+    def embeddings(self, rows: np.ndarray) -> np.ndarray:
+        """(n, D) float32 stored embeddings of the given global rows."""
+        found = self._gather(rows, lambda shard, local: shard.embeddings(local))
+        return np.stack(found) if found else np.zeros((0, self.manifest.embed_dim), np.float32)
+
+    def rerank_tokens(self, rows: np.ndarray) -> np.ndarray:
+        """(n, T, W) float32 patch tokens of the given global rows."""
+        rows = np.asarray(rows, dtype=np.int64).ravel()
+        if rows.size == 0:
+            return self._shards[0].rerank_tokens(rows)
+        return np.stack(self._gather(rows, lambda shard, local: shard.rerank_tokens(local)))

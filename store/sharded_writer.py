@@ -1,0 +1,166 @@
+"""Writing a sharded version (``store.sharding``): ``ShardedVersionWriter`` stages every shard as an
+ordinary version folder inside one stage, then installs and publishes the whole version once:
+
+    stage NAME/.builds/<version>/  ->  per shard: shard-NNN/ written (``ShardStage``: arrays, metadata,
+    index, then ``seal``: checksums + its format-1 manifest) or hard-linked whole from the parent version
+    (``link_shard``, an unchanged shard)  ->  the version's format-2 manifest with the ``sharding`` block
+    (``sharding()`` reads the sealed shards)  ->  install (one rename)  ->  publish (CURRENT, once)  ->  prune
+
+As with ``store.writer.VersionWriter``, leaving the writer without ``finish`` removes the stage, and one
+writer per index at a time is the caller's duty.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from types import TracebackType
+
+from store import versions
+from store.errors import VersionWriteError
+from store.files import link_or_copy, names_full_disk
+from store.layout import FORMAT_VERSION, MANIFEST_FILE, SHARDED_FORMAT_VERSION, builds_dir, file_checksums
+from store.manifest import IndexManifest
+from store.sharded import load_shard_manifest
+from store.sharding import MAX_SHARDS, ShardEntry, Sharding, shard_dir_name
+from store.writer import Finished, StagedFiles, install_and_publish
+
+
+class ShardStage(StagedFiles):
+    """One shard's folder inside a sharded version's stage: written like a version (``StagedFiles``),
+    finished by ``seal``."""
+
+    def __init__(self, stage: Path, index: int) -> None:
+        self.stage = stage
+        self.index = index
+
+    def seal(self, manifest: IndexManifest) -> None:
+        """The shard's checksums and its format-1 manifest (``version``: the sharded version's name)."""
+        if manifest.is_sharded or manifest.format_version != FORMAT_VERSION:
+            raise VersionWriteError(
+                f"internal: shard {self.index}'s manifest must be format {FORMAT_VERSION}"
+            )
+        manifest.checksums = file_checksums(self.stage)
+        with names_full_disk(self.stage / MANIFEST_FILE):
+            manifest.save(self.stage / MANIFEST_FILE)
+
+
+class ShardedVersionWriter:
+    """Writes one new sharded version of index ``name`` under ``root`` with ``shard_count`` shards (see the
+    module docstring). Use it as a context manager."""
+
+    def __init__(self, root: Path, name: str, shard_count: int, *, version: str | None = None) -> None:
+        if not 1 <= shard_count <= MAX_SHARDS:
+            raise VersionWriteError(f"shard count must be within 1..{MAX_SHARDS}, got {shard_count}")
+        self.root = Path(root)
+        self.name = name
+        self.shard_count = shard_count
+        self.version = version or versions.new_version_name(self.root, name)
+        self.stage = builds_dir(self.root, name) / self.version
+        if self.stage.exists():
+            shutil.rmtree(self.stage)
+        self.stage.mkdir(parents=True)
+        self._finished: Finished | None = None
+
+    def __enter__(self) -> ShardedVersionWriter:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.abort()
+
+    def abort(self) -> None:
+        """Remove the staged version (a no-op once it is installed)."""
+        shutil.rmtree(self.stage, ignore_errors=True)
+
+    def _shard_dir(self, index: int) -> Path:
+        if not 0 <= index < self.shard_count:
+            raise VersionWriteError(f"internal: no shard {index} among {self.shard_count}")
+        path = self.stage / shard_dir_name(index)
+        if path.exists():
+            raise VersionWriteError(f"internal: shard {index} of {self.version} is staged already")
+        return path
+
+    def shard(self, index: int) -> ShardStage:
+        """A fresh folder for shard ``index``, to be written and sealed."""
+        path = self._shard_dir(index)
+        path.mkdir()
+        return ShardStage(path, index)
+
+    def link_shard(self, index: int, parent_shard_dir: Path) -> None:
+        """Shard ``index`` taken over unchanged from a parent version: every file of its folder (manifest
+        included) hard-linked (copied across filesystems)."""
+        path = self._shard_dir(index)
+        path.mkdir()
+        for source in sorted(Path(parent_shard_dir).iterdir()):
+            if source.is_file() and not source.name.startswith("."):
+                link_or_copy(source, path / source.name)
+
+    def shard_manifest(self, index: int) -> IndexManifest:
+        """The sealed (or linked) manifest of shard ``index``."""
+        return load_shard_manifest(self.stage, self._layout(), index)[0]
+
+    def _layout(self) -> Sharding:
+        return Sharding([ShardEntry(shard_dir_name(i), 0, 0, "") for i in range(self.shard_count)])
+
+    def sharding(
+        self, merged_recall_at_10: float | None = None, merged_recall_measured_on: int = 0
+    ) -> Sharding:
+        """The ``sharding`` block of the staged shards (all sealed or linked), read from their manifests."""
+        layout = self._layout()
+        entries = []
+        for i in range(self.shard_count):
+            manifest, digest = load_shard_manifest(self.stage, layout, i)
+            entries.append(
+                ShardEntry(
+                    dir=shard_dir_name(i),
+                    count=manifest.count,
+                    total_rows=manifest.total_rows,
+                    manifest_sha256=digest,
+                    index_factory=manifest.index_factory,
+                    search_params=dict(manifest.search_params),
+                    measured_recall_at_10=manifest.measured_recall_at_10,
+                    recall_measured_on=manifest.recall_measured_on,
+                )
+            )
+        return Sharding(
+            entries,
+            merged_recall_at_10=merged_recall_at_10,
+            merged_recall_measured_on=merged_recall_measured_on,
+        )
+
+    def finish(self, manifest: IndexManifest, *, publish: bool = True, keep: int | None = None) -> Finished:
+        """The version's manifest (format 2; its ``sharding`` block must describe the staged shards), install,
+        publish unless ``publish`` is False, then prune to ``keep`` (None: no pruning)."""
+        if self._finished is not None:
+            raise VersionWriteError(f"internal: version {self.version} of {self.name!r} is finished already")
+        if manifest.version != self.version:
+            raise VersionWriteError(
+                f"internal: the manifest names version {manifest.version}, the writer stages {self.version}"
+            )
+        if manifest.format_version != SHARDED_FORMAT_VERSION or not manifest.is_sharded:
+            raise VersionWriteError(
+                "internal: a sharded version's manifest is format 2 with a sharding block"
+            )
+        recorded = Sharding.from_dict(manifest.sharding)
+        staged = self.sharding()
+        key = [(s.dir, s.count, s.total_rows, s.manifest_sha256) for s in staged.shards]
+        if [(s.dir, s.count, s.total_rows, s.manifest_sha256) for s in recorded.shards] != key:
+            raise VersionWriteError(
+                "internal: the manifest's sharding block does not describe the staged shards"
+            )
+        count, total = sum(s.count for s in staged.shards), sum(s.total_rows for s in staged.shards)
+        if (manifest.count, manifest.total_rows) != (count, total):
+            raise VersionWriteError(
+                f"internal: the manifest says {manifest.count} items in {manifest.total_rows} rows, the "
+                f"shards hold {count} in {total}"
+            )
+        stray = file_checksums(self.stage)
+        if stray:
+            raise VersionWriteError(f"internal: files outside the shard folders: {sorted(stray)}")
+        manifest.checksums = {}
+        with names_full_disk(self.stage / MANIFEST_FILE):
+            manifest.save(self.stage / MANIFEST_FILE)
+        self._finished = install_and_publish(self.root, self.name, self.stage, self.version, publish, keep)
+        return self._finished
