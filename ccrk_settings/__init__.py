@@ -70,7 +70,7 @@ class Settings(BaseSettings):
     index_shards: int = Field(
         1,
         ge=1,
-        le=1024,
+        le=256,  # every shard's arrays are open at once while a version is written: 2-3 files each
         description="Shards of a version written by a full build (item id hash modulo this; `add` and"
         " `delete` keep the parent's): for memory, not latency. 1: one unsharded version, as before.",
     )

@@ -73,9 +73,11 @@ def factories(sharding: Sharding) -> str:
 
 
 def write_shard_index(
-    stage: ShardStage, n: int, d: int, settings: Settings, factory: str | None
+    stage: ShardStage, n: int, d: int, settings: Settings, factory: str | None, shard_count: int
 ) -> tuple[IndexPlan, dict]:
-    """The ANN index of one shard of ``n`` items (chosen for its size; an empty shard's is Flat)."""
+    """The ANN index of one shard of ``n`` items (chosen for its size; an empty shard's is Flat). Each shard
+    gets an equal part of the memory budget: one process serving the whole version stays within it, as the
+    unsharded index does (and as the build's disk estimate assumes)."""
     if n == 0:
         stage.write_index(faiss.index_factory(d, "Flat", faiss.METRIC_INNER_PRODUCT))
         return IndexPlan("Flat", "exact"), {}
@@ -84,7 +86,7 @@ def write_shard_index(
             n,
             d,
             exact_max_items=settings.exact_max_items,
-            memory_budget_mb=settings.memory_budget_mb,
+            memory_budget_mb=max(1, settings.memory_budget_mb // shard_count),
             factory=factory,
         )
         embeds = stage.embeddings()
@@ -134,7 +136,7 @@ def build_sharded(
             stage.write_metadata(
                 (int(rank[j]), items[j].id, str(items[j].path), items[j].fields, False) for j in mine
             )
-            plan, notes = write_shard_index(stage, int(sizes[i]), d, settings, index_factory)
+            plan, notes = write_shard_index(stage, int(sizes[i]), d, settings, index_factory, shard_count)
             shard_manifest = dataclasses.replace(
                 copy.deepcopy(template),
                 version=writer.version,

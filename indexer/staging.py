@@ -33,10 +33,15 @@ class Guard:
 
 
 def remove_stale(builds: Path) -> None:
-    """Remove staged versions and trash under ``NAME/.builds`` (their writers are gone)."""
+    """Remove staged versions, trash, and the temp files of shard writers killed mid-write (named by host
+    and pid, so never overwritten) under ``NAME/.builds``: their writers are gone (the caller holds the
+    index lock; a Ray job's actors die with their driver)."""
     for path in builds.iterdir():
         if path.is_dir() and (is_version_name(path.name) or path.name.startswith("trash-")):
             shutil.rmtree(path, ignore_errors=True)
+        elif path.is_dir() and path.name.startswith(("build-", "add-")):
+            for tmp in (path / "shards").glob(".shard-*.tmp"):
+                tmp.unlink(missing_ok=True)
 
 
 def remove_unfinished(builds: Path) -> list[Path]:

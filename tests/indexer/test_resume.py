@@ -15,6 +15,7 @@ import numpy as np
 
 from ccrk_settings import DEFAULT_MODEL_DIR
 from indexer.decode import Decoder
+from indexer.staging import index_lock
 from model.configs import CCRkConfig
 from model.runtime import Encoder
 from store.reader import IndexVersion
@@ -78,3 +79,17 @@ def test_build_resumes_after_sigkill(tmp_path: Path, encoder: Encoder) -> None:
         ids = [it["id"] for it in idx.items(range(N_IMAGES))]
         assert ids == [p.name for p in paths]
         np.testing.assert_allclose(np.load(idx.path / "embeddings.npy"), want, atol=1e-5)
+
+
+def test_the_lock_removes_temp_files_of_killed_shard_writers(tmp_path: Path) -> None:
+    """A writer killed mid-write leaves ``.shard-N.<host>.<pid>.tmp`` (never overwritten: the name is its
+    own); the next operation on the index removes it and keeps the finished shard files (the resume)."""
+    shards = tmp_path / "shop" / ".builds" / "build-0123abcd" / "shards"
+    shards.mkdir(parents=True)
+    finished = shards / "shard-000000.npz"
+    finished.write_bytes(b"a finished shard")
+    orphan = shards / ".shard-000001.node-2.4242.tmp"
+    orphan.write_bytes(b"half a shard")
+    with index_lock(tmp_path, "shop"):
+        assert not orphan.exists()
+    assert finished.read_bytes() == b"a finished shard"
