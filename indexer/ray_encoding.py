@@ -42,6 +42,10 @@ from model.runtime import load_encoder
 # Actor restarts and shard retries after a crash (a node lost, a decoder segfault) before the run fails.
 MAX_RETRIES = 3
 REACH_TIMEOUT_S = 10.0  # a head that takes longer to accept a TCP connection is taken for absent
+# Every pool actor must start (and load its model) within this: a pool the cluster cannot place fails with
+# Ray Data's "Timed out while starting actors" instead of waiting forever, and no shard is handed out before
+# the whole pool is up (so the shards spread over it).
+ACTOR_START_TIMEOUT_S = 600.0
 SUMMARY_FIELDS = ("shard", "ok", "bad", "node", "host", "seconds", "error")
 
 
@@ -285,6 +289,7 @@ def encode_shards_on_ray(
             entries = [[it.id, os.path.abspath(it.path)] for it in items[lo:hi]]
             rows.append({"shard": i, "items": json.dumps(entries)})
         _quiet_ray_data(ray)
+        ray.data.DataContext.get_current().wait_for_min_actors_s = ACTOR_START_TIMEOUT_S
         dataset = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
             ShardEncoder,
             batch_size=1,

@@ -110,6 +110,19 @@ def test_ray_build_equals_the_local_build(
     _assert_same_version(tmp_path / "local", tmp_path / "ray", "c")
 
 
+def test_a_pool_the_cluster_cannot_place_fails_instead_of_waiting(
+    cluster: Any, catalogue: Path, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More 2-CPU actors than the three 2-CPU nodes hold: a BuildError naming the cause once the actors'
+    start timeout passes (it waited forever), nothing published."""
+    monkeypatch.setattr("indexer.ray_encoding.ACTOR_START_TIMEOUT_S", 3.0)
+    greedy = {**RAY_SETTINGS, "index_root": tmp_path / "ray", "shard_size": 2, "ray_actors": 8}
+    greedy["ray_cpus_per_actor"] = 2.0
+    with pytest.raises(BuildError, match="starting actors"):
+        build("c", _sources(catalogue, tmp_path), settings=settings_with(greedy, settings))
+    assert current_version(tmp_path / "ray", "c") is None
+
+
 def _cli(folder: Path, root: Path, report: Path, address: str) -> list[str]:
     return [
         sys.executable, "-m", "ccrk_cli.main", "index", "build", "--name", "r", "--index-root", str(root),
