@@ -113,6 +113,12 @@ class Settings(BaseSettings):
 
     # -- service ----------------------------------------------------------------------------------------
     host: str = Field("127.0.0.1", description="Address `ccrk serve` binds.")
+    serve_engine: Literal["local", "ray"] = Field(
+        "local",
+        description="How `ccrk serve` serves: local (uvicorn on this machine) or ray (Ray Serve on the"
+        " cluster of CCRK_RAY_ADDRESS: the app as ingress, one deployment per shard of a sharded version; a"
+        " first slice, see the README). Apart from CCRK_ENGINE: building on Ray never changes serving.",
+    )
     port: int = Field(8000, ge=1, le=65535, description="Port `ccrk serve` binds.")
     redis_url: str | None = Field(
         None, description="Redis for caches and probe history; in-process if unset."

@@ -30,6 +30,13 @@ def serve_command(
     ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
     access_log: Annotated[bool, typer.Option(help="Log every request (costs throughput).")] = False,
+    engine: Annotated[
+        str | None,
+        typer.Option(help="local (uvicorn) or ray (Ray Serve, a deployment per shard) [CCRK_SERVE_ENGINE]."),
+    ] = None,
+    address: Annotated[
+        str | None, typer.Option(help="With --engine ray: the Ray head [CCRK_RAY_ADDRESS].")
+    ] = None,
 ) -> None:
     """Serve the search API (OpenAPI at /docs). Options override the CCRK_* settings."""
     # Imported here so that other `ccrk` commands never load the web stack.
@@ -51,6 +58,8 @@ def serve_command(
             "backend": backend,
             "redis_url": redis_url,
             "workers": workers,
+            "serve_engine": engine,
+            "ray_address": address,
         }.items()
         if value is not None
     }
@@ -60,6 +69,12 @@ def serve_command(
         raise typer.BadParameter(exc.describe({"model_dir": "--model"})) from None
     if not settings.model_dir.is_dir():
         raise typer.BadParameter(f"model directory {settings.model_dir} does not exist")
+    if settings.serve_engine == "ray":
+        from service.cluster.serving import serve_on_ray
+
+        logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO))
+        serve_on_ray(settings)
+        return
     if settings.workers == 1:
         uvicorn.run(
             create_app(settings),

@@ -68,6 +68,7 @@ class IndexHolder:
         on_swap: Callable[[Served], None] | None = None,
         on_failure: Callable[[str], None] | None = None,
         on_load: Callable[[Served], None] | None = None,
+        opener: Callable[..., OpenedIndex] | None = None,
     ) -> None:
         self.root = root
         self.name = name
@@ -76,6 +77,9 @@ class IndexHolder:
         self._on_failure = on_failure or (lambda message: None)
         # Work a version needs before it serves (it runs in the loading thread, not in a request).
         self._on_load = on_load or (lambda served: None)
+        # How a version is opened: ``open_version`` unless injected (``service.cluster`` opens a sharded
+        # version over the shard deployments of a Ray Serve app); called as open_version is.
+        self._open = opener or open_version
         self._lock = threading.Lock()  # guards _served and lease counts
         self._load_lock = threading.Lock()  # one load at a time
         self._served: Served | None = None
@@ -145,7 +149,7 @@ class IndexHolder:
                         f"version {version!r} of index {self.name!r} was refused by the quality gate; "
                         "add force=true to serve it anyway"
                     )
-                index = open_version(self.root, self.name, target, expect_fingerprint=self.expect_fingerprint)
+                index = self._open(self.root, self.name, target, expect_fingerprint=self.expect_fingerprint)
             except (OSError, IndexFormatError, ValueError) as exc:
                 self._failed_version = target
                 message = f"cannot open version {target!r} of index {self.name!r}: {exc}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from time import time
 
@@ -29,6 +29,7 @@ from service.search.facade import SearchFacade
 from service.search.pipeline import SearchPipeline
 from service.search.telemetry import SearchTelemetry
 from store.manifest import model_fingerprint, model_name_of
+from store.opening import OpenedIndex
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,9 @@ class Runtime:
         # Bounds the worker threads doing CPU work at once: more than a few only adds contention.
         self.limiter = anyio.CapacityLimiter(settings.search_workers)
         self.monitor = Monitor(settings)  # probes, traffic, ANN recall (started in the lifespan)
+        # How the index holder opens a version (None: ``store.opening.open_version``); set before the
+        # lifespan starts, e.g. by ``service.cluster`` to search a sharded version's shards on Ray Serve.
+        self.index_opener: Callable[..., OpenedIndex] | None = None
 
     @property
     def pipeline(self) -> SearchPipeline:
@@ -118,6 +122,7 @@ class Runtime:
             on_swap=self._on_swap,
             on_failure=self._on_failure,
             on_load=self._on_load,
+            opener=self.index_opener,
         )
         self._pipeline = SearchPipeline(
             encoder=encoder,

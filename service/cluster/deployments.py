@@ -1,0 +1,101 @@
+"""The Ray Serve application of ``ccrk serve --engine ray``: one deployment per shard (``ShardServer``,
+named ``shard-000`` ...) and the service's FastAPI app (``service.app.create_app``) as the ingress, whose
+index holder opens sharded versions as ``RemoteShardedIndex`` over handles to the shard deployments.
+
+The ingress keeps everything the service does per query (language detection, query encoding, caches,
+metrics, re-ranking, responses); the shards only search and read rows. Index root and model directory must
+be at the same paths on every node (a shared file system), as for ``--engine ray`` builds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ccrk_settings import Settings
+from service.app import create_app
+from service.cluster.remote_index import remote_opener
+from service.cluster.shard import ShardServer
+from store.opening import open_version
+
+INGRESS = "ingress"
+
+
+def shard_deployment_name(index: int) -> str:
+    return f"shard-{index:03d}"
+
+
+@dataclass
+class ClusterOptions:
+    """How the deployments are placed (``serve.deployment`` options)."""
+
+    shard_replicas: int = 1
+    ingress_replicas: int = 1
+    shard_cpus: float = 0.5
+    ingress_cpus: float = 0.5
+    shard_memory: int | None = None  # bytes Ray reserves per shard replica
+    max_replicas_per_node: int | None = None  # per shard deployment: spreads a shard's replicas over nodes
+    retries: int = 2  # per shard call, on a replica that died or is unreachable
+    timeout_s: float = 30.0  # per shard call
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _retry_errors() -> tuple[type[BaseException], ...]:
+    from ray.exceptions import ActorUnavailableError, RayActorError
+
+    return (RayActorError, ActorUnavailableError)
+
+
+class Ingress:
+    """The ingress deployment's body: the service app, built on the replica (``__serve_build_asgi_app__``)."""
+
+    def __init__(self, settings: Settings, shards: list[Any], options: ClusterOptions) -> None:
+        self.settings = settings
+        self.shards = list(shards)  # DeploymentHandles, one per shard
+        self.options = options
+
+    def _call(self, shard: int, method: str, *args: Any) -> Any:
+        return getattr(self.shards[shard], method).remote(*args)
+
+    def __serve_build_asgi_app__(self) -> Any:
+        app = create_app(self.settings)
+        app.state.runtime.index_opener = remote_opener(
+            self._call,
+            len(self.shards),
+            open_version,
+            retries=self.options.retries,
+            timeout_s=self.options.timeout_s,
+            retry_on=_retry_errors(),
+        )
+        return app
+
+
+def build_application(settings: Settings, shard_count: int, options: ClusterOptions | None = None) -> Any:
+    """The bound Serve application (``serve.run`` it)."""
+    from ray import serve
+
+    options = options or ClusterOptions()
+    shards = []
+    for i in range(shard_count):
+        actor: dict[str, Any] = {"num_cpus": options.shard_cpus}
+        if options.shard_memory:
+            actor["memory"] = options.shard_memory
+        placement: dict[str, Any] = {}
+        if options.max_replicas_per_node:
+            placement["max_replicas_per_node"] = options.max_replicas_per_node
+        deployment = serve.deployment(
+            ShardServer,
+            name=shard_deployment_name(i),
+            num_replicas=options.shard_replicas,
+            ray_actor_options=actor,
+            **placement,
+        )
+        shards.append(deployment.bind(str(settings.index_root), settings.index_name, i))
+    ingress_class = serve.ingress()(Ingress)
+    ingress = serve.deployment(
+        ingress_class,
+        name=INGRESS,
+        num_replicas=options.ingress_replicas,
+        ray_actor_options={"num_cpus": options.ingress_cpus},
+    )
+    return ingress.bind(settings, shards, options)

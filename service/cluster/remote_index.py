@@ -1,0 +1,245 @@
+"""``RemoteShardedIndex``: one sharded version as a ``store.reader.SearchableIndex`` whose shards are served
+apart (one Ray Serve deployment per shard, ``service.cluster.shard.ShardServer``), for the ingress's index
+holder in place of ``store.sharded.ShardedIndex``.
+
+A search sends every shard its request first and then collects the answers: one parallel hop, merged by
+``store.merge.merge_topk`` with the offsets of the version's manifest (the same merge, so the same answers
+as ``ShardedIndex``). Items and re-rank tokens are asked only of the shards owning the merged rows. Every
+call names the version, so one answer never mixes versions. Closing releases the version on every shard.
+
+Retries: all shard calls are reads, so a call that fails because the replica answering it died (or became
+unreachable) is sent again, up to ``retries`` times; Ray Serve's router drops a dead replica and routes the
+retry to another one. A replica's death costs no failed request when the shard has another live replica
+(``num_replicas`` >= 2) and no more than ``retries`` of a shard's replicas die under one call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from store.errors import IndexFormatError
+from store.layout import MANIFEST_FILE, index_dir
+from store.manifest import IndexManifest, check_model
+from store.merge import merge_topk
+from store.metadata import filter_sql
+from store.sharding import Sharding, locate, shard_of
+
+Results = tuple[np.ndarray, np.ndarray]
+
+
+class Pending(Protocol):
+    def result(self, timeout_s: float | None = None) -> Any: ...
+
+
+# call(shard, method, *args) -> Pending: sends one request to a replica of that shard's deployment.
+ShardCall = Callable[..., Pending]
+
+
+class RemoteShardedIndex:
+    """Thread-safe: every call is independent (the handles are)."""
+
+    def __init__(
+        self,
+        path: Path,
+        manifest: IndexManifest,
+        call: ShardCall,
+        *,
+        shard_count: int,
+        retries: int = 2,
+        timeout_s: float = 30.0,
+        open_timeout_s: float = 120.0,
+        retry_on: tuple[type[BaseException], ...] = (),
+    ) -> None:
+        if not manifest.is_sharded:
+            raise IndexFormatError(f"{path} is not a sharded version")
+        self.path = Path(path)
+        self.manifest = manifest
+        self.sharding = Sharding.from_dict(manifest.sharding)
+        if self.sharding.shard_count != shard_count:
+            raise IndexFormatError(
+                f"{path} has {self.sharding.shard_count} shards; the Ray Serve app was started with "
+                f"{shard_count} shard deployments (restart `ccrk serve --engine ray` to serve it)"
+            )
+        self._call = call
+        self.retries = retries
+        self.timeout_s = timeout_s
+        self.open_timeout_s = open_timeout_s  # opening waits for replicas still starting, and loads files
+        self.retry_on = retry_on
+        self._offsets = self.sharding.offsets()
+        self._totals = np.array([e.total_rows for e in self.sharding.shards], dtype=np.int64)
+        # Every shard opens the version now (a swap loads it everywhere before it serves), says what it has.
+        opened = self._all([("open", ())] * shard_count)
+        for i, info in enumerate(opened):
+            if int(info["total_rows"]) != int(self._totals[i]):
+                raise IndexFormatError(
+                    f"shard {i} of {path} holds {info['total_rows']} rows, the manifest {self._totals[i]}"
+                )
+        self._counts = [int(info["count"]) for info in opened]
+        self._shard_fields = [set(info["fields"]) for info in opened]
+        self._fields = set().union(*self._shard_fields)
+        self._closed = False
+
+    # -- calls ---------------------------------------------------------------------------------------------
+
+    def _send(self, shard: int, method: str, args: tuple) -> Pending:
+        return self._call(shard, method, self.version, *args)
+
+    def _wait(self, shard: int, method: str, args: tuple, pending: Pending) -> Any:
+        for attempt in range(self.retries + 1):
+            try:
+                return pending.result(timeout_s=self.open_timeout_s if method == "open" else self.timeout_s)
+            except self.retry_on:
+                if attempt >= self.retries:
+                    raise
+                pending = self._send(shard, method, args)
+        raise AssertionError("unreachable")
+
+    def _one(self, shard: int, method: str, args: tuple) -> Any:
+        return self._wait(shard, method, args, self._send(shard, method, args))
+
+    def _all(self, calls: Sequence[tuple[str, tuple] | None]) -> list[Any]:
+        """Call ``calls[i]`` (method, args) on shard i, all sent before any answer is awaited; None: skip."""
+        sent = [None if c is None else self._send(i, c[0], c[1]) for i, c in enumerate(calls)]
+        return [
+            None if c is None or p is None else self._wait(i, c[0], c[1], p)
+            for i, (c, p) in enumerate(zip(calls, sent, strict=True))
+        ]
+
+    # -- SearchableIndex -----------------------------------------------------------------------------------
+
+    @property
+    def version(self) -> str:
+        return self.manifest.version
+
+    def __len__(self) -> int:
+        return sum(self._counts)
+
+    @property
+    def total_rows(self) -> int:
+        return int(self._totals.sum())
+
+    @property
+    def fields(self) -> set[str]:
+        return set(self._fields)
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        return tuple(int(o) for o in self._offsets)
+
+    def _queries(self, queries: np.ndarray, k: int) -> np.ndarray:
+        q = np.ascontiguousarray(np.atleast_2d(np.asarray(queries, dtype=np.float32)))
+        if q.ndim != 2 or q.shape[1] != self.manifest.embed_dim:
+            raise IndexFormatError(f"queries must be (Q, {self.manifest.embed_dim}), got {q.shape}")
+        if k < 1:
+            raise IndexFormatError(f"k must be >= 1, got {k}")
+        return q
+
+    def _fan_out(self, method: str, queries: np.ndarray, k: int, allowed_rows: np.ndarray | None) -> Results:
+        q = self._queries(queries, k)
+        allowed = None if allowed_rows is None else np.unique(np.asarray(allowed_rows, np.int64).ravel())
+        calls: list[tuple[str, tuple] | None] = []
+        for i, (offset, total) in enumerate(zip(self._offsets, self._totals, strict=True)):
+            local = None
+            if allowed is not None:
+                local = allowed[(allowed >= offset) & (allowed < offset + total)] - offset
+            empty = self._counts[i] == 0 or (local is not None and local.size == 0)
+            calls.append(None if empty else (method, (q, k, local)))
+        answers = self._all(calls)
+        scores, rows = [], []
+        for answer in answers:
+            if answer is None:
+                answer = (np.zeros((q.shape[0], 0), np.float32), np.zeros((q.shape[0], 0), np.int64))
+            scores.append(answer[0])
+            rows.append(answer[1])
+        return merge_topk(scores, rows, self._offsets, k)
+
+    def search(self, queries: np.ndarray, k: int, allowed_rows: np.ndarray | None = None) -> Results:
+        return self._fan_out("search", queries, k, allowed_rows)
+
+    def search_exact(self, queries: np.ndarray, k: int, allowed_rows: np.ndarray | None = None) -> Results:
+        return self._fan_out("search_exact", queries, k, allowed_rows)
+
+    def filter_rows(self, filters: dict[str, Any]) -> np.ndarray:
+        filter_sql(filters, self._fields)  # unknown fields and malformed conditions raise FilterError here
+        calls = [("filter_rows", (filters,)) if set(filters) <= f else None for f in self._shard_fields]
+        parts = [
+            np.asarray(rows, np.int64) + int(offset)
+            for rows, offset in zip(self._all(calls), self._offsets, strict=True)
+            if rows is not None
+        ]
+        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+    def _gather(self, method: str, rows: Sequence[int] | np.ndarray) -> list[Any]:
+        """``method(version, local rows)`` on each owning shard (all sent at once), in the order of rows."""
+        shard_of_row, local = locate(np.asarray(rows, dtype=np.int64), self._offsets, self._totals)
+        calls: list[tuple[str, tuple] | None] = [None] * len(self._totals)
+        where: dict[int, np.ndarray] = {}
+        for i in np.unique(shard_of_row):
+            pos = np.flatnonzero(shard_of_row == i)
+            where[int(i)] = pos
+            calls[int(i)] = (method, (local[pos],))
+        out: list[Any] = [None] * len(local)
+        for i, answer in enumerate(self._all(calls)):
+            if answer is not None:
+                for p, value in zip(where[i], answer, strict=True):
+                    out[int(p)] = value
+        return out
+
+    def items(self, rows: Sequence[int]) -> list[dict[str, Any]]:
+        return self._gather("items", [int(r) for r in rows])
+
+    def row_of(self, item_id: str) -> int | None:
+        owner = shard_of(item_id, len(self._totals))
+        row = self._one(owner, "row_of", (item_id,))
+        return None if row is None else int(self._offsets[owner]) + int(row)
+
+    def rerank_tokens(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64).ravel()
+        if rows.size == 0:
+            return self._one(int(np.argmax(self._totals > 0)), "rerank_tokens", (rows,))
+        return np.stack(self._gather("rerank_tokens", rows))
+
+    def embeddings(self, rows: np.ndarray) -> np.ndarray:
+        found = self._gather("embeddings", np.asarray(rows, dtype=np.int64).ravel())
+        return np.stack(found) if found else np.zeros((0, self.manifest.embed_dim), np.float32)
+
+    def close(self) -> None:
+        """Release the version on the shards (one replica of each hears it; the others close it when idle)."""
+        if self._closed:
+            return
+        self._closed = True
+        for i in range(len(self._totals)):
+            with contextlib.suppress(Exception):  # best effort: a replica closes an idle version itself
+                self._send(i, "release", ())
+
+    def __enter__(self) -> RemoteShardedIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def remote_opener(
+    call: ShardCall, shard_count: int, fallback: Callable[..., Any], **options: Any
+) -> Callable[..., Any]:
+    """An ``IndexHolder`` opener: a sharded version over the shard deployments, any other through
+    ``fallback`` (``store.opening.open_version``: an unsharded version is read by the ingress itself)."""
+
+    def open_version(
+        root: Path, name: str, version: str | None = None, *, expect_fingerprint: str | None = None
+    ) -> Any:
+        if version is None:
+            return fallback(root, name, version, expect_fingerprint=expect_fingerprint)
+        path = index_dir(root, name) / version
+        manifest = IndexManifest.load(path / MANIFEST_FILE)
+        if not manifest.is_sharded:
+            return fallback(root, name, version, expect_fingerprint=expect_fingerprint)
+        check_model(manifest, expect_fingerprint=expect_fingerprint, expect_model_name=None)
+        return RemoteShardedIndex(path, manifest, call, shard_count=shard_count, **options)
+
+    return open_version

@@ -1,0 +1,130 @@
+"""``ShardServer``: shard ``i`` of any version of one index, the body of one Ray Serve deployment.
+
+Every call names the version it is for, so one answer never mixes versions: the ingress leases a version
+and asks every shard for exactly that one. A replica opens ``VERSION/shard-{i:03d}`` as an ordinary
+``IndexVersion`` the first time a call names it (a replica started after a swap, or one replacing a dead
+replica, opens the older version too while requests still use it) and keeps it open until the ingress
+releases it and it has been idle ``idle_s``, or it is the least recently used beyond ``max_versions``.
+
+A plain class (no Ray import): tests and a single process can use it directly.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from store.errors import IndexFormatError
+from store.layout import MANIFEST_FILE, index_dir
+from store.manifest import IndexManifest
+from store.reader import IndexVersion
+from store.sharded import load_shard_manifest
+from store.sharding import Sharding
+
+Results = tuple[np.ndarray, np.ndarray]
+
+
+class _Open:
+    def __init__(self, index: IndexVersion) -> None:
+        self.index = index
+        self.used = time.monotonic()
+        self.released = False
+
+
+class ShardServer:
+    """Shard ``shard`` of the versions of index ``name`` under ``root`` (a shared file system)."""
+
+    def __init__(
+        self, root: str, name: str, shard: int, *, max_versions: int = 3, idle_s: float = 60.0
+    ) -> None:
+        self.root = Path(root)
+        self.name = name
+        self.shard = int(shard)
+        self.max_versions = max_versions
+        self.idle_s = idle_s
+        self._open: dict[str, _Open] = {}
+        self._lock = threading.Lock()
+
+    # -- versions --------------------------------------------------------------------------------------------
+
+    def _load(self, version: str) -> IndexVersion:
+        folder = index_dir(self.root, self.name) / version
+        manifest = IndexManifest.load(folder / MANIFEST_FILE)
+        if not manifest.is_sharded:
+            raise IndexFormatError(f"{folder} is not a sharded version")
+        sharding = Sharding.from_dict(manifest.sharding)
+        if self.shard >= sharding.shard_count:
+            raise IndexFormatError(f"{folder} has {sharding.shard_count} shards, no shard {self.shard}")
+        shard_manifest, digest = load_shard_manifest(folder, sharding, self.shard)
+        entry = sharding.shards[self.shard]
+        if digest != entry.manifest_sha256:
+            raise IndexFormatError(f"{folder / entry.dir}: manifest sha256 differs from the version's")
+        return IndexVersion(folder / entry.dir, shard_manifest)
+
+    def _index(self, version: str) -> IndexVersion:
+        with self._lock:
+            found = self._open.get(version)
+            if found is None:
+                found = self._open[version] = _Open(self._load(version))
+            found.used = time.monotonic()
+            found.released = False
+            self._evict(keep=version)
+            return found.index
+
+    def _evict(self, keep: str) -> None:
+        now = time.monotonic()
+        for version, opened in list(self._open.items()):
+            if version != keep and opened.released and now - opened.used > self.idle_s:
+                del self._open[version]
+                opened.index.close()
+        while len(self._open) > self.max_versions:
+            version = min((v for v in self._open if v != keep), key=lambda v: self._open[v].used)
+            self._open.pop(version).index.close()
+
+    def open(self, version: str) -> dict[str, Any]:
+        """Open ``version`` (the ingress calls this before serving it): its fields, live and total rows."""
+        index = self._index(version)
+        return {"fields": sorted(index.fields), "count": len(index), "total_rows": index.total_rows}
+
+    def release(self, version: str) -> None:
+        """The ingress no longer serves ``version``: closed once idle (a request may still be on its way)."""
+        with self._lock:
+            opened = self._open.get(version)
+            if opened is not None:
+                opened.released = True
+
+    def loaded(self) -> list[str]:
+        with self._lock:
+            return sorted(self._open)
+
+    # -- reading -------------------------------------------------------------------------------------------
+
+    def search(self, version: str, queries: np.ndarray, k: int, allowed: np.ndarray | None) -> Results:
+        return self._index(version).search(queries, k, allowed)
+
+    def search_exact(self, version: str, queries: np.ndarray, k: int, allowed: np.ndarray | None) -> Results:
+        return self._index(version).search_exact(queries, k, allowed)
+
+    def filter_rows(self, version: str, filters: dict[str, Any]) -> np.ndarray:
+        return self._index(version).filter_rows(filters)
+
+    def items(self, version: str, rows: Sequence[int]) -> list[dict[str, Any]]:
+        return self._index(version).items([int(r) for r in rows])
+
+    def row_of(self, version: str, item_id: str) -> int | None:
+        return self._index(version).row_of(item_id)
+
+    def rerank_tokens(self, version: str, rows: np.ndarray) -> np.ndarray:
+        return self._index(version).rerank_tokens(rows)
+
+    def embeddings(self, version: str, rows: np.ndarray) -> np.ndarray:
+        return self._index(version).embeddings(rows)
+
+    def __del__(self) -> None:
+        for opened in getattr(self, "_open", {}).values():
+            opened.index.close()

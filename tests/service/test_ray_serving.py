@@ -1,0 +1,300 @@
+"""``ccrk serve --engine ray`` on a real Ray cluster of three nodes on this machine: a sharded version served
+by one Ray Serve deployment per shard behind the service's own app as the ingress answers over HTTP with
+the ids the in-process ``ShardedIndex`` path answers; a swap under load never mixes versions in one answer;
+``RemoteShardedIndex`` retries a call whose replica died."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from ccrk_settings import DEFAULT_MODEL_DIR, Settings
+from indexer.build import build
+from service.cluster.remote_index import RemoteShardedIndex
+from service.cluster.shard import ShardServer
+from store.opening import open_version
+from store.versions import current_version
+from synthetic.synth import SynthConfig, generate_catalogue
+from tests.fixtures import LiveServer, make_settings
+
+pytestmark = [
+    pytest.mark.ray,
+    # Ray Serve's own config models use pydantic's deprecated Field(extra=...) when serve is imported.
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.serve._private.config"),
+]
+
+NAME = "sharded"
+SHARDS = 3
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+NODE_ARGS: dict[str, Any] = {
+    "num_cpus": 2,
+    "node_ip_address": "127.0.0.1",
+    "object_store_memory": 80 * 1024 * 1024,
+}
+QUERIES = [("en", 0), ("de", 5), ("ja", 9), ("fr", 13), ("zh", 21), ("es", 30)]
+
+
+def _records(folder: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in (folder / "test.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _build_settings(root: Path) -> Settings:
+    return Settings(
+        model_dir=DEFAULT_MODEL_DIR, backend="onnx", device="cpu", threads=1, index_root=root,
+        index_workers=0, index_batch_size=8, shard_size=8, keep_versions=3, index_shards=SHARDS,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sharded_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(index root with a published 3-shard version of 40 products, the catalogue folder)."""
+    folder = tmp_path_factory.mktemp("catalogue")
+    generate_catalogue(folder, SynthConfig(seed=0, n_train=0, n_val=0, n_test=40, image_size=64), workers=1)
+    root = tmp_path_factory.mktemp("indexes")
+    report = build(NAME, [folder / "test.jsonl"], settings=_build_settings(root))
+    assert report.published and report.index_shards == SHARDS
+    return root, folder
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def serve_url(sharded_root: tuple[Path, Path]) -> Iterator[str]:
+    """Three Ray nodes on 127.0.0.1, the Serve app of the sharded index on a loopback port."""
+    patch = pytest.MonkeyPatch()
+    for key, value in LOOPBACK_ENV.items():
+        patch.setenv(key, value)
+    import ray
+    from ray import serve
+    from ray._private import ray_constants
+    from ray.cluster_utils import Cluster
+
+    from service.cluster.deployments import ClusterOptions, build_application
+
+    patch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
+    cluster = Cluster(initialize_head=True, head_node_args={**NODE_ARGS, "include_dashboard": False})
+    try:
+        for _ in range(2):
+            cluster.add_node(**NODE_ARGS)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, _node_ip_address="127.0.0.1", log_to_driver=False)
+        port = _free_port()
+        serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
+        options = ClusterOptions(shard_replicas=2, shard_cpus=0.25, ingress_cpus=0.5, max_replicas_per_node=1)
+        settings = make_settings(sharded_root[0], index_name=NAME)
+        serve.run(build_application(settings, SHARDS, options), name="ccrk", route_prefix="/")
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url + "/readyz", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the Serve app did not become ready"
+            time.sleep(0.2)
+        yield url
+    finally:
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
+            patch.undo()
+
+
+def _answers(client: httpx.Client, texts: list[str]) -> list[list[str]]:
+    out = []
+    for text in texts:
+        for body in ({"query": text, "top_k": 10}, {"query": text, "top_k": 5, "rerank": True}):
+            response = client.post("/v1/search", json=body)
+            assert response.status_code == 200, response.text
+            out.append([hit["id"] for hit in response.json()["results"]])
+    return out
+
+
+def test_ray_serve_answers_as_the_sharded_index(serve_url: str, sharded_root: tuple[Path, Path]) -> None:
+    root, folder = sharded_root
+    recs = _records(folder)
+    texts = [recs[i]["captions"][lang][0] for lang, i in QUERIES]
+    filtered = {"query": texts[0], "top_k": 5, "filters": {"category": recs[0]["attributes"]["category"]}}
+    with LiveServer(make_settings(root, index_name=NAME)) as live, live.client() as client:
+        want = _answers(client, texts)
+        want_filtered = [hit["id"] for hit in client.post("/v1/search", json=filtered).json()["results"]]
+    with httpx.Client(base_url=serve_url, timeout=30) as client:
+        info = client.get("/v1/index").json()
+        assert info["version"] == current_version(root, NAME) and info["count"] == 40
+        got = _answers(client, texts)
+        response = client.post("/v1/search", json=filtered)
+        assert response.status_code == 200, response.text
+        got_filtered = [hit["id"] for hit in response.json()["results"]]
+        assert client.get(f"/v1/images/{recs[3]['id']}").status_code == 200
+    assert all(want) and got == want
+    assert want_filtered and got_filtered == want_filtered
+
+
+class _Died(Exception):
+    pass
+
+
+class _Done:
+    def __init__(self, value: Any = None, error: BaseException | None = None) -> None:
+        self.value, self.error = value, error
+
+    def result(self, timeout_s: float | None = None) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def test_remote_index_equals_sharded_index_and_retries(sharded_root: tuple[Path, Path]) -> None:
+    """In one process, shard servers behind a call that fails the first request of every shard as a dead
+    replica would: the answers are ShardedIndex's, every call retried once."""
+    root, _ = sharded_root
+    servers = [ShardServer(str(root), NAME, i) for i in range(SHARDS)]
+    failed: set[int] = set()
+    calls: list[tuple[int, str]] = []
+
+    def call(shard: int, method: str, *args: Any) -> _Done:
+        calls.append((shard, method))
+        if shard not in failed:
+            failed.add(shard)
+            return _Done(error=_Died("replica died"))
+        return _Done(getattr(servers[shard], method)(*args))
+
+    version = current_version(root, NAME)
+    with open_version(root, NAME) as local:
+        remote = RemoteShardedIndex(
+            local.path, local.manifest, call, shard_count=SHARDS, retries=1, retry_on=(_Died,)
+        )
+        assert len(remote) == len(local) and remote.fields == local.fields and remote.version == version
+        rng = np.random.default_rng(0)
+        q = rng.standard_normal((4, local.manifest.embed_dim)).astype(np.float32)
+        for k in (1, 7, 40):
+            for a, b in zip(remote.search(q, k), local.search(q, k), strict=True):
+                np.testing.assert_array_equal(a, b)
+        allowed = np.arange(0, 40, 3)
+        np.testing.assert_array_equal(
+            remote.search_exact(q, 5, allowed)[1], local.search_exact(q, 5, allowed)[1]
+        )
+        rows = local.search(q, 10)[1][0]
+        assert remote.items(rows) == local.items(rows)
+        np.testing.assert_array_equal(remote.rerank_tokens(rows), local.rerank_tokens(rows))
+        item_id = local.items([5])[0]["id"]
+        assert remote.row_of(item_id) == local.row_of(item_id) == 5
+        category = local.items([0])[0]["category"]
+        np.testing.assert_array_equal(
+            remote.filter_rows({"category": category}), local.filter_rows({"category": category})
+        )
+        remote.close()
+    assert sum(1 for s, m in calls if m == "open") == SHARDS + SHARDS  # each shard's first call retried once
+    assert all(s.loaded() == [version] for s in servers)
+
+
+def _load_loop(url: str, texts: list[str], stop: threading.Event, seen: list, errors: list[str]) -> None:
+    with httpx.Client(base_url=url, timeout=30) as client:
+        n = 0
+        while not stop.is_set():
+            response = client.post("/v1/search", json={"query": texts[n % len(texts)], "top_k": 40})
+            n += 1
+            if response.status_code != 200:
+                errors.append(f"{response.status_code} {response.text[:300]}")
+                continue
+            body = response.json()
+            seen.append((body["index_version"], [hit["id"] for hit in body["results"]]))
+
+
+def test_a_killed_shard_replica_fails_no_request(serve_url: str, sharded_root: tuple[Path, Path]) -> None:
+    """Each shard has 2 replicas (one per node); one replica of every shard is killed under load: the
+    ingress's retry sends each failed call to the other replica, so no search fails."""
+    import ray
+
+    recs = _records(sharded_root[1])
+    texts = [recs[i]["captions"][lang][0] for lang, i in QUERIES]
+    seen: list[tuple[str, list[str]]] = []
+    errors: list[str] = []
+    stop = threading.Event()
+    thread = threading.Thread(target=_load_loop, args=(serve_url, texts, stop, seen, errors), daemon=True)
+    thread.start()
+    try:
+        time.sleep(1.0)
+        victims = [
+            a["name"]
+            for a in ray.util.list_named_actors(all_namespaces=True)
+            if "SERVE_REPLICA" in a["name"] and "shard-" in a["name"]
+        ]
+        killed = {}
+        for name in sorted(victims):
+            shard = name.split("#")[1]
+            if shard not in killed:
+                killed[shard] = name
+                ray.kill(ray.get_actor(name, namespace="serve"), no_restart=True)
+        assert len(killed) == SHARDS, victims
+        before = len(seen)
+        time.sleep(3.0)
+        assert len(seen) > before
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not errors, errors[:3]
+    assert all(len(ids) == 40 for _, ids in seen)
+
+
+def test_a_swap_under_load_never_mixes_versions(serve_url: str, sharded_root: tuple[Path, Path]) -> None:
+    root, folder = sharded_root
+    before = current_version(root, NAME)
+    recs = _records(folder)
+    texts = [recs[i]["captions"][lang][0] for lang, i in QUERIES]
+    seen: list[tuple[str, list[str]]] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    thread = threading.Thread(target=_load_loop, args=(serve_url, texts, stop, seen, errors), daemon=True)
+    thread.start()
+    try:
+        time.sleep(1.0)
+        # A new version of the same 40 products minus 4: its answers hold none of them.
+        subset = folder / "fewer.jsonl"
+        lines = (folder / "test.jsonl").read_text().splitlines()
+        import json
+
+        kept = []
+        for line in lines[4:]:
+            rec = json.loads(line)
+            rec["image"] = str(folder / rec["image"])
+            kept.append(json.dumps(rec))
+        subset.write_text("\n".join(kept) + "\n")
+        report = build(NAME, [subset], settings=_build_settings(root))
+        assert report.published
+        after = current_version(root, NAME)
+        deadline = time.monotonic() + 30
+        while not any(v == after for v, _ in seen[-5:]):
+            assert time.monotonic() < deadline, "the ingress did not swap within 30 s"
+            time.sleep(0.2)
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not errors, errors[:3]
+    removed = {recs[i]["id"] for i in range(4)}
+    versions = {v for v, _ in seen}
+    assert versions == {before, after}
+    for version, ids in seen:
+        if version == after:
+            assert len(ids) == 36 and not removed & set(ids)
+        else:
+            assert len(ids) == 40
