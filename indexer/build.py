@@ -25,13 +25,13 @@ import numpy as np
 
 from ccrk_settings import Settings
 from indexer import disk
-from indexer.ann import IndexPlan, build_faiss_index, choose_index
+from indexer.ann import IndexPlan
 from indexer.build_key import BUILD_KEY, PLAN_HASH, build_key, published_as, without_key
 from indexer.encoding import append_shards, stored_token_shape
 from indexer.errors import BuildError
 from indexer.maintenance import delete, rollback
 from indexer.parent import appended_metadata, read_parent
-from indexer.pipeline import Operation, rerank_info, utc_now
+from indexer.pipeline import Operation, rerank_info, utc_now, write_ann_index
 from indexer.quality_gate import QualityGate
 from indexer.report import BuildReport
 from indexer.sharded import add_to_shards, build_sharded
@@ -182,22 +182,9 @@ def build(
             writer.write_metadata(
                 (row, it.id, str(it.path), it.fields, False) for row, it in enumerate(encoded.ok_items)
             )
-            try:
-                plan = choose_index(
-                    n,
-                    d,
-                    exact_max_items=settings.exact_max_items,
-                    memory_budget_mb=settings.memory_budget_mb,
-                    factory=index_factory,
-                )
-                embeds = writer.embeddings()
-                index, notes = build_faiss_index(embeds, plan)
-            except (ValueError, RuntimeError) as exc:
-                raise BuildError(
-                    f"cannot build index {index_factory or ''}: {str(exc).splitlines()[0]}"
-                ) from exc
-            writer.write_index(index)
-            del index, embeds
+            plan, notes = write_ann_index(
+                writer, n, d, settings, index_factory, memory_budget_mb=settings.memory_budget_mb
+            )
             manifest = dataclasses.replace(
                 template,
                 version=writer.version,

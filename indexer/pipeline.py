@@ -21,8 +21,9 @@ from typing import Any
 
 from ccrk_settings import Settings
 from indexer import disk, encoding, staging
-from indexer.ann import IndexPlan
+from indexer.ann import IndexPlan, build_faiss_index, choose_index
 from indexer.encoding import Encoded, Preflight
+from indexer.errors import BuildError
 from indexer.quality_gate import QualityGate, resolve_gate
 from indexer.report import BuildReport
 from indexer.shards import ProgressFn
@@ -34,11 +35,34 @@ from store.layout import index_dir
 from store.manifest import IndexManifest
 from store.sharded_writer import ShardedVersionWriter
 from store.versions import record_gate
-from store.writer import Finished, VersionWriter
+from store.writer import Finished, StagedFiles, VersionWriter
 
 
 def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def write_ann_index(
+    files: StagedFiles,
+    n: int,
+    d: int,
+    settings: Settings,
+    factory: str | None,
+    *,
+    memory_budget_mb: int,
+    where: str = "",
+) -> tuple[IndexPlan, dict[str, Any]]:
+    """Choose, build and write the ANN index of the ``n`` staged embeddings (a version's, or one shard's
+    with its part of the budget; ``where`` names the shard in an error). Returns the plan and its notes."""
+    try:
+        plan = choose_index(
+            n, d, exact_max_items=settings.exact_max_items, memory_budget_mb=memory_budget_mb, factory=factory
+        )
+        index, notes = build_faiss_index(files.embeddings(), plan)
+    except (ValueError, RuntimeError) as exc:
+        raise BuildError(f"cannot build index {factory or ''}{where}: {str(exc).splitlines()[0]}") from exc
+    files.write_index(index)
+    return plan, notes
 
 
 def rerank_info(dtype: str, tokens: int, width: int) -> dict[str, Any]:

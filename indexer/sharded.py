@@ -24,12 +24,11 @@ import numpy as np
 
 from ccrk_settings import Settings
 from indexer import disk
-from indexer.ann import IndexPlan, build_faiss_index, choose_index, measure_recall
+from indexer.ann import IndexPlan, measure_recall
 from indexer.build_key import without_key
 from indexer.encoding import Encoded, append_shards_split
-from indexer.errors import BuildError
 from indexer.parent import ParentVersion, appended_metadata
-from indexer.pipeline import Operation, judge, utc_now
+from indexer.pipeline import Operation, judge, utc_now, write_ann_index
 from indexer.quality_gate import QualityGate
 from indexer.report import BuildReport
 from indexer.tuning import (
@@ -81,22 +80,10 @@ def write_shard_index(
     if n == 0:
         stage.write_index(faiss.index_factory(d, "Flat", faiss.METRIC_INNER_PRODUCT))
         return IndexPlan("Flat", "exact"), {}
-    try:
-        plan = choose_index(
-            n,
-            d,
-            exact_max_items=settings.exact_max_items,
-            memory_budget_mb=max(1, settings.memory_budget_mb // shard_count),
-            factory=factory,
-        )
-        embeds = stage.embeddings()
-        index, notes = build_faiss_index(embeds, plan)
-    except (ValueError, RuntimeError) as exc:
-        raise BuildError(
-            f"cannot build index {factory or ''} of shard {stage.index}: {str(exc).splitlines()[0]}"
-        ) from exc
-    stage.write_index(index)
-    return plan, notes
+    budget = max(1, settings.memory_budget_mb // shard_count)
+    return write_ann_index(
+        stage, n, d, settings, factory, memory_budget_mb=budget, where=f" of shard {stage.index}"
+    )
 
 
 def build_sharded(

@@ -12,18 +12,15 @@ writer per index at a time is the caller's duty.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
-from types import TracebackType
 
-from store import versions
 from store.errors import VersionWriteError
 from store.files import link_or_copy, names_full_disk
-from store.layout import FORMAT_VERSION, MANIFEST_FILE, SHARDED_FORMAT_VERSION, builds_dir, file_checksums
+from store.layout import FORMAT_VERSION, MANIFEST_FILE, SHARDED_FORMAT_VERSION, file_checksums
 from store.manifest import IndexManifest
 from store.sharded import load_shard_manifest
 from store.sharding import MAX_SHARDS, ShardEntry, Sharding, shard_dir_name
-from store.writer import Finished, StagedFiles, install_and_publish
+from store.writer import Finished, StagedFiles, StagedVersion, install_and_publish
 
 
 class ShardStage(StagedFiles):
@@ -45,34 +42,15 @@ class ShardStage(StagedFiles):
             manifest.save(self.stage / MANIFEST_FILE)
 
 
-class ShardedVersionWriter:
+class ShardedVersionWriter(StagedVersion):
     """Writes one new sharded version of index ``name`` under ``root`` with ``shard_count`` shards (see the
     module docstring). Use it as a context manager."""
 
     def __init__(self, root: Path, name: str, shard_count: int, *, version: str | None = None) -> None:
         if not 1 <= shard_count <= MAX_SHARDS:
             raise VersionWriteError(f"shard count must be within 1..{MAX_SHARDS}, got {shard_count}")
-        self.root = Path(root)
-        self.name = name
         self.shard_count = shard_count
-        self.version = version or versions.new_version_name(self.root, name)
-        self.stage = builds_dir(self.root, name) / self.version
-        if self.stage.exists():
-            shutil.rmtree(self.stage)
-        self.stage.mkdir(parents=True)
-        self._finished: Finished | None = None
-
-    def __enter__(self) -> ShardedVersionWriter:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.abort()
-
-    def abort(self) -> None:
-        """Remove the staged version (a no-op once it is installed)."""
-        shutil.rmtree(self.stage, ignore_errors=True)
+        super().__init__(root, name, version=version)
 
     def _shard_dir(self, index: int) -> Path:
         if not 0 <= index < self.shard_count:

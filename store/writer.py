@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import faiss
 import numpy as np
@@ -191,10 +191,10 @@ class StagedFiles:
             link_or_copy(Path(version_dir) / fname, self.stage / fname)
 
 
-class VersionWriter(StagedFiles):
-    """Writes one new version of index ``name`` under ``root`` (see the module docstring). Use it as a
-    context manager: leaving it without ``finish`` (a failure, or an early return) removes the staged
-    version."""
+class StagedVersion:
+    """A new version of index ``name`` under ``root`` being staged in ``NAME/.builds/<version>``; the one
+    way both writers (``VersionWriter``, ``store.sharded_writer.ShardedVersionWriter``) stage. Use it as a
+    context manager: leaving it without finishing (a failure, or an early return) removes the stage."""
 
     def __init__(self, root: Path, name: str, *, version: str | None = None) -> None:
         self.root = Path(root)
@@ -206,7 +206,7 @@ class VersionWriter(StagedFiles):
         self.stage.mkdir(parents=True)
         self._finished: Finished | None = None
 
-    def __enter__(self) -> VersionWriter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -217,6 +217,12 @@ class VersionWriter(StagedFiles):
     def abort(self) -> None:
         """Remove the staged version (a no-op once it is installed)."""
         shutil.rmtree(self.stage, ignore_errors=True)
+
+
+class VersionWriter(StagedVersion, StagedFiles):
+    """Writes one new version of index ``name`` under ``root`` (see the module docstring). Use it as a
+    context manager: leaving it without ``finish`` (a failure, or an early return) removes the staged
+    version."""
 
     # -- finishing -----------------------------------------------------------------------------------------
 
