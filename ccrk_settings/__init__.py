@@ -120,6 +120,57 @@ class Settings(BaseSettings):
         " first slice, see the README). Apart from CCRK_ENGINE: building on Ray never changes serving.",
     )
     port: int = Field(8000, ge=1, le=65535, description="Port `ccrk serve` binds.")
+
+    # -- serving on Ray (serve_engine ray) -------------------------------------------------------------
+    ray_shard_replicas: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="With serve_engine ray: replicas of each shard's deployment. 2 or more: a replica (or"
+        " node) that dies costs no failed request; more replicas: more queries/s per shard.",
+    )
+    ray_shard_cpus: float = Field(
+        0.5, gt=0.0, le=256.0, description="With serve_engine ray: CPUs Ray reserves per shard replica."
+    )
+    ray_shard_memory_mb: int | None = Field(
+        None,
+        ge=1,
+        description="With serve_engine ray: memory Ray reserves per shard replica (size it to the shard's"
+        " index plus re-rank store; `ccrk index info` shows them); unset: none reserved.",
+    )
+    ray_max_replicas_per_node: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="With serve_engine ray: at most this many replicas of one shard on one node (1: a"
+        " node lost takes at most one replica of each shard); unset: Ray places them freely.",
+    )
+    ray_ingress_replicas: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="With serve_engine ray: replicas of the ingress (query encoding, re-ranking, merging).",
+    )
+    ray_ingress_cpus: float = Field(
+        1.0, gt=0.0, le=256.0, description="With serve_engine ray: CPUs Ray reserves per ingress replica."
+    )
+    ray_shard_retries: int = Field(
+        2,
+        ge=0,
+        le=10,
+        description="With serve_engine ray: times a shard call is sent again when the replica answering it"
+        " died or is unreachable (another replica answers it).",
+    )
+    ray_shard_timeout_s: float = Field(
+        30.0, gt=0.0, le=600.0, description="With serve_engine ray: limit of one shard call."
+    )
+    ray_serve_fast_path: bool = Field(
+        True,
+        description="With serve_engine ray, on a Ray that `ccrk serve` starts itself: HAProxy as the HTTP"
+        " proxy and gRPC between deployments (RAY_SERVE_ENABLE_HA_PROXY, RAY_SERVE_USE_GRPC_BY_DEFAULT),"
+        " measured faster per hop (bench/cluster_scaling.py). A cluster started with `ray start` takes"
+        " them from the environment of `ray start` on every node (see the README).",
+    )
     redis_url: str | None = Field(
         None, description="Redis for caches and probe history; in-process if unset."
     )
@@ -255,9 +306,9 @@ class SettingProblem:
 class SettingsError(ValueError):
     """Settings that do not validate, from an override or from the environment, each problem by field."""
 
-    def __init__(self, problems: list[SettingProblem]) -> None:
+    def __init__(self, problems: list[SettingProblem], options: Mapping[str, str] | None = None) -> None:
         self.problems = tuple(problems)
-        super().__init__(self.describe())
+        super().__init__(self.describe(options))
 
     @classmethod
     def from_validation(cls, exc: ValidationError, overrides: Mapping[str, object]) -> SettingsError:

@@ -37,6 +37,24 @@ def serve_command(
     address: Annotated[
         str | None, typer.Option(help="With --engine ray: the Ray head [CCRK_RAY_ADDRESS].")
     ] = None,
+    shard_replicas: Annotated[
+        int | None,
+        typer.Option(min=1, help="With --engine ray: replicas per shard [CCRK_RAY_SHARD_REPLICAS]."),
+    ] = None,
+    shard_cpus: Annotated[
+        float | None,
+        typer.Option(min=0.01, help="With --engine ray: CPUs per shard replica [CCRK_RAY_SHARD_CPUS]."),
+    ] = None,
+    max_replicas_per_node: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="With --engine ray: a shard's replicas per node [CCRK_RAY_MAX_REPLICAS_PER_NODE]."
+        ),
+    ] = None,
+    ingress_replicas: Annotated[
+        int | None,
+        typer.Option(min=1, help="With --engine ray: ingress replicas [CCRK_RAY_INGRESS_REPLICAS]."),
+    ] = None,
 ) -> None:
     """Serve the search API (OpenAPI at /docs). Options override the CCRK_* settings."""
     # Imported here so that other `ccrk` commands never load the web stack.
@@ -60,6 +78,10 @@ def serve_command(
             "workers": workers,
             "serve_engine": engine,
             "ray_address": address,
+            "ray_shard_replicas": shard_replicas,
+            "ray_shard_cpus": shard_cpus,
+            "ray_max_replicas_per_node": max_replicas_per_node,
+            "ray_ingress_replicas": ingress_replicas,
         }.items()
         if value is not None
     }
@@ -71,9 +93,13 @@ def serve_command(
         raise typer.BadParameter(f"model directory {settings.model_dir} does not exist")
     if settings.serve_engine == "ray":
         from service.cluster.serving import serve_on_ray
+        from store.errors import IndexNotFoundError
 
         logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO))
-        serve_on_ray(settings)
+        try:
+            serve_on_ray(settings)
+        except IndexNotFoundError as exc:
+            raise typer.BadParameter(str(exc)) from None
         return
     if settings.workers == 1:
         uvicorn.run(

@@ -9,7 +9,8 @@ be at the same paths on every node (a shared file system), as for ``--engine ray
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import asyncio
+from dataclasses import dataclass
 from typing import Any
 
 from ccrk_settings import Settings
@@ -37,7 +38,53 @@ class ClusterOptions:
     max_replicas_per_node: int | None = None  # per shard deployment: spreads a shard's replicas over nodes
     retries: int = 2  # per shard call, on a replica that died or is unreachable
     timeout_s: float = 30.0  # per shard call
-    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ClusterOptions:
+        memory = settings.ray_shard_memory_mb
+        return cls(
+            shard_replicas=settings.ray_shard_replicas,
+            ingress_replicas=settings.ray_ingress_replicas,
+            shard_cpus=settings.ray_shard_cpus,
+            ingress_cpus=settings.ray_ingress_cpus,
+            shard_memory=memory * 1024 * 1024 if memory else None,
+            max_replicas_per_node=settings.ray_max_replicas_per_node,
+            retries=settings.ray_shard_retries,
+            timeout_s=settings.ray_shard_timeout_s,
+        )
+
+
+class ShardDeployment(ShardServer):
+    """A shard replica's body: every call in a worker thread. Ray Serve runs a deployment's sync methods on
+    the replica's event loop, one after another; faiss, numpy and SQLite release the GIL, so threads let a
+    replica serve its ``max_ongoing_requests`` calls at once."""
+
+    async def open(self, version: str) -> dict[str, Any]:  # type: ignore[override]
+        return await asyncio.to_thread(ShardServer.open, self, version)
+
+    async def release(self, version: str) -> None:  # type: ignore[override]
+        ShardServer.release(self, version)
+
+    async def search(self, *args: Any) -> Any:  # type: ignore[override]
+        return await asyncio.to_thread(ShardServer.search, self, *args)
+
+    async def search_exact(self, *args: Any) -> Any:  # type: ignore[override]
+        return await asyncio.to_thread(ShardServer.search_exact, self, *args)
+
+    async def filter_rows(self, *args: Any) -> Any:  # type: ignore[override]
+        return await asyncio.to_thread(ShardServer.filter_rows, self, *args)
+
+    async def items(self, *args: Any) -> Any:  # type: ignore[override]
+        return await asyncio.to_thread(ShardServer.items, self, *args)
+
+    async def row_of(self, *args: Any) -> Any:  # type: ignore[override]
+        return await asyncio.to_thread(ShardServer.row_of, self, *args)
+
+    async def rerank_tokens(self, *args: Any) -> Any:  # type: ignore[override]
+        return await asyncio.to_thread(ShardServer.rerank_tokens, self, *args)
+
+    async def embeddings(self, *args: Any) -> Any:  # type: ignore[override]
+        return await asyncio.to_thread(ShardServer.embeddings, self, *args)
 
 
 def _retry_errors() -> tuple[type[BaseException], ...]:
@@ -74,7 +121,7 @@ def build_application(settings: Settings, shard_count: int, options: ClusterOpti
     """The bound Serve application (``serve.run`` it)."""
     from ray import serve
 
-    options = options or ClusterOptions()
+    options = options or ClusterOptions.from_settings(settings)
     shards = []
     for i in range(shard_count):
         actor: dict[str, Any] = {"num_cpus": options.shard_cpus}
@@ -84,7 +131,7 @@ def build_application(settings: Settings, shard_count: int, options: ClusterOpti
         if options.max_replicas_per_node:
             placement["max_replicas_per_node"] = options.max_replicas_per_node
         deployment = serve.deployment(
-            ShardServer,
+            ShardDeployment,
             name=shard_deployment_name(i),
             num_replicas=options.shard_replicas,
             ray_actor_options=actor,

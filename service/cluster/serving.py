@@ -1,12 +1,17 @@
-"""Running the Serve application: ``ccrk serve --engine ray [--address HEAD:PORT]``."""
+"""Running the Serve application: ``ccrk serve --engine ray [--address HEAD:PORT]``, and the application
+builder ``serve deploy`` / ``serve run`` import (``service.cluster.serving:app``, deploy/ray/serve.yaml)."""
 
 from __future__ import annotations
 
 import logging
+import os
 import time
+from collections.abc import Mapping
+from typing import Any
 
-from ccrk_settings import Settings
+from ccrk_settings import Settings, SettingsError, settings_with
 from service.cluster.deployments import ClusterOptions, build_application
+from store.errors import IndexNotFoundError
 from store.layout import MANIFEST_FILE, index_dir
 from store.manifest import IndexManifest
 from store.sharding import Sharding
@@ -16,13 +21,23 @@ log = logging.getLogger(__name__)
 
 APP_NAME = "ccrk"
 
+# What Ray Serve reads at process start on every node (so: the environment of `ray start`, or of the process
+# that starts a local Ray): HAProxy in place of the Python HTTP proxy, gRPC in place of Ray actor calls
+# between deployments. bench/cluster_scaling.py measures both against the defaults.
+FAST_PATH_ENV: dict[str, str] = {
+    "RAY_SERVE_ENABLE_HA_PROXY": "1",
+    "RAY_SERVE_USE_GRPC_BY_DEFAULT": "1",
+    # HAProxy's default (20,000 connections) needs more file descriptors than common limits allow.
+    "RAY_SERVE_HAPROXY_MAXCONN": "4000",
+}
+
 
 def shard_count_of(settings: Settings) -> int:
     """Shards of the version CURRENT names: one deployment each (0 for an unsharded version, which the
     ingress reads itself). A later version with another shard count is refused until a restart."""
     version = current_version(settings.index_root, settings.index_name)
     if version is None:
-        raise SystemExit(
+        raise IndexNotFoundError(
             f"index {settings.index_name!r} has no published version under {settings.index_root}"
         )
     manifest = IndexManifest.load(
@@ -31,22 +46,37 @@ def shard_count_of(settings: Settings) -> int:
     return Sharding.from_dict(manifest.sharding).shard_count if manifest.is_sharded else 0
 
 
+def app(args: Mapping[str, Any]) -> Any:
+    """The application builder of ``serve deploy`` / ``serve run service.cluster.serving:app``: the settings
+    of the replica's environment (``CCRK_*``, from the config's ``runtime_env``) with ``args`` (setting
+    names, e.g. ``index_root``, ``ray_shard_replicas``) applied and validated as a command line's are."""
+    try:
+        settings = settings_with(dict(args))
+    except SettingsError as exc:  # named as the config file names them: args.<setting>
+        raise SettingsError(list(exc.problems), options={field: f"args.{field}" for field in args}) from None
+    return build_application(settings, shard_count_of(settings))
+
+
 def serve_on_ray(settings: Settings, options: ClusterOptions | None = None) -> None:
-    """Connect to the cluster (``ray_address``; unset: RAY_ADDRESS or a local Ray), start Serve's HTTP proxy
-    on ``host:port``, deploy the app and block until interrupted; the app is deleted on the way out."""
+    """Connect to the cluster (``ray_address``; unset: RAY_ADDRESS, a `ray start` cluster on this machine, or
+    a local Ray started here, which gets ``FAST_PATH_ENV`` when ``ray_serve_fast_path``), start Serve's HTTP
+    proxy on ``host:port``, deploy the app and block until interrupted; the app is deleted on the way out."""
     import ray
     from ray import serve
 
+    count = shard_count_of(settings)  # before starting anything: a missing index fails fast
+    if settings.ray_serve_fast_path:
+        for key, value in FAST_PATH_ENV.items():
+            os.environ.setdefault(key, value)  # inherited by a Ray that ray.init starts here
     ray.init(address=settings.ray_address, log_to_driver=False)
     try:
         serve.start(http_options={"host": settings.host, "port": settings.port})
-        app = build_application(settings, shard_count_of(settings), options)
-        serve.run(app, name=APP_NAME, route_prefix="/")
+        serve.run(build_application(settings, count, options), name=APP_NAME, route_prefix="/")
         log.info("serving %s on http://%s:%d (Ray Serve)", settings.index_name, settings.host, settings.port)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
-        pass
+        log.info("interrupted: deleting the Serve application")
     finally:
         try:
             serve.delete(APP_NAME)

@@ -4,16 +4,19 @@ Every call names the version it is for, so one answer never mixes versions: the 
 and asks every shard for exactly that one. A replica opens ``VERSION/shard-{i:03d}`` as an ordinary
 ``IndexVersion`` the first time a call names it (a replica started after a swap, or one replacing a dead
 replica, opens the older version too while requests still use it) and keeps it open until the ingress
-releases it and it has been idle ``idle_s``, or it is the least recently used beyond ``max_versions``.
+releases it (or CURRENT names another) and it has been idle ``idle_s``, or it is the least recently used
+beyond ``max_versions``; never while a call is reading it (``service.cluster.deployments`` runs each call in
+a thread, so one replica serves several at once).
 
 A plain class (no Ray import): tests and a single process can use it directly.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ from store.manifest import IndexManifest
 from store.reader import IndexVersion
 from store.sharded import load_shard_manifest
 from store.sharding import Sharding
+from store.versions import current_version
 
 Results = tuple[np.ndarray, np.ndarray]
 
@@ -34,6 +38,7 @@ class _Open:
         self.index = index
         self.used = time.monotonic()
         self.released = False
+        self.busy = 0  # calls reading it now (in threads): never closed under them
 
 
 class ShardServer:
@@ -49,6 +54,16 @@ class ShardServer:
         self.idle_s = idle_s
         self._open: dict[str, _Open] = {}
         self._lock = threading.Lock()
+        self._current: tuple[float, str | None] = (-1.0, None)  # (read at, CURRENT's version)
+
+    def _current_version(self, now: float) -> str | None:
+        """CURRENT, read at most once a second: the ingress's release reaches one replica of a shard, so the
+        others close a version CURRENT no longer names once it is idle."""
+        read_at, version = self._current
+        if now - read_at >= 1.0:
+            version = current_version(self.root, self.name)
+            self._current = (now, version)
+        return version
 
     # -- versions --------------------------------------------------------------------------------------------
 
@@ -66,30 +81,44 @@ class ShardServer:
             raise IndexFormatError(f"{folder / entry.dir}: manifest sha256 differs from the version's")
         return IndexVersion(folder / entry.dir, shard_manifest)
 
-    def _index(self, version: str) -> IndexVersion:
+    @contextlib.contextmanager
+    def _using(self, version: str, *, serving: bool = False) -> Iterator[IndexVersion]:
+        """``version`` open for one call; ``serving``: the ingress starts serving it (again)."""
         with self._lock:
             found = self._open.get(version)
             if found is None:
                 found = self._open[version] = _Open(self._load(version))
             found.used = time.monotonic()
-            found.released = False
+            if serving:
+                found.released = False
+            found.busy += 1
             self._evict(keep=version)
-            return found.index
+        try:
+            yield found.index
+        finally:
+            with self._lock:
+                found.busy -= 1
+                found.used = time.monotonic()
 
     def _evict(self, keep: str) -> None:
         now = time.monotonic()
-        for version, opened in list(self._open.items()):
-            if version != keep and opened.released and now - opened.used > self.idle_s:
+        idle = [v for v, o in self._open.items() if v != keep and not o.busy]
+        current = self._current_version(now) if idle else None
+        for version in idle:
+            opened = self._open[version]
+            if (opened.released or version != current) and now - opened.used > self.idle_s:
                 del self._open[version]
                 opened.index.close()
-        while len(self._open) > self.max_versions:
-            version = min((v for v in self._open if v != keep), key=lambda v: self._open[v].used)
+        idle = [v for v in idle if v in self._open]
+        while len(self._open) > self.max_versions and idle:
+            version = min(idle, key=lambda v: self._open[v].used)
+            idle.remove(version)
             self._open.pop(version).index.close()
 
     def open(self, version: str) -> dict[str, Any]:
         """Open ``version`` (the ingress calls this before serving it): its fields, live and total rows."""
-        index = self._index(version)
-        return {"fields": sorted(index.fields), "count": len(index), "total_rows": index.total_rows}
+        with self._using(version, serving=True) as index:
+            return {"fields": sorted(index.fields), "count": len(index), "total_rows": index.total_rows}
 
     def release(self, version: str) -> None:
         """The ingress no longer serves ``version``: closed once idle (a request may still be on its way)."""
@@ -105,25 +134,32 @@ class ShardServer:
     # -- reading -------------------------------------------------------------------------------------------
 
     def search(self, version: str, queries: np.ndarray, k: int, allowed: np.ndarray | None) -> Results:
-        return self._index(version).search(queries, k, allowed)
+        with self._using(version) as index:
+            return index.search(queries, k, allowed)
 
     def search_exact(self, version: str, queries: np.ndarray, k: int, allowed: np.ndarray | None) -> Results:
-        return self._index(version).search_exact(queries, k, allowed)
+        with self._using(version) as index:
+            return index.search_exact(queries, k, allowed)
 
     def filter_rows(self, version: str, filters: dict[str, Any]) -> np.ndarray:
-        return self._index(version).filter_rows(filters)
+        with self._using(version) as index:
+            return index.filter_rows(filters)
 
     def items(self, version: str, rows: Sequence[int]) -> list[dict[str, Any]]:
-        return self._index(version).items([int(r) for r in rows])
+        with self._using(version) as index:
+            return index.items([int(r) for r in rows])
 
     def row_of(self, version: str, item_id: str) -> int | None:
-        return self._index(version).row_of(item_id)
+        with self._using(version) as index:
+            return index.row_of(item_id)
 
     def rerank_tokens(self, version: str, rows: np.ndarray) -> np.ndarray:
-        return self._index(version).rerank_tokens(rows)
+        with self._using(version) as index:
+            return index.rerank_tokens(rows)
 
     def embeddings(self, version: str, rows: np.ndarray) -> np.ndarray:
-        return self._index(version).embeddings(rows)
+        with self._using(version) as index:
+            return index.embeddings(rows)
 
     def __del__(self) -> None:
         for opened in getattr(self, "_open", {}).values():

@@ -1,7 +1,8 @@
 """``ccrk serve --engine ray`` on a real Ray cluster of three nodes on this machine: a sharded version served
-by one Ray Serve deployment per shard behind the service's own app as the ingress answers over HTTP with
-the ids the in-process ``ShardedIndex`` path answers; a swap under load never mixes versions in one answer;
-``RemoteShardedIndex`` retries a call whose replica died."""
+by one Ray Serve deployment per shard behind the service's own app as the ingress answers 50 multilingual
+queries over HTTP with the ids `ccrk serve` answers over the same catalogue unsharded; a replica of every
+shard killed, and a whole node removed, under load fail no request; a swap under load never mixes versions
+in one answer; ``RemoteShardedIndex`` retries a call whose replica died."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings
 from indexer.build import build
+from service.cluster.deployments import INGRESS
 from service.cluster.remote_index import RemoteShardedIndex
 from service.cluster.shard import ShardServer
 from store.opening import open_version
@@ -32,6 +34,7 @@ pytestmark = [
 ]
 
 NAME = "sharded"
+FLAT = "flat"  # the same catalogue, one unsharded version
 SHARDS = 3
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 NODE_ARGS: dict[str, Any] = {
@@ -48,21 +51,24 @@ def _records(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "test.jsonl").read_text().splitlines() if line.strip()]
 
 
-def _build_settings(root: Path) -> Settings:
+def _build_settings(root: Path, shards: int = SHARDS) -> Settings:
     return Settings(
         model_dir=DEFAULT_MODEL_DIR, backend="onnx", device="cpu", threads=1, index_root=root,
-        index_workers=0, index_batch_size=8, shard_size=8, keep_versions=3, index_shards=SHARDS,
+        index_workers=0, index_batch_size=8, shard_size=8, keep_versions=3, index_shards=shards,
     )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def sharded_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(index root with a published 3-shard version of 40 products, the catalogue folder)."""
+    """(index root with a published 3-shard version of 40 products and an unsharded one of the same
+    products, the catalogue folder)."""
     folder = tmp_path_factory.mktemp("catalogue")
     generate_catalogue(folder, SynthConfig(seed=0, n_train=0, n_val=0, n_test=40, image_size=64), workers=1)
     root = tmp_path_factory.mktemp("indexes")
     report = build(NAME, [folder / "test.jsonl"], settings=_build_settings(root))
     assert report.published and report.index_shards == SHARDS
+    flat = build(FLAT, [folder / "test.jsonl"], settings=_build_settings(root, shards=1))
+    assert flat.published and flat.index_shards == 1
     return root, folder
 
 
@@ -73,8 +79,8 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def serve_url(sharded_root: tuple[Path, Path]) -> Iterator[str]:
-    """Three Ray nodes on 127.0.0.1, the Serve app of the sharded index on a loopback port."""
+def ray_cluster(sharded_root: tuple[Path, Path]) -> Iterator[tuple[str, Any]]:
+    """Three Ray nodes on 127.0.0.1, the Serve app of the sharded index on a loopback port: (url, cluster)."""
     patch = pytest.MonkeyPatch()
     for key, value in LOOPBACK_ENV.items():
         patch.setenv(key, value)
@@ -94,8 +100,12 @@ def serve_url(sharded_root: tuple[Path, Path]) -> Iterator[str]:
         ray.init(address=cluster.address, _node_ip_address="127.0.0.1", log_to_driver=False)
         port = _free_port()
         serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
-        options = ClusterOptions(shard_replicas=2, shard_cpus=0.25, ingress_cpus=0.5, max_replicas_per_node=1)
-        settings = make_settings(sharded_root[0], index_name=NAME)
+        settings = make_settings(
+            sharded_root[0], index_name=NAME, ray_shard_replicas=2, ray_shard_cpus=0.25,
+            ray_ingress_cpus=0.5, ray_max_replicas_per_node=1,
+        )  # fmt: skip
+        options = ClusterOptions.from_settings(settings)
+        assert (options.shard_replicas, options.max_replicas_per_node, options.retries) == (2, 1, 2)
         serve.run(build_application(settings, SHARDS, options), name="ccrk", route_prefix="/")
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
@@ -107,7 +117,7 @@ def serve_url(sharded_root: tuple[Path, Path]) -> Iterator[str]:
                 pass
             assert time.monotonic() < deadline, "the Serve app did not become ready"
             time.sleep(0.2)
-        yield url
+        yield url, cluster
     finally:
         try:
             serve.shutdown()
@@ -115,6 +125,11 @@ def serve_url(sharded_root: tuple[Path, Path]) -> Iterator[str]:
             ray.shutdown()
             cluster.shutdown()
             patch.undo()
+
+
+@pytest.fixture(scope="module")
+def serve_url(ray_cluster: tuple[str, Any]) -> str:
+    return ray_cluster[0]
 
 
 def _answers(client: httpx.Client, texts: list[str]) -> list[list[str]]:
@@ -127,12 +142,16 @@ def _answers(client: httpx.Client, texts: list[str]) -> list[list[str]]:
     return out
 
 
-def test_ray_serve_answers_as_the_sharded_index(serve_url: str, sharded_root: tuple[Path, Path]) -> None:
+def test_ray_serve_answers_as_ccrk_serve_unsharded(serve_url: str, sharded_root: tuple[Path, Path]) -> None:
+    """50 queries in all ten languages (captions of other products than the one asked for too), re-ranked
+    and not: the ids of `ccrk serve` over the unsharded version of the same catalogue, in the same order."""
     root, folder = sharded_root
     recs = _records(folder)
-    texts = [recs[i]["captions"][lang][0] for lang, i in QUERIES]
+    langs = list(recs[0]["captions"])
+    texts = [recs[(7 * i) % len(recs)]["captions"][langs[i % len(langs)]][i // len(recs)] for i in range(50)]
+    assert len(set(texts)) == 50 and len(langs) == 10
     filtered = {"query": texts[0], "top_k": 5, "filters": {"category": recs[0]["attributes"]["category"]}}
-    with LiveServer(make_settings(root, index_name=NAME)) as live, live.client() as client:
+    with LiveServer(make_settings(root, index_name=FLAT)) as live, live.client() as client:
         want = _answers(client, texts)
         want_filtered = [hit["id"] for hit in client.post("/v1/search", json=filtered).json()["results"]]
     with httpx.Client(base_url=serve_url, timeout=30) as client:
@@ -143,7 +162,7 @@ def test_ray_serve_answers_as_the_sharded_index(serve_url: str, sharded_root: tu
         assert response.status_code == 200, response.text
         got_filtered = [hit["id"] for hit in response.json()["results"]]
         assert client.get(f"/v1/images/{recs[3]['id']}").status_code == 200
-    assert all(want) and got == want
+    assert len(want) == 100 and all(want) and got == want
     assert want_filtered and got_filtered == want_filtered
 
 
@@ -252,6 +271,48 @@ def test_a_killed_shard_replica_fails_no_request(serve_url: str, sharded_root: t
         thread.join(timeout=30)
     assert not errors, errors[:3]
     assert all(len(ids) == 40 for _, ids in seen)
+
+
+def test_a_node_removed_under_load_fails_no_request(
+    ray_cluster: tuple[str, Any], sharded_root: tuple[Path, Path]
+) -> None:
+    """A whole worker node (its raylet and every replica on it) is removed, not gracefully, under a bounded
+    load loop: each shard keeps its replica on another node (max 1 per node), the ingress retries the calls
+    that were on the lost node, so no search fails; then a node joins again for the tests after."""
+    from ray._private import state  # the GCS actor table; ray.util.state needs the dashboard
+
+    url, cluster = ray_cluster
+    recs = _records(sharded_root[1])
+    texts = [recs[i]["captions"][lang][0] for lang, i in QUERIES]
+    replicas = [
+        (a["Name"], a["Address"]["NodeID"])
+        for a in state.actors().values()
+        if a["State"] == "ALIVE" and "SERVE_REPLICA" in a["Name"]
+    ]
+    ingress_nodes = {node for name, node in replicas if INGRESS in name}
+    shard_nodes = {node for name, node in replicas if "shard-" in name}
+    victim = next(
+        node for node in sorted(cluster.worker_nodes, key=lambda n: n.node_id)
+        if node.node_id not in ingress_nodes and node.node_id in shard_nodes
+    )  # fmt: skip
+    seen: list[tuple[str, list[str]]] = []
+    errors: list[str] = []
+    stop = threading.Event()
+    thread = threading.Thread(target=_load_loop, args=(url, texts, stop, seen, errors), daemon=True)
+    thread.start()
+    try:
+        time.sleep(1.0)
+        cluster.remove_node(victim, allow_graceful=False)
+        before = len(seen)
+        time.sleep(4.0)
+        assert len(seen) > before, "no answer after the node was removed"
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        cluster.add_node(**NODE_ARGS)
+        cluster.wait_for_nodes()
+    assert not errors, errors[:3]
+    assert len(seen) > 10 and all(len(ids) == 40 for _, ids in seen)
 
 
 def test_a_swap_under_load_never_mixes_versions(serve_url: str, sharded_root: tuple[Path, Path]) -> None:

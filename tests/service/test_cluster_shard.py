@@ -1,0 +1,103 @@
+"""``ShardServer`` (one shard of any version) and its Ray Serve body ``ShardDeployment`` in one process:
+which versions stay open, that none is closed under a call reading it, and that the threaded body answers
+as the plain one."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from service.cluster.deployments import ShardDeployment
+from service.cluster.shard import ShardServer
+from store.versions import current_version
+from tests.store.writing import vectors, write_rows
+
+NAME = "sharded"
+
+
+@pytest.fixture()
+def two_versions(tmp_path: Path) -> tuple[Path, str, str]:
+    ids = [f"p-{i}" for i in range(40)]
+    old = write_rows(tmp_path, NAME, vectors(40, seed=1), ids, shard_count=2)
+    new = write_rows(tmp_path, NAME, vectors(40, seed=2), ids, shard_count=2)
+    assert current_version(tmp_path, NAME) == new
+    return tmp_path, old, new
+
+
+def test_a_released_version_closes_once_idle(two_versions: tuple[Path, str, str]) -> None:
+    root, old, new = two_versions
+    server = ShardServer(str(root), NAME, 1, idle_s=3600)
+    server.open(old)
+    server.open(new)
+    server.release(old)
+    server.search(new, vectors(1, seed=3), 3, None)
+    assert server.loaded() == sorted([old, new])  # released, not idle long enough
+    server.idle_s = 0.0
+    server.search(new, vectors(1, seed=3), 3, None)
+    assert server.loaded() == [new]
+    server.open(old)  # asked for again, but CURRENT names new: closed once idle all the same
+    assert server.loaded() == sorted([old, new])
+    server.search(new, vectors(1, seed=3), 3, None)
+    assert server.loaded() == [new]
+
+
+def test_a_version_current_no_longer_names_closes_on_every_replica(
+    two_versions: tuple[Path, str, str],
+) -> None:
+    """The ingress's release reaches one replica of a shard; the others close an idle version CURRENT no
+    longer names, and keep the current one however long it idles."""
+    root, old, new = two_versions
+    replica = ShardServer(str(root), NAME, 0, idle_s=0.0)
+    replica.open(old)  # serving=True: not released on this replica
+    replica.open(new)
+    replica.search(new, vectors(1, seed=3), 3, None)
+    assert replica.loaded() == [new]
+    replica.search(new, vectors(1, seed=3), 3, None)
+    assert replica.loaded() == [new]
+
+
+def test_no_version_is_closed_under_a_call(two_versions: tuple[Path, str, str]) -> None:
+    root, old, new = two_versions
+    server = ShardServer(str(root), NAME, 0, max_versions=1, idle_s=0.0)
+    server.open(old)
+    server.release(old)
+    with server._using(old) as reading:  # a call on old in another thread, still running
+        server.search(new, vectors(1, seed=3), 3, None)
+        assert server.loaded() == sorted([old, new])  # over max_versions rather than closing it
+        assert len(reading.search(vectors(1, seed=3), 3)[1][0]) == 3
+    server.search(new, vectors(1, seed=3), 3, None)
+    assert server.loaded() == [new]
+
+
+def test_the_threaded_body_answers_as_the_plain_one(two_versions: tuple[Path, str, str]) -> None:
+    root, _, new = two_versions
+    plain = ShardServer(str(root), NAME, 1)
+    threaded = ShardDeployment(str(root), NAME, 1)
+    q = vectors(3, seed=4)
+
+    async def calls() -> list:
+        info = await threaded.open(new)
+        results = await asyncio.gather(*(threaded.search(new, q, k, None) for k in (1, 5, 20)))
+        exact = await threaded.search_exact(new, q, 4, np.arange(0, 40, 2))
+        rows = results[-1][1][0][:4]
+        items = await threaded.items(new, rows)
+        tokens = await threaded.rerank_tokens(new, rows)
+        row = await threaded.row_of(new, items[0]["id"])
+        filtered = await threaded.filter_rows(new, {})
+        await threaded.release(new)
+        return [info, results, exact, items, tokens, row, filtered, rows]
+
+    info, results, exact, items, tokens, row, filtered, rows = asyncio.run(calls())
+    assert info == plain.open(new)
+    for k, (scores, found) in zip((1, 5, 20), results, strict=True):
+        want = plain.search(new, q, k, None)
+        np.testing.assert_array_equal(found, want[1])
+        np.testing.assert_array_equal(scores, want[0])
+    np.testing.assert_array_equal(exact[1], plain.search_exact(new, q, 4, np.arange(0, 40, 2))[1])
+    assert items == plain.items(new, rows)
+    np.testing.assert_array_equal(tokens, plain.rerank_tokens(new, rows))
+    assert row == plain.row_of(new, items[0]["id"]) == int(rows[0])
+    np.testing.assert_array_equal(filtered, plain.filter_rows(new, {}))
