@@ -13,7 +13,7 @@ from PIL import Image
 from synthetic import synth
 from synthetic.attributes import CATEGORIES, FULL_MENTION, N_COMBINATIONS, ProductAttributes
 from synthetic.catalogue import CatalogueFormatError, load_split
-from synthetic.lexicons import LANGUAGES
+from synthetic.lexicons import ADDED_LANGUAGES, LANGUAGES
 from synthetic.render import BACKGROUND_RGB, COLOUR_RGB, render_image
 from synthetic.synth import SPLITS, SynthConfig, generate_catalogue, iter_items, split_combinations
 
@@ -133,6 +133,43 @@ def test_items_are_order_independent_and_captions_aligned() -> None:
             if "background" not in mention:
                 assert "background" not in item.captions["en"][j] and "backdrop" not in item.captions["en"][j]
                 assert "Hintergrund" not in item.captions["de"][j] and "背景" not in item.captions["zh"][j]
+
+
+_BIDI_CONTROLS = frozenset("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def test_added_languages_leave_the_original_ten_byte_identical(small_catalogue: Path, tmp_path: Path) -> None:
+    """With the added languages named in `languages=`, every record keeps the default catalogue's captions
+    in the original ten (same seed) and gains captions in the added ones; images are unchanged."""
+    generate_catalogue(tmp_path, dataclasses.replace(SMALL, languages=LANGUAGES + ADDED_LANGUAGES), workers=1)
+    for split in SPLITS:
+        default = load_split(small_catalogue / f"{split}.jsonl")
+        extended = load_split(tmp_path / f"{split}.jsonl")
+        assert [record.id for record in extended] == [record.id for record in default]
+        for old, new in zip(default, extended, strict=True):
+            assert list(new.captions) == [*LANGUAGES, *ADDED_LANGUAGES]
+            assert {lang: new.captions[lang] for lang in LANGUAGES} == old.captions
+            assert new.attributes == old.attributes
+            for lang in ADDED_LANGUAGES:
+                assert len(new.captions[lang]) == SMALL.captions_per_language
+                assert len(set(new.captions[lang])) == len(new.captions[lang])  # different phrasings
+            for text in new.captions["ar"]:
+                assert any("\u0621" <= ch <= "\u064a" for ch in text), text  # Arabic letters
+                assert not _BIDI_CONTROLS & set(text), ascii(text)
+    meta = json.loads((tmp_path / "catalogue.json").read_text(encoding="utf-8"))
+    assert meta["config"]["languages"] == [*LANGUAGES, *ADDED_LANGUAGES]
+    images = {name: data for name, data in _tree_bytes(tmp_path).items() if name.startswith("images")}
+    assert images == {n: d for n, d in _tree_bytes(small_catalogue).items() if n.startswith("images")}
+
+
+def test_added_languages_keep_the_caption_plan_of_training_items() -> None:
+    """Training captions drop attributes and cycle phrasings; both stay as in the default catalogue."""
+    default = SynthConfig(seed=11, n_train=150, n_val=5, n_test=5, captions_per_language=4)
+    extended = dataclasses.replace(default, languages=LANGUAGES + ADDED_LANGUAGES)
+    for old, new in zip(iter_items("train", default), iter_items("train", extended), strict=True):
+        assert (new.mentions, new.phrasings, new.image_seed) == (old.mentions, old.phrasings, old.image_seed)
+        assert {lang: new.captions[lang] for lang in LANGUAGES} == old.captions
+        assert all(len(new.captions[lang]) == 4 for lang in ADDED_LANGUAGES)
 
 
 # ----------------------------------------------------------------------------------------------- reader
