@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from service.errors import IndexUnavailableError, ReloadFailedError
-from store.errors import IndexFormatError
+from store.errors import IndexFormatError, IndexUnreachableError
 from store.opening import OpenedIndex, open_version
 from store.versions import current_version, version_refused
 
@@ -151,7 +151,8 @@ class IndexHolder:
                     )
                 index = self._open(self.root, self.name, target, expect_fingerprint=self.expect_fingerprint)
             except (OSError, IndexFormatError, ValueError) as exc:
-                self._failed_version = target
+                # Shards out of reach may come back (tried again at the next poll); broken files do not.
+                self._failed_version = None if isinstance(exc, IndexUnreachableError) else target
                 message = f"cannot open version {target!r} of index {self.name!r}: {exc}"
                 self.last_error = message
                 log.error("%s; still serving %s", message, served.version if served else "nothing")

@@ -22,3 +22,9 @@ class FilterError(IndexFormatError):
 class VersionWriteError(IndexFormatError):
     """A version could not be written as asked (rows or shapes that do not add up, a manifest of another
     version): a writer's bug, caught before anything was published."""
+
+
+class IndexUnreachableError(IndexFormatError):
+    """Part of a version served elsewhere (a shard on other machines) did not answer in time, or every replica
+    asked died: the files may be fine, and the same call may succeed later (a version that failed to open so
+    is tried again at the next poll, unlike a broken one)."""

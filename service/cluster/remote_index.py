@@ -10,7 +10,9 @@ call names the version, so one answer never mixes versions. Closing releases the
 Retries: all shard calls are reads, so a call that fails because the replica answering it died (or became
 unreachable) is sent again, up to ``retries`` times; Ray Serve's router drops a dead replica and routes the
 retry to another one. A replica's death costs no failed request when the shard has another live replica
-(``num_replicas`` >= 2) and no more than ``retries`` of a shard's replicas die under one call.
+(``num_replicas`` >= 2) and no more than ``retries`` of a shard's replicas die under one call. A call that
+still fails, or times out, raises ``IndexUnreachableError`` (503 at the edge; a version that failed to open
+so is tried again at the next poll).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from store.errors import IndexFormatError
+from store.errors import IndexFormatError, IndexUnreachableError
 from store.layout import MANIFEST_FILE, index_dir
 from store.manifest import IndexManifest, check_model
 from store.merge import merge_topk
@@ -90,12 +92,19 @@ class RemoteShardedIndex:
         return self._call(shard, method, self.version, *args)
 
     def _wait(self, shard: int, method: str, args: tuple, pending: Pending) -> Any:
+        timeout_s = self.open_timeout_s if method == "open" else self.timeout_s
         for attempt in range(self.retries + 1):
             try:
-                return pending.result(timeout_s=self.open_timeout_s if method == "open" else self.timeout_s)
-            except self.retry_on:
+                return pending.result(timeout_s=timeout_s)
+            except TimeoutError as exc:  # Ray's GetTimeoutError too: a slow shard is not retried (load)
+                raise IndexUnreachableError(
+                    f"shard {shard} of {self.version} did not answer {method} within {timeout_s:g} s"
+                ) from exc
+            except self.retry_on as exc:
                 if attempt >= self.retries:
-                    raise
+                    raise IndexUnreachableError(
+                        f"shard {shard} of {self.version}: {method} failed on {attempt + 1} replicas: {exc}"
+                    ) from exc
                 pending = self._send(shard, method, args)
         raise AssertionError("unreachable")
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -57,19 +59,43 @@ def app(args: Mapping[str, Any]) -> Any:
     return build_application(settings, shard_count_of(settings))
 
 
+def _wanted_cpus(options: ClusterOptions, shard_count: int) -> float:
+    return (
+        options.ingress_replicas * options.ingress_cpus
+        + shard_count * options.shard_replicas * options.shard_cpus
+    )
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM (Kubernetes, systemd) tears down as Ctrl-C does
+
+
 def serve_on_ray(settings: Settings, options: ClusterOptions | None = None) -> None:
     """Connect to the cluster (``ray_address``; unset: RAY_ADDRESS, a `ray start` cluster on this machine, or
     a local Ray started here, which gets ``FAST_PATH_ENV`` when ``ray_serve_fast_path``), start Serve's HTTP
-    proxy on ``host:port``, deploy the app and block until interrupted; the app is deleted on the way out."""
+    proxy on ``host:port``, deploy the app and block until interrupted (Ctrl-C or SIGTERM); the app is
+    deleted on the way out, and a Ray started here is stopped."""
     import ray
     from ray import serve
 
     count = shard_count_of(settings)  # before starting anything: a missing index fails fast
+    options = options or ClusterOptions.from_settings(settings)
     if settings.ray_serve_fast_path:
         for key, value in FAST_PATH_ENV.items():
             os.environ.setdefault(key, value)  # inherited by a Ray that ray.init starts here
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
     ray.init(address=settings.ray_address, log_to_driver=False)
     try:
+        wanted, available = _wanted_cpus(options, count), ray.cluster_resources().get("CPU", 0.0)
+        if wanted > available:  # an autoscaling cluster may add nodes; a fixed one waits forever
+            log.warning(
+                "the app asks for %.2f CPUs (%d shard(s) x %d replica(s) x %.2f + %d ingress x %.2f), the"
+                " cluster has %.2f: replicas stay pending until nodes join (lower --shard-cpus or"
+                " CCRK_RAY_INGRESS_CPUS on a small cluster)",
+                wanted, count, options.shard_replicas, options.shard_cpus, options.ingress_replicas,
+                options.ingress_cpus, available,
+            )  # fmt: skip
         serve.start(http_options={"host": settings.host, "port": settings.port})
         serve.run(build_application(settings, count, options), name=APP_NAME, route_prefix="/")
         log.info("serving %s on http://%s:%d (Ray Serve)", settings.index_name, settings.host, settings.port)

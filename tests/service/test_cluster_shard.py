@@ -11,7 +11,11 @@ import numpy as np
 import pytest
 
 from service.cluster.deployments import ShardDeployment
+from service.cluster.remote_index import RemoteShardedIndex, remote_opener
 from service.cluster.shard import ShardServer
+from service.index_holder import IndexHolder
+from store.errors import IndexUnreachableError
+from store.opening import open_version
 from store.versions import current_version
 from tests.store.writing import vectors, write_rows
 
@@ -101,3 +105,52 @@ def test_the_threaded_body_answers_as_the_plain_one(two_versions: tuple[Path, st
     np.testing.assert_array_equal(tokens, plain.rerank_tokens(new, rows))
     assert row == plain.row_of(new, items[0]["id"]) == int(rows[0])
     np.testing.assert_array_equal(filtered, plain.filter_rows(new, {}))
+
+
+class _Gone(Exception):
+    pass
+
+
+class _Pending:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def result(self, timeout_s: float | None = None) -> object:
+        raise self.error
+
+
+def test_shards_out_of_reach_give_a_retryable_error(two_versions: tuple[Path, str, str]) -> None:
+    """Every replica asked died, or a shard timed out: IndexUnreachableError (503 at the edge), and the
+    index holder tries that version again at its next poll instead of waiting for another one."""
+    root, _, new = two_versions
+    calls: list[str] = []
+
+    def dead(shard: int, method: str, *args: object) -> _Pending:
+        calls.append(method)
+        return _Pending(_Gone("replica died"))
+
+    def slow(shard: int, method: str, *args: object) -> _Pending:
+        return _Pending(TimeoutError("timed out"))
+
+    with open_version(root, NAME) as local:
+        with pytest.raises(IndexUnreachableError, match="open failed on 3 replicas"):
+            RemoteShardedIndex(local.path, local.manifest, dead, shard_count=2, retries=2, retry_on=(_Gone,))
+        assert calls == ["open"] * 4  # both shards sent at once; shard 0 tried 3 times, then it gave up
+        with pytest.raises(IndexUnreachableError, match="did not answer open within 120 s"):
+            RemoteShardedIndex(local.path, local.manifest, slow, shard_count=2, retry_on=(_Gone,))
+
+    servers = [ShardServer(str(root), NAME, i) for i in range(2)]
+    reachable = {"now": False}
+
+    def call(shard: int, method: str, *args: object) -> object:
+        if not reachable["now"]:
+            return _Pending(_Gone("no replica yet"))
+        value = getattr(servers[shard], method)(*args)
+        return type("Done", (), {"result": lambda self, timeout_s=None: value})()
+
+    opener = remote_opener(call, 2, open_version, retries=0, retry_on=(_Gone,))
+    holder = IndexHolder(root, NAME, expect_fingerprint=None, opener=opener)
+    assert not holder.check() and holder.served is None and "no replica yet" in (holder.last_error or "")
+    reachable["now"] = True
+    assert holder.check() and holder.served is not None and holder.served.version == new
+    holder.close()
