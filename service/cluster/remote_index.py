@@ -65,7 +65,8 @@ class RemoteShardedIndex:
         if self.sharding.shard_count != shard_count:
             raise IndexFormatError(
                 f"{path} has {self.sharding.shard_count} shards; the Ray Serve app was started with "
-                f"{shard_count} shard deployments (restart `ccrk serve --engine ray` to serve it)"
+                f"{shard_count} shard deployments (`ccrk serve --engine ray` deploys again for it; after "
+                "`serve deploy`, deploy the config again)"
             )
         self._call = call
         self.retries = retries

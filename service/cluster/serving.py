@@ -13,7 +13,7 @@ from typing import Any
 
 from ccrk_settings import Settings, SettingsError, settings_with
 from service.cluster.deployments import ClusterOptions, build_application
-from store.errors import IndexNotFoundError
+from store.errors import IndexFormatError, IndexNotFoundError
 from store.layout import MANIFEST_FILE, index_dir
 from store.manifest import IndexManifest
 from store.sharding import Sharding
@@ -59,6 +59,25 @@ def app(args: Mapping[str, Any]) -> Any:
     return build_application(settings, shard_count_of(settings))
 
 
+def redeploy_if_resharded(settings: Settings, deployed: int, options: ClusterOptions) -> int:
+    """Deploy the app again when CURRENT names a version with another shard count than ``deployed`` (the
+    ingress refuses to open it over the deployments it has): Serve starts the new shard deployments and new
+    ingress replicas, which open the new version, before it stops the old ones. Returns the count now
+    deployed. ``serve deploy`` users deploy the config again instead."""
+    from ray import serve
+
+    try:
+        count = shard_count_of(settings)
+    except (OSError, IndexFormatError) as exc:  # a publish in progress, a vanished index: keep serving
+        log.warning("cannot read the current version of %s: %s", settings.index_name, exc)
+        return deployed
+    if count == deployed:
+        return deployed
+    log.info("CURRENT has %d shard(s), the app %d: deploying it again", count, deployed)
+    serve.run(build_application(settings, count, options), name=APP_NAME, route_prefix="/")
+    return count
+
+
 def _wanted_cpus(options: ClusterOptions, shard_count: int) -> float:
     return (
         options.ingress_replicas * options.ingress_cpus
@@ -100,7 +119,8 @@ def serve_on_ray(settings: Settings, options: ClusterOptions | None = None) -> N
         serve.run(build_application(settings, count, options), name=APP_NAME, route_prefix="/")
         log.info("serving %s on http://%s:%d (Ray Serve)", settings.index_name, settings.host, settings.port)
         while True:
-            time.sleep(3600)
+            time.sleep(max(settings.index_poll_s, 1.0))
+            count = redeploy_if_resharded(settings, count, options)
     except KeyboardInterrupt:
         log.info("interrupted: deleting the Serve application")
     finally:

@@ -79,8 +79,9 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(sharded_root: tuple[Path, Path]) -> Iterator[tuple[str, Any]]:
-    """Three Ray nodes on 127.0.0.1, the Serve app of the sharded index on a loopback port: (url, cluster)."""
+def ray_cluster(sharded_root: tuple[Path, Path]) -> Iterator[tuple[str, Any, Settings]]:
+    """Three Ray nodes on 127.0.0.1, the Serve app of the sharded index on a loopback port: (url, cluster,
+    the app's settings)."""
     patch = pytest.MonkeyPatch()
     for key, value in LOOPBACK_ENV.items():
         patch.setenv(key, value)
@@ -117,7 +118,7 @@ def ray_cluster(sharded_root: tuple[Path, Path]) -> Iterator[tuple[str, Any]]:
                 pass
             assert time.monotonic() < deadline, "the Serve app did not become ready"
             time.sleep(0.2)
-        yield url, cluster
+        yield url, cluster, settings
     finally:
         try:
             serve.shutdown()
@@ -128,7 +129,7 @@ def ray_cluster(sharded_root: tuple[Path, Path]) -> Iterator[tuple[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def serve_url(ray_cluster: tuple[str, Any]) -> str:
+def serve_url(ray_cluster: tuple[str, Any, Settings]) -> str:
     return ray_cluster[0]
 
 
@@ -274,14 +275,14 @@ def test_a_killed_shard_replica_fails_no_request(serve_url: str, sharded_root: t
 
 
 def test_a_node_removed_under_load_fails_no_request(
-    ray_cluster: tuple[str, Any], sharded_root: tuple[Path, Path]
+    ray_cluster: tuple[str, Any, Settings], sharded_root: tuple[Path, Path]
 ) -> None:
     """A whole worker node (its raylet and every replica on it) is removed, not gracefully, under a bounded
     load loop: each shard keeps its replica on another node (max 1 per node), the ingress retries the calls
     that were on the lost node, so no search fails; then a node joins again for the tests after."""
     from ray._private import state  # the GCS actor table; ray.util.state needs the dashboard
 
-    url, cluster = ray_cluster
+    url, cluster, _ = ray_cluster
     recs = _records(sharded_root[1])
     texts = [recs[i]["captions"][lang][0] for lang, i in QUERIES]
     replicas = [
@@ -359,3 +360,42 @@ def test_a_swap_under_load_never_mixes_versions(serve_url: str, sharded_root: tu
             assert len(ids) == 36 and not removed & set(ids)
         else:
             assert len(ids) == 40
+
+
+def test_a_version_with_another_shard_count_is_deployed_again(
+    ray_cluster: tuple[str, Any, Settings], sharded_root: tuple[Path, Path]
+) -> None:
+    """A rebuild into 2 shards: the running app (3 shard deployments) keeps serving the old version, the
+    driver's poll step deploys the app again with 2, and the new version serves; no request fails."""
+    from service.cluster.deployments import ClusterOptions
+    from service.cluster.serving import redeploy_if_resharded
+
+    url, _, settings = ray_cluster
+    root, folder = sharded_root
+    before = current_version(root, NAME)
+    recs = _records(folder)
+    texts = [recs[i]["captions"][lang][0] for lang, i in QUERIES]
+    seen: list[tuple[str, list[str]]] = []
+    errors: list[str] = []
+    stop = threading.Event()
+    thread = threading.Thread(target=_load_loop, args=(url, texts, stop, seen, errors), daemon=True)
+    thread.start()
+    try:
+        report = build(NAME, [folder / "test.jsonl"], settings=_build_settings(root, shards=2))
+        assert report.published and report.index_shards == 2
+        after = current_version(root, NAME)
+        time.sleep(1.0)
+        assert all(v == before for v, _ in seen[-3:])  # the 3-shard app cannot open it: keeps the old one
+        options = ClusterOptions.from_settings(settings)
+        assert redeploy_if_resharded(settings, SHARDS, options) == 2
+        assert redeploy_if_resharded(settings, 2, options) == 2  # nothing to do
+        deadline = time.monotonic() + 60
+        while not any(v == after for v, _ in seen[-3:]):
+            assert time.monotonic() < deadline, "the redeployed app did not serve the 2-shard version"
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not errors, errors[:3]
+    assert {v for v, _ in seen} == {before, after}
+    assert all(len(ids) == 40 for v, ids in seen if v == after)
