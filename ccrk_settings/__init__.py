@@ -116,8 +116,8 @@ class Settings(BaseSettings):
     serve_engine: Literal["local", "ray"] = Field(
         "local",
         description="How `ccrk serve` serves: local (uvicorn on this machine) or ray (Ray Serve on the"
-        " cluster of CCRK_RAY_ADDRESS: the app as ingress, one deployment per shard of a sharded version; a"
-        " first slice, see the README). Apart from CCRK_ENGINE: building on Ray never changes serving.",
+        " cluster of CCRK_RAY_ADDRESS: the app as ingress, one deployment per shard of a sharded version; see"
+        " the README). Apart from CCRK_ENGINE: building on Ray never changes serving.",
     )
     port: int = Field(8000, ge=1, le=65535, description="Port `ccrk serve` binds.")
 

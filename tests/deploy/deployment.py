@@ -27,7 +27,13 @@ from ccrk_settings.reference import env_names
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILES = ("Dockerfile", "Dockerfile.gpu")
+# The Ray image: built FROM the CPU image (not multi-stage), adds the pinned Ray for KubeRay pods.
+RAY_DOCKERFILE = "Dockerfile.ray"
 K8S_DIR = REPO / "deploy" / "k8s"
+K8S_RAY_DIR = K8S_DIR / "ray"  # the KubeRay RayService, its own kustomization
+# The oldest and the newest Kubernetes minor versions the manifests are checked against.
+K8S_VERSIONS = ("1.30.0", "1.37.0")
+RAY_SERVE_CONFIG = REPO / "deploy" / "ray" / "serve.yaml"
 # Distributions the images leave out (deploy/requirements/common.txt), the training stack, with the module
 # each installs.
 TRAINING_ONLY_MODULES = {
@@ -43,8 +49,8 @@ TRAINING_ONLY_MODULES = {
     "efficientnet-lite-pytorch": "efficientnet_lite_pytorch",
 }
 TRAINING_ONLY = tuple(TRAINING_ONLY_MODULES)
-# Extras the images leave out as well (pyproject's optional-dependencies), with their module: Ray is for
-# distributed builds (`--engine ray`), which run from a full install.
+# Extras the service images leave out as well (pyproject's optional-dependencies), with their module: Ray is
+# for distributed builds and serving on Ray, from a full install or the Ray image (Dockerfile.ray).
 EXTRA_ONLY_MODULES = {"ray": "ray"}
 IMAGE_ABSENT_MODULES = TRAINING_ONLY_MODULES | EXTRA_ONLY_MODULES
 SHELL_OPERATORS = {"||", "&&", ";", "|", "&", "(", ")"}
@@ -88,6 +94,20 @@ class Copy:
     sources: list[str]
     dest: PurePosixPath
     dest_text: str
+
+
+def dockerfile_args(path: Path) -> dict[str, str]:
+    """Defaults of the ``ARG`` instructions before the first ``FROM`` (the build arguments' defaults)."""
+    with open(path, "rb") as fh:
+        structure = DockerfileParser(fileobj=fh, env_replace=False).structure
+    args: dict[str, str] = {}
+    for item in structure:
+        if item["instruction"] == "FROM":
+            break
+        if item["instruction"] == "ARG":
+            key, _, default = item["value"].partition("=")
+            args[key] = default
+    return args
 
 
 def dockerfile_stages(path: Path) -> list[Stage]:
@@ -166,7 +186,28 @@ def build_context() -> set[str]:
     return set(exclude_paths(str(REPO), dockerignore_patterns()))
 
 
+def constraint_pins() -> dict[str, str]:
+    """constraints.txt as {canonical distribution name: pinned version}."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins: dict[str, str] = {}
+    for line in (REPO / "constraints.txt").read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            req = Requirement(line)
+            (spec,) = req.specifier
+            assert spec.operator == "==", f"constraints.txt: {line} is not a pin"
+            pins[canonicalize_name(req.name)] = spec.version
+    return pins
+
+
 # -- YAML ----------------------------------------------------------------------------------------------
+
+
+def ray_serve_config() -> dict[str, Any]:
+    """deploy/ray/serve.yaml, parsed."""
+    return yaml.safe_load(RAY_SERVE_CONFIG.read_text(encoding="utf-8"))
 
 
 def compose() -> dict[str, Any]:

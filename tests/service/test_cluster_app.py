@@ -66,7 +66,7 @@ def test_the_serve_deploy_builder(root: Path) -> None:
     assert [s.init_args for s in shards] == [(str(root), NAME, i) for i in range(3)]
     assert {s.num_replicas for s in shards} == {2}
     assert {s.ray_actor_options["num_cpus"] for s in shards} == {0.25}
-    with pytest.raises(SettingsError, match="args.ray_shard_replicas: Input should be greater"):
+    with pytest.raises(SettingsError, match=r"args\.ray_shard_replicas: Input should be greater"):
         app({"index_root": str(root), "index_name": NAME, "ray_shard_replicas": 0})
     with pytest.raises(TypeError, match="not settings: shard_replicas"):
         app({"index_root": str(root), "shard_replicas": 2})
