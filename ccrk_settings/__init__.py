@@ -168,8 +168,10 @@ class Settings(BaseSettings):
         True,
         description="With serve_engine ray, on a Ray that `ccrk serve` starts itself: HAProxy as the HTTP"
         " proxy and gRPC between deployments (RAY_SERVE_ENABLE_HA_PROXY, RAY_SERVE_USE_GRPC_BY_DEFAULT),"
-        " measured faster per hop (bench/cluster_scaling.py). A cluster started with `ray start` takes"
-        " them from the environment of `ray start` on every node (see the README).",
+        " measured faster per hop (bench/cluster_scaling.py). Ray then opens each replica's HTTP port on all"
+        " interfaces (HAProxy on other nodes reaches them there) and HAProxy its stats ports 8404 and 9101:"
+        " firewall them, or turn this off. A cluster started with `ray start` takes them from the environment"
+        " of `ray start` on every node (see the README).",
     )
     redis_url: str | None = Field(
         None, description="Redis for caches and probe history; in-process if unset."
