@@ -1,7 +1,7 @@
 """``--engine ray`` on a real Ray cluster of three nodes on this machine (``ray.cluster_utils.Cluster``): a
 build equals the local build of the same sources (rows, embeddings, re-rank tokens, skipped files) with its
-shards encoded on several nodes; a driver killed with SIGKILL is re-run and resumes from the shard files;
-a failure in an actor names its shard and item; and the local engine never imports Ray."""
+shards encoded on several nodes, and so does an `add`; a driver killed with SIGKILL is re-run and resumes
+from the shard files; a failure in an actor names its shard and item; the local engine never imports Ray."""
 
 from __future__ import annotations
 
@@ -107,6 +107,35 @@ def test_ray_build_equals_the_local_build(
     assert len(got.encode_nodes) >= 2, f"SPREAD put every shard on one node: {got.encode_nodes}"
     assert seen[-1] == (42, 42) and [d for d, _ in seen] == sorted(d for d, _ in seen)
     assert sorted(s["kind"] for s in got.skipped) == ["not-an-image", "truncated"]
+    _assert_same_version(tmp_path / "local", tmp_path / "ray", "c")
+
+
+def _split(catalogue: Path, tmp_path: Path, first: int) -> tuple[Path, Path]:
+    """The catalogue's first ``first`` records and the rest, as two jsonl files with absolute image paths."""
+    records = [json.loads(line) for line in (catalogue / "test.jsonl").read_text().splitlines() if line]
+    for record in records:
+        record["image"] = str(catalogue / record["image"])
+    head, tail = tmp_path / "head.jsonl", tmp_path / "tail.jsonl"
+    head.write_text("".join(json.dumps(r) + "\n" for r in records[:first]))
+    tail.write_text("".join(json.dumps(r) + "\n" for r in records[first:]))
+    return head, tail
+
+
+def test_ray_add_equals_the_local_add(
+    cluster: Any, catalogue: Path, settings: Settings, tmp_path: Path
+) -> None:
+    """`add --engine ray` encodes only the new items on the cluster: the same version as a local add."""
+    from indexer.build import add
+
+    head, tail = _split(catalogue, tmp_path, 25)
+    local = settings_with({"index_root": tmp_path / "local", "shard_size": 6, "index_workers": 0}, settings)
+    distributed = settings_with({**RAY_SETTINGS, "index_root": tmp_path / "ray", "shard_size": 6}, settings)
+    for s in (local, distributed):
+        assert build("c", [head], settings=settings_with({"engine": "local"}, s)).count == 25
+    want = add("c", [tail], settings=local)
+    got = add("c", [tail], settings=distributed)
+    assert got.published and want.published and got.count == want.count == 40
+    assert got.engine == "ray" and sum(got.encode_nodes.values()) == got.shards >= 2
     _assert_same_version(tmp_path / "local", tmp_path / "ray", "c")
 
 
