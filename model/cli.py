@@ -12,6 +12,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from model.cli_languages import add_language_command
+
 console = Console(stderr=True)
 data_app = typer.Typer(help="Make and inspect training data.", no_args_is_help=True)
 model_app = typer.Typer(help="Convert and inspect model directories.", no_args_is_help=True)
@@ -84,21 +86,29 @@ def pairs_command(
     out: Annotated[Path, typer.Option(help="TSV of translation pairs to write.")],
     per_record: Annotated[int, typer.Option(min=1, help="Pairs drawn per catalogue record.")] = 4,
     seed: int = 0,
+    source: Annotated[
+        str | None, typer.Option(help="Only (SOURCE, TARGET) pairs, e.g. --source en --target ko.")
+    ] = None,
+    target: Annotated[str | None, typer.Option(help="With --source: the pairs' second language.")] = None,
 ) -> None:
     """Translation pairs (one image's captions in two languages) for MURAL's text-text term
-    (`ccrk train --translation-weight W --parallel-data OUT`)."""
+    (`ccrk train --translation-weight W --parallel-data OUT`), or, with --source/--target, (native, new)
+    pairs for `ccrk model add-language --parallel OUT`."""
     from model.parallel_corpus import pairs_from_catalogue, write_pairs_tsv
     from synthetic.catalogue import CatalogueFormatError, load_split
 
+    if (source is None) != (target is None):
+        raise fail("--source and --target go together")
     split = data / "train.jsonl" if data.is_dir() else data
     if not split.is_file():
         raise fail(f"catalogue split not found: {split}")
     try:
-        pairs = pairs_from_catalogue(load_split(split), per_record, seed)
+        pairs = pairs_from_catalogue(load_split(split), per_record, seed, source=source, target=target)
     except CatalogueFormatError as exc:
         raise fail(str(exc)) from exc
     if len(pairs) < 2:
-        raise fail(f"{split} yields {len(pairs)} pairs: records need captions in at least two languages")
+        needs = f"captions in {source!r} and {target!r}" if source else "captions in at least two languages"
+        raise fail(f"{split} yields {len(pairs)} pairs: records need {needs}")
     write_pairs_tsv(pairs, out)
     console.print(f"wrote {len(pairs)} translation pairs to {out}")
 
@@ -417,6 +427,9 @@ def int8_cost_command(
         f"int8 costs at most {cost['max_mean_recall_drop_points']:.2f} points of mean recall and "
         f"{cost['max_mrv_increase']:+.3f} MRV; recorded in {model}/onnx/"
     )
+
+
+model_app.command("add-language")(add_language_command)
 
 
 @model_app.command("presets")

@@ -159,11 +159,18 @@ def encode_split(
             image_tokens.append(images.tokens)
     text_embeds = torch.empty(n, k, phrasings, encoder.config.embed_dim)
     states: list[tuple[torch.Tensor, torch.Tensor]] = []
+    # An added language is encoded by its acquirer; an encoder without acquirers is called as it always was.
+    acquired = getattr(encoder, "acquired_languages", ())
     for li, lang in enumerate(data.languages):
         texts = _language_texts(data, lang, phrasings)
         lang_embeds, lang_states, lang_masks = [], [], []
         for part in _chunks(len(texts), batch_size):
-            encoded = encoder.encode_text(texts[part])
+            chosen = texts[part]
+            encoded = (
+                encoder.encode_text(chosen, [lang] * len(chosen))
+                if lang in acquired
+                else encoder.encode_text(chosen)
+            )
             lang_embeds.append(encoded.embeds)
             if keep_fusion_inputs:  # dropped at once otherwise: (N * C, L, H) per language adds up
                 lang_states.append(torch.from_numpy(np.asarray(encoded.states)))

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+# Re-exported: the languages a directory has acquirers for, beside the native ``config.languages``.
+from model.acquisition_format import acquired_languages as acquired_languages
 from model.configs import CCRkConfig, ConfigError
 from model.starter.config import ARCHITECTURE as CONSE
 from model.starter.config import ConSEConfig

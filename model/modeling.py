@@ -121,6 +121,15 @@ def additive_attention_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Ten
     return inverted * torch.finfo(dtype).min
 
 
+def pool_text_states(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """(B, L, H) text states -> (B, H) as ``TextConfig.pooling`` says: the mean over real tokens, or the
+    first token; the input of ``text_proj`` (shared with ``model.acquisition``)."""
+    if pooling == "mean":
+        weights = attention_mask.to(hidden.dtype).unsqueeze(-1)
+        return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+    return hidden[:, 0]
+
+
 class VisionEncoder(nn.Module):
     """Any timm backbone, returning the pooled token followed by the patch tokens."""
 
@@ -246,11 +255,7 @@ class CCRkModel(nn.Module):
 
     def encode_text(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> TextEncoderOutput:
         hidden = self.text_encoder.forward_text(input_ids, attention_mask)
-        if self.config.text.pooling == "mean":
-            weights = attention_mask.to(hidden.dtype).unsqueeze(-1)
-            pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
-        else:
-            pooled = hidden[:, 0]
+        pooled = pool_text_states(hidden, attention_mask, self.config.text.pooling)
         embeds = F.normalize(self.text_proj(pooled), dim=-1)
         return TextEncoderOutput(last_hidden_state=hidden, attention_mask=attention_mask, text_embeds=embeds)
 

@@ -66,14 +66,29 @@ class ParallelCorpus:
 
 
 def pairs_from_catalogue(
-    records: Sequence[CatalogueRecord], pairs_per_record: int, seed: int
+    records: Sequence[CatalogueRecord],
+    pairs_per_record: int,
+    seed: int,
+    source: str | None = None,
+    target: str | None = None,
 ) -> list[tuple[str, str]]:
     """Translation pairs drawn from a catalogue: the captions of one image in two languages, same phrasing
     slot (slots are aligned across languages, so they say the same thing). Languages are drawn at random
-    per pair (seeded), so every language meets every other."""
+    per pair (seeded), so every language meets every other.
+
+    With ``source`` and ``target`` (e.g. a native language and a new one, for ``ccrk model add-language``)
+    every pair is (source caption, target caption): the first ``pairs_per_record`` aligned slots of each
+    record that has both languages."""
+    if (source is None) != (target is None):
+        raise ValueError("give both source and target languages, or neither")
     rng = random.Random(seed)
     pairs: list[tuple[str, str]] = []
     for record in records:
+        if source is not None and target is not None:
+            if record.captions.get(source) and record.captions.get(target):
+                slots = min(len(record.captions[source]), len(record.captions[target]), pairs_per_record)
+                pairs.extend((record.captions[source][j], record.captions[target][j]) for j in range(slots))
+            continue
         langs = sorted(record.captions)
         if len(langs) < 2:
             continue

@@ -11,23 +11,41 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 # XLM-R's special tokens and ids, so the demo tokenizer and XLM-R's are interchangeable for the model.
 SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+# GPT-2's pre-tokenizer pattern with combining marks (\p{M}) counted as letters: GPT-2's own splits words of
+# Devanagari (and other abugidas) at every vowel sign, so no merge can span a word (measured on the synthetic
+# Hindi captions: 45.9 tokens a caption with GPT-2's pattern, 14.7 with this one).
+WORDS_WITH_MARKS = r"'s|'t|'re|'ve|'m|'ll|'d| ?[\p{L}\p{M}]+| ?\p{N}+| ?[^\s\p{L}\p{M}\p{N}]+|\s+(?!\S)|\s+"
 
 
 class TokenizerError(ValueError):
     """A tokenizer directory is missing or unreadable."""
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length: int) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE tokenizer with XLM-R's special tokens on ``texts``."""
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int, model_max_length: int, marks_in_words: bool = False
+) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE tokenizer with XLM-R's special tokens on ``texts``.
+
+    ``marks_in_words`` splits words with ``WORDS_WITH_MARKS`` (combining marks stay inside words) instead of
+    GPT-2's pattern; the demo model's tokenizer uses GPT-2's, a language acquirer's (``model.acquisition``)
+    this one."""
     tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
     # NFKC folds full-width forms and compatibility characters that shoppers type interchangeably.
     tokenizer.normalizer = normalizers.NFKC()
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    if marks_in_words:
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(WORDS_WITH_MARKS), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=False),
+            ]
+        )
+    else:
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

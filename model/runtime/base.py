@@ -103,8 +103,17 @@ class Encoder(Protocol):
     device: str
     capabilities: ModelCapabilities
     temperature: float  # contrastive temperature, for ``model.reranking.rerank_scores``
+    # Languages added to the frozen model by acquirers (``languages/<lang>/``, ``model.acquisition``);
+    # ``config.languages`` are the native ones.
+    acquired_languages: tuple[str, ...]
 
-    def encode_text(self, texts: Sequence[str]) -> EncodedTexts: ...
+    def encode_text(
+        self, texts: Sequence[str], languages: Sequence[str | None] | None = None
+    ) -> EncodedTexts:
+        """Encode queries. ``languages`` (one per text, or None): a text whose language has an acquirer goes
+        through it, every other text (None, a native language, an unknown one) through the base text tower
+        exactly as without ``languages``."""
+        ...
 
     def encode_images(self, images: Sequence[Image.Image] | np.ndarray) -> EncodedImages:
         """PIL images, or an (N, 3, S, S) uint8 array already resized by ``ImagePreprocessor``."""
@@ -133,3 +142,40 @@ def broadcast_query(query: EncodedTexts, count: int) -> EncodedTexts:
         np.broadcast_to(query.states, (count, *query.states.shape[1:])),
         np.broadcast_to(query.mask, (count, *query.mask.shape[1:])),
     )
+
+
+def route_languages(
+    texts: Sequence[str], languages: Sequence[str | None] | None, acquired: Sequence[str]
+) -> dict[str | None, list[int]] | None:
+    """Which texts go where: acquired language -> row indices, ``None`` -> the base tower's rows; None when
+    every text goes to the base tower (the caller then runs it exactly as without languages)."""
+    if languages is None:
+        return None
+    if isinstance(languages, str):
+        raise EncoderError(
+            f"languages must be a sequence with one entry per text, not the string {languages!r}"
+        )
+    if len(languages) != len(texts):
+        raise EncoderError(
+            f"languages must have one entry per text: {len(texts)} texts, {len(languages)} languages"
+        )
+    groups: dict[str | None, list[int]] = {}
+    for index, lang in enumerate(languages):
+        groups.setdefault(lang if lang in acquired else None, []).append(index)
+    return None if set(groups) <= {None} else groups
+
+
+def merge_encoded(parts: Sequence[tuple[Sequence[int], EncodedTexts]], count: int) -> EncodedTexts:
+    """Encoded groups back in the callers' order; states and masks zero-padded to the longest group."""
+    first = parts[0][1]
+    length = max(p.states.shape[1] for _, p in parts)
+    embeds = np.zeros((count, first.embeds.shape[1]), np.float32)
+    states = np.zeros((count, length, first.states.shape[2]), np.float32)
+    mask = np.zeros((count, length), np.int64)
+    for rows, part in parts:
+        index = np.asarray(rows, dtype=np.int64)
+        width = part.states.shape[1]
+        embeds[index] = part.embeds
+        states[index, :width] = part.states
+        mask[index, :width] = part.mask
+    return EncodedTexts(embeds, states, mask)

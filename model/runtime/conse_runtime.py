@@ -13,7 +13,7 @@ from PIL import Image
 from model.configs import ConfigError
 from model.model_dir import load_model_config
 from model.preprocessing import ImagePreprocessor
-from model.runtime.base import EncodedImages, EncodedTexts, EncoderError, ModelCapabilities
+from model.runtime.base import EncodedImages, EncodedTexts, EncoderError, ModelCapabilities, route_languages
 from model.runtime.onnx_runtime import execution_providers, session_options
 from model.starter.components import StarterModelError, check_payload, load_sentence_encoder
 from model.starter.config import IMAGE_GRAPH, ConSEConfig
@@ -27,6 +27,8 @@ class ConSEEncoder:
     # Not used: nothing is re-ranked. Kept for the interface (``rerank_scores`` divides by it).
     temperature = 1.0
     int8 = False
+    # The sentence encoder reads every language it reads without being told which; no acquirers.
+    acquired_languages: tuple[str, ...] = ()
 
     def __init__(self, model_dir: Path, device: str = "auto", threads: int = 2, int8: bool = False) -> None:
         try:
@@ -53,7 +55,10 @@ class ConSEEncoder:
         # The sentence encoder loads its weights on first use: load them now, not in the first query.
         self.encode_text(["warm-up"])
 
-    def encode_text(self, texts: Sequence[str]) -> EncodedTexts:
+    def encode_text(
+        self, texts: Sequence[str], languages: Sequence[str | None] | None = None
+    ) -> EncodedTexts:
+        route_languages(texts, languages, self.acquired_languages)  # checks the argument; routes nowhere
         n = len(texts)
         dim = self.config.embed_dim
         embeds = (

@@ -1,5 +1,7 @@
 """The ONNX Runtime encoder: the exported graphs, the tokenizer through ``tokenizers``, images through
-numpy and Pillow. Nothing here imports torch (torch and ONNX Runtime in one process slow each other)."""
+numpy and Pillow, and the acquirer graph and tokenizer of each added language (``languages/<lang>/``,
+``onnx/text_encoder.<lang>.onnx``). Nothing here imports torch (torch and ONNX Runtime in one process slow
+each other)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import onnxruntime as ort
 from PIL import Image
 from tokenizers import Tokenizer
 
+from model.acquisition_format import ACQUIRER_CONFIG, ACQUIRER_TOKENIZER, AcquirerConfig, acquirer_dirs
 from model.configs import CCRkConfig, ConfigError
 from model.onnx_format import EXPORT_MANIFEST, ONNX_DIR
 from model.preprocessing import ImagePreprocessor
@@ -23,7 +26,10 @@ from model.runtime.base import (
     Int8Limits,
     ModelCapabilities,
     broadcast_query,
+    merge_encoded,
+    route_languages,
 )
+from store.manifest import model_fingerprint
 
 
 def _fusion_options(threads: int) -> ort.SessionOptions:
@@ -47,6 +53,15 @@ def execution_providers(device: str) -> list[str]:
             "device 'cuda' requested but onnxruntime has no CUDA provider (install onnxruntime-gpu)"
         )
     return providers
+
+
+def _text_tokenizer(path: Path, max_length: int, pad_id: int) -> Tokenizer:
+    if not path.is_file():
+        raise EncoderError(f"tokenizer file not found: {path}")
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.enable_truncation(max_length)
+    tokenizer.enable_padding(pad_id=pad_id, pad_token=tokenizer.id_to_token(pad_id) or "<pad>")
+    return tokenizer
 
 
 def session_options(threads: int) -> ort.SessionOptions:
@@ -108,17 +123,60 @@ class OnnxEncoder:
         tokenizer_file = model_dir / "tokenizer.json"
         if not tokenizer_file.is_file():
             raise EncoderError(f"{model_dir} has no tokenizer.json")
-        self.tokenizer = Tokenizer.from_file(str(tokenizer_file))
-        self.tokenizer.enable_truncation(self.config.text.max_length)
         pad_id = self.config.text.pad_token_id
-        self.tokenizer.enable_padding(pad_id=pad_id, pad_token=self.tokenizer.id_to_token(pad_id) or "<pad>")
+        self.tokenizer = _text_tokenizer(tokenizer_file, self.config.text.max_length, pad_id)
         self.preprocessor = ImagePreprocessor(self.config.vision)
+        # Acquirer graphs stay fp32 whatever ``int8`` says: they were never quantized or measured.
+        self._acquirers = self._load_acquirers(model_dir, onnx_dir, options, providers)
+        self.acquired_languages: tuple[str, ...] = tuple(self._acquirers)
 
-    def encode_text(self, texts: Sequence[str]) -> EncodedTexts:
-        encodings = self.tokenizer.encode_batch([str(t) for t in texts])
+    def _load_acquirers(
+        self, model_dir: Path, onnx_dir: Path, options: ort.SessionOptions, providers: list[str]
+    ) -> dict[str, tuple[Tokenizer, ort.InferenceSession]]:
+        dirs = acquirer_dirs(model_dir)
+        if not dirs:
+            return {}
+        fingerprint = model_fingerprint(model_dir)
+        acquirers = {}
+        for lang, lang_dir in dirs.items():
+            try:
+                config = AcquirerConfig.load(lang_dir / ACQUIRER_CONFIG)
+            except ConfigError as exc:
+                raise EncoderError(str(exc)) from exc
+            if config.base_fingerprint != fingerprint:
+                raise EncoderError(
+                    f"the {lang} acquirer ({lang_dir}) was trained over other weights than {model_dir}'s"
+                )
+            graph = onnx_dir / (config.onnx_graph or f"text_encoder.{lang}.onnx")
+            if not graph.is_file():
+                raise EncoderError(
+                    f"{model_dir} has the {lang} acquirer but not its graph {graph}; add the language "
+                    "again after `ccrk export onnx`"
+                )
+            tokenizer = _text_tokenizer(
+                lang_dir / ACQUIRER_TOKENIZER, config.max_length, self.config.text.pad_token_id
+            )
+            acquirers[lang] = (tokenizer, ort.InferenceSession(str(graph), options, providers=providers))
+        return acquirers
+
+    def encode_text(
+        self, texts: Sequence[str], languages: Sequence[str | None] | None = None
+    ) -> EncodedTexts:
+        groups = route_languages(texts, languages, self.acquired_languages)
+        if groups is None:
+            return self._encode(self.tokenizer, self._text, texts)
+        parts = []
+        for lang, rows in groups.items():
+            tokenizer, graph = (self.tokenizer, self._text) if lang is None else self._acquirers[lang]
+            parts.append((rows, self._encode(tokenizer, graph, [texts[i] for i in rows])))
+        return merge_encoded(parts, len(texts))
+
+    @staticmethod
+    def _encode(tokenizer: Tokenizer, graph: ort.InferenceSession, texts: Sequence[str]) -> EncodedTexts:
+        encodings = tokenizer.encode_batch([str(t) for t in texts])
         ids = np.asarray([e.ids for e in encodings], dtype=np.int64)
         mask = np.asarray([e.attention_mask for e in encodings], dtype=np.int64)
-        embeds, states = self._text.run(None, {"input_ids": ids, "attention_mask": mask})
+        embeds, states = graph.run(None, {"input_ids": ids, "attention_mask": mask})
         return EncodedTexts(embeds, states, mask)
 
     def encode_images(self, images: Sequence[Image.Image] | np.ndarray) -> EncodedImages:

@@ -1,8 +1,9 @@
-"""The torch runtime: a CCRkModel and its tokenizer; CUDA when present."""
+"""The torch runtime: a CCRkModel and its tokenizer, and the acquirers of its added languages
+(``languages/<lang>/``, ``model.acquisition``); CUDA when present."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,8 @@ import torch
 from PIL import Image
 from transformers import PreTrainedTokenizerBase
 
+from model.acquisition import LanguageAcquirer, load_acquirer
+from model.acquisition_format import acquirer_dirs
 from model.modeling import CCRkModel, CheckpointError
 from model.preprocessing import ImagePreprocessor
 from model.runtime.base import (
@@ -21,8 +24,35 @@ from model.runtime.base import (
     EncodedTexts,
     EncoderError,
     broadcast_query,
+    merge_encoded,
+    route_languages,
 )
 from model.tokenization import TokenizerError, load_tokenizer, tokenize
+from store.manifest import model_fingerprint
+
+Acquirers = Mapping[str, tuple[LanguageAcquirer, PreTrainedTokenizerBase]]
+
+
+def load_acquirers(model_dir: Path, model: CCRkModel, device: str) -> dict[str, tuple]:
+    """Every ``languages/<lang>/`` acquirer of a model directory over ``model``; one trained over other
+    weights (another fingerprint) is refused."""
+    dirs = acquirer_dirs(model_dir)
+    if not dirs:
+        return {}
+    fingerprint = model_fingerprint(model_dir)
+    acquirers = {}
+    for lang, lang_dir in dirs.items():
+        try:
+            acquirer, tokenizer = load_acquirer(lang_dir, model, map_location=device)
+        except CheckpointError as exc:
+            raise EncoderError(str(exc)) from exc
+        if acquirer.config.base_fingerprint != fingerprint:
+            raise EncoderError(
+                f"the {lang} acquirer ({lang_dir}) was trained over other weights than {model_dir}'s "
+                f"(fingerprint {acquirer.config.base_fingerprint[:12]}, the model's {fingerprint[:12]})"
+            )
+        acquirers[lang] = (acquirer, tokenizer)
+    return acquirers
 
 
 class TorchEncoder:
@@ -39,7 +69,8 @@ class TorchEncoder:
             tokenizer = load_tokenizer(model_dir)
         except (CheckpointError, TokenizerError) as exc:
             raise EncoderError(str(exc)) from exc
-        self._wrap(model, tokenizer, device, ImagePreprocessor(model.config.vision))
+        acquirers = load_acquirers(Path(model_dir), model, device)
+        self._wrap(model, tokenizer, device, ImagePreprocessor(model.config.vision), acquirers)
 
     @classmethod
     def from_model(
@@ -48,11 +79,19 @@ class TorchEncoder:
         tokenizer: PreTrainedTokenizerBase,
         device: torch.device | str = "cpu",
         preprocessor: ImagePreprocessor | None = None,
+        acquirers: Acquirers | None = None,
     ) -> TorchEncoder:
         """The interface over a model already in memory (one being trained or evaluated), so that it is
-        evaluated like any served model; it stays on ``device`` and the thread settings are left alone."""
+        evaluated like any served model; it stays on ``device`` and the thread settings are left alone.
+        ``acquirers``: language -> (acquirer over ``model``, its tokenizer), as ``load_acquirer`` gives."""
         encoder = cls.__new__(cls)
-        encoder._wrap(model, tokenizer, str(device), preprocessor or ImagePreprocessor(model.config.vision))
+        encoder._wrap(
+            model,
+            tokenizer,
+            str(device),
+            preprocessor or ImagePreprocessor(model.config.vision),
+            dict(acquirers or {}),
+        )
         return encoder
 
     def _wrap(
@@ -61,20 +100,49 @@ class TorchEncoder:
         tokenizer: PreTrainedTokenizerBase,
         device: str,
         preprocessor: ImagePreprocessor,
+        acquirers: dict[str, tuple] | None = None,
     ) -> None:
         self.model = model.eval()
+        self.acquirers: dict[str, tuple] = acquirers or {}
+        for acquirer, _ in self.acquirers.values():
+            if acquirer.base is not model:
+                raise EncoderError(f"the {acquirer.config.lang} acquirer was built over another model object")
+            acquirer.eval()
+        self.acquired_languages: tuple[str, ...] = tuple(self.acquirers)
         self.tokenizer = tokenizer
         self.config = model.config
         self.temperature = float(model.temperature.detach())
         self.device = device
         self.preprocessor = preprocessor
 
+    def encode_text(
+        self, texts: Sequence[str], languages: Sequence[str | None] | None = None
+    ) -> EncodedTexts:
+        groups = route_languages(texts, languages, self.acquired_languages)
+        if groups is None:
+            return self._encode(self.model, self.tokenizer, self.config.text.max_length, texts)
+        parts = []
+        for lang, rows in groups.items():
+            chosen = [texts[i] for i in rows]
+            if lang is None:
+                parts.append(
+                    (rows, self._encode(self.model, self.tokenizer, self.config.text.max_length, chosen))
+                )
+            else:
+                acquirer, tokenizer = self.acquirers[lang]
+                parts.append((rows, self._encode(acquirer, tokenizer, acquirer.config.max_length, chosen)))
+        return merge_encoded(parts, len(texts))
+
     @torch.inference_mode()
-    def encode_text(self, texts: Sequence[str]) -> EncodedTexts:
-        batch = tokenize(self.tokenizer, list(texts), self.config.text.max_length)
-        out = self.model.encode_text(
-            batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device)
-        )
+    def _encode(
+        self,
+        encoder: CCRkModel | LanguageAcquirer,
+        tokenizer: PreTrainedTokenizerBase,
+        max_length: int,
+        texts: Sequence[str],
+    ) -> EncodedTexts:
+        batch = tokenize(tokenizer, list(texts), max_length)
+        out = encoder.encode_text(batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device))
         return EncodedTexts(
             out.text_embeds.float().cpu().numpy(),
             out.last_hidden_state.float().cpu().numpy(),

@@ -1,0 +1,88 @@
+"""``ccrk model add-language`` (registered on ``model.cli.model_app``): teach a frozen model a new language
+with MLA's language acquisition encoder (``model.add_language``). Heavy imports happen inside the command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+console = Console(stderr=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    console.print(f"[red]error:[/red] {message}")
+    return typer.Exit(code=2)
+
+
+def add_language_command(
+    model: Annotated[Path, typer.Option(help="Model directory (left unchanged).")],
+    lang: Annotated[str, typer.Option(help="The new language's code, e.g. ko.")],
+    out: Annotated[
+        Path, typer.Option(help="New model directory: the model, byte for byte, plus the language.")
+    ],
+    parallel: Annotated[
+        Path | None,
+        typer.Option(
+            help="TSV of 'native<TAB>new' sentence pairs (NLT); `ccrk data pairs --source --target`."
+        ),
+    ] = None,
+    captions: Annotated[
+        Path | None,
+        typer.Option(help="Catalogue jsonl (or folder: train.jsonl) with captions[LANG] and image (LE)."),
+    ] = None,
+    native: Annotated[str, typer.Option(help="The language of the pairs' first column.")] = "en",
+    steps_nlt: Annotated[int, typer.Option(min=0, help="Native Language Transfer steps.")] = 600,
+    steps_le: Annotated[int, typer.Option(min=0, help="Language Exposure steps (with --captions).")] = 300,
+    batch_size: Annotated[int, typer.Option(min=2)] = 64,
+    lr: Annotated[float, typer.Option("--lr", help="Peak learning rate of the new parameters.")] = 2e-3,
+    bottleneck: Annotated[int, typer.Option(min=1, help="Adapter width after each text layer.")] = 64,
+    vocab_size: Annotated[
+        int, typer.Option(min=300, help="Upper bound of the language's vocabulary.")
+    ] = 4000,
+    seed: int = 0,
+    threads: Annotated[int, typer.Option(min=1, help="CPU threads.")] = 2,
+) -> None:
+    """Add a language to a frozen model without re-embedding any image: a language acquisition encoder
+    (own tokenizer, new embeddings, adapters after the frozen text layers) trained by NLT on parallel
+    sentences and, with --captions, LE on captioned images. The model's files are copied unchanged, so
+    every index built with it still fits."""
+    from model.add_language import AddLanguageError, add_language
+    from model.language_training import LanguageTrainConfig
+
+    if out.resolve() == model.resolve():
+        raise _fail("--out must be a new folder, not --model")
+    try:
+        cfg = LanguageTrainConfig(
+            steps_nlt=steps_nlt,
+            steps_le=steps_le,
+            batch_size=batch_size,
+            learning_rate=lr,
+            bottleneck=bottleneck,
+            vocab_size=vocab_size,
+            seed=seed,
+            threads=threads,
+        )
+        result = add_language(
+            model,
+            lang,
+            parallel=parallel,
+            captions=captions,
+            out=out,
+            native=native,
+            config=cfg,
+            log=console.print,
+        )
+    except (AddLanguageError, ValueError) as exc:
+        raise _fail(str(exc)) from exc
+    report = result.report
+    tok = report["tokenizer"]
+    console.print(
+        f"{lang}: {report['parameters_added']:,} parameters added "
+        f"({report['parameters_added'] / report['parameters_base']:.1%} of the model); "
+        f"{tok['tokens_per_text_own']:.1f} tokens a text with its own vocabulary "
+        f"({tok['vocab_size']}), {tok['tokens_per_text_shared']:.1f} with the model's"
+    )
+    console.print(f"model directory with {lang} written to {result.out}")
