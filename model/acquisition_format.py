@@ -13,6 +13,7 @@ Layout, beside the untouched base model files::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass
@@ -126,3 +127,18 @@ def acquirer_dirs(model_dir: Path | str) -> dict[str, Path]:
 def acquired_languages(model_dir: Path | str) -> tuple[str, ...]:
     """The languages a model directory has acquirers for (not its native ``config.languages``)."""
     return tuple(acquirer_dirs(model_dir))
+
+
+def acquirers_digest(model_dir: Path | str) -> str | None:
+    """sha256 over every acquirer's config and weights (None without any): adding or retraining a language
+    leaves the model's fingerprint as it is (the image tower is untouched), but changes how queries of that
+    language encode, so caches of query embeddings and results key on this too."""
+    found = acquirer_dirs(model_dir)
+    if not found:
+        return None
+    h = hashlib.sha256()
+    for lang, folder in sorted(found.items()):
+        h.update(lang.encode() + b"\0")
+        for name in (ACQUIRER_CONFIG, ACQUIRER_WEIGHTS):
+            h.update((Path(folder) / name).read_bytes())
+    return h.hexdigest()

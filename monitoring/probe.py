@@ -49,7 +49,7 @@ def index_searcher(index: SearchableIndex, encoder: Encoder, model: str | None =
     version = index.manifest.version
 
     def search(lang: str, text: str, depth: int) -> Answer:
-        embeds = encoder.encode_text([text]).embeds
+        embeds = encoder.encode_text([text], languages=[lang]).embeds  # an acquired language: its acquirer
         _, rows = index.search(embeds, min(depth, max(1, len(index))))
         found = [int(r) for r in rows[0] if r >= 0]
         return Answer([item["id"] for item in index.items(found)], version, model)

@@ -268,7 +268,7 @@ class Monitor:
             if holder is None or pipeline is None:
                 return
             with holder.lease() as served:
-                embeds = pipeline.ranker.encode_text(text).embeds  # usually an embedding-cache hit
+                embeds = pipeline.ranker.encode_text(text, lang).embeds  # usually an embedding-cache hit
                 _, ann = served.index.search(embeds, 10)
                 _, exact = served.index.search_exact(embeds, 10)
             truth = exact[0][exact[0] >= 0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import hashlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
@@ -105,7 +106,18 @@ class Runtime:
         refusal = getattr(encoder, "int8_refusal", None)
         if refusal:
             log.warning("int8 graphs requested but not used: %s; serving fp32", refusal)
-        self.languages = tuple(encoder.config.languages)
+        # Native languages, then those added without re-embedding (MLA acquirers, `ccrk model add-language`).
+        acquired = tuple(encoder.acquired_languages)
+        self.languages = tuple(encoder.config.languages) + tuple(
+            lang for lang in acquired if lang not in encoder.config.languages
+        )
+        added = encoder.acquirers_digest
+        # What encodes queries: the model, and its acquirers (the model's fingerprint stays the same).
+        query_fingerprint = (
+            fingerprint if added is None else hashlib.sha256(f"{fingerprint}:{added}".encode()).hexdigest()
+        )
+        if acquired:
+            log.info("languages added to %s: %s", model_name_of(s.model_dir), ", ".join(acquired))
         self.cache = Cache(
             redis_url=s.redis_url,
             prefix=s.cache_prefix,
@@ -127,7 +139,7 @@ class Runtime:
         self._pipeline = SearchPipeline(
             encoder=encoder,
             model_name=model_name_of(s.model_dir),
-            model_fingerprint=fingerprint,
+            model_fingerprint=query_fingerprint,
             detector=LanguageDetector(self.languages),
             cache=self.cache,
             default_rerank=s.rerank,

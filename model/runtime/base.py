@@ -106,6 +106,9 @@ class Encoder(Protocol):
     # Languages added to the frozen model by acquirers (``languages/<lang>/``, ``model.acquisition``);
     # ``config.languages`` are the native ones.
     acquired_languages: tuple[str, ...]
+    # sha256 of their files (``model.acquisition_format.acquirers_digest``), None without any: query caches
+    # key on it, as acquiring a language leaves the model's fingerprint as it is.
+    acquirers_digest: str | None
 
     def encode_text(
         self, texts: Sequence[str], languages: Sequence[str | None] | None = None

@@ -29,6 +29,7 @@ class ConSEEncoder:
     int8 = False
     # The sentence encoder reads every language it reads without being told which; no acquirers.
     acquired_languages: tuple[str, ...] = ()
+    acquirers_digest: str | None = None
 
     def __init__(self, model_dir: Path, device: str = "auto", threads: int = 2, int8: bool = False) -> None:
         try:

@@ -14,7 +14,13 @@ import onnxruntime as ort
 from PIL import Image
 from tokenizers import Tokenizer
 
-from model.acquisition_format import ACQUIRER_CONFIG, ACQUIRER_TOKENIZER, AcquirerConfig, acquirer_dirs
+from model.acquisition_format import (
+    ACQUIRER_CONFIG,
+    ACQUIRER_TOKENIZER,
+    AcquirerConfig,
+    acquirer_dirs,
+    acquirers_digest,
+)
 from model.configs import CCRkConfig, ConfigError
 from model.onnx_format import EXPORT_MANIFEST, ONNX_DIR
 from model.preprocessing import ImagePreprocessor
@@ -129,6 +135,7 @@ class OnnxEncoder:
         # Acquirer graphs stay fp32 whatever ``int8`` says: they were never quantized or measured.
         self._acquirers = self._load_acquirers(model_dir, onnx_dir, options, providers)
         self.acquired_languages: tuple[str, ...] = tuple(self._acquirers)
+        self.acquirers_digest: str | None = acquirers_digest(model_dir)
 
     def _load_acquirers(
         self, model_dir: Path, onnx_dir: Path, options: ort.SessionOptions, providers: list[str]

@@ -12,7 +12,7 @@ from PIL import Image
 from transformers import PreTrainedTokenizerBase
 
 from model.acquisition import LanguageAcquirer, load_acquirer
-from model.acquisition_format import acquirer_dirs
+from model.acquisition_format import acquirer_dirs, acquirers_digest
 from model.modeling import CCRkModel, CheckpointError
 from model.preprocessing import ImagePreprocessor
 from model.runtime.base import (
@@ -71,6 +71,7 @@ class TorchEncoder:
             raise EncoderError(str(exc)) from exc
         acquirers = load_acquirers(Path(model_dir), model, device)
         self._wrap(model, tokenizer, device, ImagePreprocessor(model.config.vision), acquirers)
+        self.acquirers_digest = acquirers_digest(model_dir)
 
     @classmethod
     def from_model(
@@ -109,6 +110,7 @@ class TorchEncoder:
                 raise EncoderError(f"the {acquirer.config.lang} acquirer was built over another model object")
             acquirer.eval()
         self.acquired_languages: tuple[str, ...] = tuple(self.acquirers)
+        self.acquirers_digest: str | None = None  # of the files loaded (``model.acquisition_format``)
         self.tokenizer = tokenizer
         self.config = model.config
         self.temperature = float(model.temperature.detach())

@@ -121,7 +121,7 @@ class SearchPipeline:
                     return TextOutcome(cached, ranked=None)
         allowed = allowed_rows(filters, served)
         t0 = time.perf_counter()
-        query = self.ranker.encode_text(text)
+        query = self.ranker.encode_text(text, language.code)
         encode_s = time.perf_counter() - t0
         ranked = self.ranker.text(
             served,
@@ -169,6 +169,7 @@ class SearchPipeline:
         return digest(
             [
                 served.version,
+                self.model_fingerprint,  # of the query side: a language added to the model changes it
                 text,
                 request.top_k,
                 request.offset,
@@ -221,7 +222,7 @@ class SearchPipeline:
             text = normalise_query(raw)
             ranked = self.ranker.text(
                 served,
-                self.ranker.encode_text(text),
+                self.ranker.encode_text(text, lang),
                 top_k=body.top_k,
                 offset=0,
                 rerank=rerank,

@@ -57,7 +57,8 @@ class Ranker:
     ) -> None:
         self.encoder = encoder
         self.cache = cache
-        self.model_fingerprint = model_fingerprint
+        self.model_fingerprint = model_fingerprint  # of what encodes queries: the model and its acquirers
+        self.acquired = frozenset(encoder.acquired_languages)
         self.rerank_score = rerank_score
         needed = MATCH_OUTPUT[rerank_score]
         if encoder.capabilities.rerank and needed not in encoder.capabilities.fusion_outputs:
@@ -66,20 +67,28 @@ class Ranker:
                 "export lacks; re-run `ccrk export onnx` or keep the default score"
             )
 
-    def encode_text(self, text: str) -> EncodedTexts:
-        """A normalised query's embedding (and text states for re-ranking), from the cache when there."""
+    def encode_text(self, text: str, lang: str | None = None) -> EncodedTexts:
+        """A normalised query's embedding (and text states for re-ranking), from the cache when there. A query
+        in a language the model acquired (``lang``, detected or hinted) goes through that language's acquirer;
+        any other through the model's own text tower."""
+        route = lang if lang in self.acquired else None
         if not self.cache.enabled:
-            return self.encoder.encode_text([text]).row(0)
-        key = f"{self.model_fingerprint[:16]}:{digest(text)}"
+            return self._encode(text, route)
+        key = f"{self.model_fingerprint[:16]}:{route or ''}:{digest(text)}"
         cached = self.cache.get(EMBEDDING, key)
         if cached is not None:
             try:
                 return unpack_texts(cached)
             except (ValueError, OSError, EOFError):
                 pass  # a foreign or truncated entry: encode again and overwrite it
-        encoded = self.encoder.encode_text([text]).row(0)
+        encoded = self._encode(text, route)
         self.cache.set(EMBEDDING, key, pack_texts(encoded))
         return encoded
+
+    def _encode(self, text: str, route: str | None) -> EncodedTexts:
+        if route is None:
+            return self.encoder.encode_text([text]).row(0)
+        return self.encoder.encode_text([text], languages=[route]).row(0)
 
     def by_embedding(
         self, served: Served, embeds: np.ndarray, *, top_k: int, offset: int, allowed: np.ndarray | None
