@@ -135,8 +135,9 @@ class Settings(BaseSettings):
     ray_shard_memory_mb: int | None = Field(
         None,
         ge=1,
-        description="With serve_engine ray: memory Ray reserves per shard replica (size it to the shard's"
-        " index plus re-rank store; `ccrk index info` shows them); unset: none reserved.",
+        description="With serve_engine ray: memory Ray reserves per shard replica: about twice the shard's"
+        " index plus re-rank store (`ccrk index info`), as a replica holds the old and the new version"
+        " during a swap; unset: none reserved.",
     )
     ray_max_replicas_per_node: int | None = Field(
         None,

@@ -33,7 +33,7 @@ class ClusterOptions:
     shard_replicas: int = 1
     ingress_replicas: int = 1
     shard_cpus: float = 0.5
-    ingress_cpus: float = 0.5
+    ingress_cpus: float = 1.0
     shard_memory: int | None = None  # bytes Ray reserves per shard replica
     max_replicas_per_node: int | None = None  # per shard deployment: spreads a shard's replicas over nodes
     retries: int = 2  # per shard call, on a replica that died or is unreachable
@@ -88,9 +88,19 @@ class ShardDeployment(ShardServer):
 
 
 def _retry_errors() -> tuple[type[BaseException], ...]:
-    from ray.exceptions import ActorUnavailableError, RayActorError
+    """A replica that died or cannot be reached: the call is sent again (Serve routes it to another)."""
+    from ray.exceptions import ActorUnavailableError, NodeDiedError, RayActorError
+    from ray.serve.exceptions import ReplicaUnavailableError
 
-    return (RayActorError, ActorUnavailableError)
+    return (RayActorError, ActorUnavailableError, ReplicaUnavailableError, NodeDiedError)
+
+
+def _unreachable_errors() -> tuple[type[BaseException], ...]:
+    """Any other failure of Ray or Serve (no replica of a deployment, back pressure, lost objects): a 503."""
+    from ray.exceptions import RayError
+    from ray.serve.exceptions import RayServeException
+
+    return (RayError, RayServeException)
 
 
 class Ingress:
@@ -100,12 +110,21 @@ class Ingress:
         self.settings = settings
         self.shards = list(shards)  # DeploymentHandles, one per shard
         self.options = options
+        self._app: Any = None
 
     def _call(self, shard: int, method: str, *args: Any) -> Any:
         return getattr(self.shards[shard], method).remote(*args)
 
+    def check_health(self) -> None:
+        """Serve's health check, the first one included: a replica that serves no version yet (its shards
+        are still loading or starting, or the version cannot be opened) is not ready, so a rolling update
+        keeps the old ingress replicas, which serve the old version, until the new ones can serve."""
+        holder = self._app.state.runtime.holder if self._app is not None else None
+        if holder is not None and holder.served is None:
+            raise RuntimeError(f"no version served yet: {holder.last_error or 'loading'}")
+
     def __serve_build_asgi_app__(self) -> Any:
-        app = create_app(self.settings)
+        app = self._app = create_app(self.settings)
         app.state.runtime.index_opener = remote_opener(
             self._call,
             len(self.shards),
@@ -113,6 +132,7 @@ class Ingress:
             retries=self.options.retries,
             timeout_s=self.options.timeout_s,
             retry_on=_retry_errors(),
+            unreachable_on=_unreachable_errors(),
         )
         return app
 

@@ -56,6 +56,7 @@ class RemoteShardedIndex:
         timeout_s: float = 30.0,
         open_timeout_s: float = 120.0,
         retry_on: tuple[type[BaseException], ...] = (),
+        unreachable_on: tuple[type[BaseException], ...] = (),
     ) -> None:
         if not manifest.is_sharded:
             raise IndexFormatError(f"{path} is not a sharded version")
@@ -66,13 +67,14 @@ class RemoteShardedIndex:
             raise IndexFormatError(
                 f"{path} has {self.sharding.shard_count} shards; the Ray Serve app was started with "
                 f"{shard_count} shard deployments (`ccrk serve --engine ray` deploys again for it; after "
-                "`serve deploy`, deploy the config again)"
+                "`serve deploy`, set args.index_shards to the new count in the config and deploy it again)"
             )
         self._call = call
         self.retries = retries
         self.timeout_s = timeout_s
         self.open_timeout_s = open_timeout_s  # opening waits for replicas still starting, and loads files
-        self.retry_on = retry_on
+        self.retry_on = retry_on  # a replica died: sent again, to another one
+        self.unreachable_on = unreachable_on  # other failures of the engine: IndexUnreachableError (503)
         self._offsets = self.sharding.offsets()
         self._totals = np.array([e.total_rows for e in self.sharding.shards], dtype=np.int64)
         # Every shard opens the version now (a swap loads it everywhere before it serves), says what it has.
@@ -98,6 +100,9 @@ class RemoteShardedIndex:
             try:
                 return pending.result(timeout_s=timeout_s)
             except TimeoutError as exc:  # Ray's GetTimeoutError too: a slow shard is not retried (load)
+                cancel = getattr(pending, "cancel", None)
+                if cancel is not None:
+                    cancel()
                 raise IndexUnreachableError(
                     f"shard {shard} of {self.version} did not answer {method} within {timeout_s:g} s"
                 ) from exc
@@ -107,6 +112,12 @@ class RemoteShardedIndex:
                         f"shard {shard} of {self.version}: {method} failed on {attempt + 1} replicas: {exc}"
                     ) from exc
                 pending = self._send(shard, method, args)
+            except IndexFormatError:
+                raise  # the shard's own answer (a bad filter, a broken file): Ray re-raises it as such
+            except self.unreachable_on as exc:  # the engine's other failures: no replica, back pressure...
+                raise IndexUnreachableError(
+                    f"shard {shard} of {self.version}: {method} failed: {exc}"
+                ) from exc
         raise AssertionError("unreachable")
 
     def _one(self, shard: int, method: str, args: tuple) -> Any:

@@ -36,7 +36,8 @@ FAST_PATH_ENV: dict[str, str] = {
 
 def shard_count_of(settings: Settings) -> int:
     """Shards of the version CURRENT names: one deployment each (0 for an unsharded version, which the
-    ingress reads itself). A later version with another shard count is refused until a restart."""
+    ingress reads itself). The ingress refuses a later version with another shard count until the app is
+    deployed again (``redeploy_if_resharded``)."""
     version = current_version(settings.index_root, settings.index_name)
     if version is None:
         raise IndexNotFoundError(
@@ -74,7 +75,11 @@ def redeploy_if_resharded(settings: Settings, deployed: int, options: ClusterOpt
     if count == deployed:
         return deployed
     log.info("CURRENT has %d shard(s), the app %d: deploying it again", count, deployed)
-    serve.run(build_application(settings, count, options), name=APP_NAME, route_prefix="/")
+    try:
+        serve.run(build_application(settings, count, options), name=APP_NAME, route_prefix="/")
+    except Exception:  # a failed rollout: Serve keeps the old replicas serving; try again at the next poll
+        log.exception("deploying the app for %d shard(s) failed; trying again at the next poll", count)
+        return deployed
     return count
 
 
@@ -102,9 +107,9 @@ def serve_on_ray(settings: Settings, options: ClusterOptions | None = None) -> N
     if settings.ray_serve_fast_path:
         for key, value in FAST_PATH_ENV.items():
             os.environ.setdefault(key, value)  # inherited by a Ray that ray.init starts here
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupt)
     ray.init(address=settings.ray_address, log_to_driver=False)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)  # after ray.init, which installs its own (sys.exit)
     try:
         wanted, available = _wanted_cpus(options, count), ray.cluster_resources().get("CPU", 0.0)
         if wanted > available:  # an autoscaling cluster may add nodes; a fixed one waits forever

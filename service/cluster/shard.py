@@ -55,14 +55,22 @@ class ShardServer:
         self._open: dict[str, _Open] = {}
         self._lock = threading.Lock()
         self._current: tuple[float, str | None] = (-1.0, None)  # (read at, CURRENT's version)
+        self._loading: dict[str, threading.Event] = {}  # versions being loaded, set when done
 
     def _current_version(self, now: float) -> str | None:
-        """CURRENT, read at most once a second: the ingress's release reaches one replica of a shard, so the
-        others close a version CURRENT no longer names once it is idle."""
+        """CURRENT, read at most once a second (under the lock). The ingress's ``open`` and ``release`` reach
+        one replica of a shard: the others load a version CURRENT newly names in the background (so their
+        first call for it does not wait for the load), and close one CURRENT no longer names once idle."""
         read_at, version = self._current
-        if now - read_at >= 1.0:
+        if now - read_at < 1.0:
+            return version
+        try:
             version = current_version(self.root, self.name)
-            self._current = (now, version)
+        except (OSError, IndexFormatError):  # a flaky shared file system: keep what was read last
+            return version
+        self._current = (now, version)
+        if version is not None and version not in self._open and version not in self._loading:
+            threading.Thread(target=self._preload, args=(version,), daemon=True).start()
         return version
 
     # -- versions --------------------------------------------------------------------------------------------
@@ -81,32 +89,69 @@ class ShardServer:
             raise IndexFormatError(f"{folder / entry.dir}: manifest sha256 differs from the version's")
         return IndexVersion(folder / entry.dir, shard_manifest)
 
+    def _preload(self, version: str) -> None:
+        with contextlib.suppress(Exception):  # a call for it loads it again and reports the error
+            self._release_call(self._acquire(version, serving=False))
+
+    def _release_call(self, found: _Open) -> None:
+        with self._lock:
+            found.busy -= 1
+            found.used = time.monotonic()
+
+    def _acquire(self, version: str, serving: bool) -> _Open:
+        """The open version with one more call on it, loaded first if needed: outside the lock (reading a
+        shard's files takes long; calls for other versions go on meanwhile), once per version."""
+        while True:
+            with self._lock:
+                found = self._open.get(version)
+                if found is not None:
+                    found.used = time.monotonic()
+                    if serving:
+                        found.released = False
+                    found.busy += 1
+                    return found
+                loading = self._loading.get(version)
+                mine = loading is None
+                if mine:
+                    loading = self._loading[version] = threading.Event()
+            if not mine:
+                loading.wait()
+                continue  # loaded (or failed: then this call tries itself and reports the error)
+            try:
+                index = self._load(version)
+            except BaseException:
+                with self._lock:
+                    self._loading.pop(version, None)
+                loading.set()
+                raise
+            with self._lock:
+                found = self._open[version] = _Open(index)
+                self._loading.pop(version, None)
+                found.busy += 1
+            loading.set()
+            return found
+
     @contextlib.contextmanager
     def _using(self, version: str, *, serving: bool = False) -> Iterator[IndexVersion]:
         """``version`` open for one call; ``serving``: the ingress starts serving it (again)."""
-        with self._lock:
-            found = self._open.get(version)
-            if found is None:
-                found = self._open[version] = _Open(self._load(version))
-            found.used = time.monotonic()
-            if serving:
-                found.released = False
-            found.busy += 1
-            self._evict(keep=version)
+        found = self._acquire(version, serving)
         try:
+            with self._lock:
+                self._evict(keep=version)
             yield found.index
         finally:
-            with self._lock:
-                found.busy -= 1
-                found.used = time.monotonic()
+            self._release_call(found)
 
     def _evict(self, keep: str) -> None:
         now = time.monotonic()
         idle = [v for v, o in self._open.items() if v != keep and not o.busy]
-        current = self._current_version(now) if idle else None
+        current = self._current_version(now)
         for version in idle:
             opened = self._open[version]
-            if (opened.released or version != current) and now - opened.used > self.idle_s:
+            # Released here: idle_s. Not released here but no longer CURRENT (released on another replica,
+            # or served over CURRENT by an admin override): ten times as long, so an override keeps it warm.
+            limit = self.idle_s if opened.released else None if version == current else 10 * self.idle_s
+            if limit is not None and now - opened.used > limit:
                 del self._open[version]
                 opened.index.close()
         idle = [v for v in idle if v in self._open]

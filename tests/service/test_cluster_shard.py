@@ -5,6 +5,7 @@ as the plain one."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +40,7 @@ def test_a_released_version_closes_once_idle(two_versions: tuple[Path, str, str]
     server.release(old)
     server.search(new, vectors(1, seed=3), 3, None)
     assert server.loaded() == sorted([old, new])  # released, not idle long enough
-    server.idle_s = 0.0
+    server.idle_s = -1.0
     server.search(new, vectors(1, seed=3), 3, None)
     assert server.loaded() == [new]
     server.open(old)  # asked for again, but CURRENT names new: closed once idle all the same
@@ -54,7 +55,7 @@ def test_a_version_current_no_longer_names_closes_on_every_replica(
     """The ingress's release reaches one replica of a shard; the others close an idle version CURRENT no
     longer names, and keep the current one however long it idles."""
     root, old, new = two_versions
-    replica = ShardServer(str(root), NAME, 0, idle_s=0.0)
+    replica = ShardServer(str(root), NAME, 0, idle_s=-1.0)
     replica.open(old)  # serving=True: not released on this replica
     replica.open(new)
     replica.search(new, vectors(1, seed=3), 3, None)
@@ -65,7 +66,7 @@ def test_a_version_current_no_longer_names_closes_on_every_replica(
 
 def test_no_version_is_closed_under_a_call(two_versions: tuple[Path, str, str]) -> None:
     root, old, new = two_versions
-    server = ShardServer(str(root), NAME, 0, max_versions=1, idle_s=0.0)
+    server = ShardServer(str(root), NAME, 0, max_versions=1, idle_s=-1.0)
     server.open(old)
     server.release(old)
     with server._using(old) as reading:  # a call on old in another thread, still running
@@ -154,3 +155,47 @@ def test_shards_out_of_reach_give_a_retryable_error(two_versions: tuple[Path, st
     reachable["now"] = True
     assert holder.check() and holder.served is not None and holder.served.version == new
     holder.close()
+
+
+def test_a_slow_load_blocks_no_other_version_and_current_is_preloaded(
+    two_versions: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading a version (reading a shard's files) happens outside the lock, once: calls on the old version
+    go on meanwhile, and every call for the new one waits for that one load. A replica the ingress's open
+    did not reach loads the version CURRENT names by itself."""
+    import threading
+
+    root, old, new = two_versions
+    server = ShardServer(str(root), NAME, 0)
+    server.open(old)
+    gate, loads = threading.Event(), []
+    real_load = server._load
+
+    def slow_load(version: str):  # type: ignore[no-untyped-def]
+        loads.append(version)
+        if version == new:
+            assert gate.wait(10)
+        return real_load(version)
+
+    monkeypatch.setattr(server, "_load", slow_load)
+    server._current = (-1.0, None)  # read CURRENT at the next call: it names new, not loaded here
+    found: list = []
+    callers = [threading.Thread(target=lambda: found.append(server.search(new, vectors(1, seed=3), 3, None)))]
+    callers[0].start()
+    assert len(server.search(old, vectors(1, seed=3), 3, None)[1][0]) == 3  # not stuck behind the load
+    callers.append(
+        threading.Thread(target=lambda: found.append(server.search(new, vectors(1, seed=3), 3, None)))
+    )
+    callers[1].start()
+    gate.set()
+    for caller in callers:
+        caller.join(10)
+    assert len(found) == 2 and loads.count(new) == 1
+    assert server.loaded() == sorted([old, new])
+
+    fresh = ShardServer(str(root), NAME, 1)
+    fresh.open(old)  # its first look at CURRENT: new, loaded in the background
+    deadline = time.monotonic() + 10
+    while new not in fresh.loaded():
+        assert time.monotonic() < deadline, "CURRENT's version was not preloaded"
+        time.sleep(0.01)

@@ -102,11 +102,11 @@ def ray_cluster(sharded_root: tuple[Path, Path]) -> Iterator[tuple[str, Any, Set
         port = _free_port()
         serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
         settings = make_settings(
-            sharded_root[0], index_name=NAME, ray_shard_replicas=2, ray_shard_cpus=0.25,
+            sharded_root[0], index_name=NAME, ray_shard_replicas=3, ray_shard_cpus=0.25,
             ray_ingress_cpus=0.5, ray_max_replicas_per_node=1,
         )  # fmt: skip
         options = ClusterOptions.from_settings(settings)
-        assert (options.shard_replicas, options.max_replicas_per_node, options.retries) == (2, 1, 2)
+        assert (options.shard_replicas, options.max_replicas_per_node, options.retries) == (3, 1, 2)
         serve.run(build_application(settings, SHARDS, options), name="ccrk", route_prefix="/")
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
@@ -229,8 +229,13 @@ def _load_loop(url: str, texts: list[str], stop: threading.Event, seen: list, er
     with httpx.Client(base_url=url, timeout=30) as client:
         n = 0
         while not stop.is_set():
-            response = client.post("/v1/search", json={"query": texts[n % len(texts)], "top_k": 40})
-            n += 1
+            try:
+                response = client.post("/v1/search", json={"query": texts[n % len(texts)], "top_k": 40})
+            except httpx.HTTPError as exc:  # a failed request, not a dead loop that checks nothing
+                errors.append(f"{type(exc).__name__}: {exc}")
+                continue
+            finally:
+                n += 1
             if response.status_code != 200:
                 errors.append(f"{response.status_code} {response.text[:300]}")
                 continue
@@ -239,7 +244,7 @@ def _load_loop(url: str, texts: list[str], stop: threading.Event, seen: list, er
 
 
 def test_a_killed_shard_replica_fails_no_request(serve_url: str, sharded_root: tuple[Path, Path]) -> None:
-    """Each shard has 2 replicas (one per node); one replica of every shard is killed under load: the
+    """Each shard has 3 replicas (one per node); one replica of every shard is killed under load: the
     ingress's retry sends each failed call to the other replica, so no search fails."""
     import ray
 
@@ -278,8 +283,10 @@ def test_a_node_removed_under_load_fails_no_request(
     ray_cluster: tuple[str, Any, Settings], sharded_root: tuple[Path, Path]
 ) -> None:
     """A whole worker node (its raylet and every replica on it) is removed, not gracefully, under a bounded
-    load loop: each shard keeps its replica on another node (max 1 per node), the ingress retries the calls
-    that were on the lost node, so no search fails; then a node joins again for the tests after."""
+    load loop: every node holds one replica of every shard (3 replicas, max 1 per node), so each shard keeps
+    two on other nodes; the ingress retries the calls that were on the lost node, so no search fails; then
+    a node joins again for the tests after. The node removed is one without the ingress (a lost ingress
+    replica's requests in flight fail: see the README)."""
     from ray._private import state  # the GCS actor table; ray.util.state needs the dashboard
 
     url, cluster, _ = ray_cluster
