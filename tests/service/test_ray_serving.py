@@ -6,6 +6,7 @@ in one answer; ``RemoteShardedIndex`` retries a call whose replica died."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -46,8 +47,6 @@ QUERIES = [("en", 0), ("de", 5), ("ja", 9), ("fr", 13), ("zh", 21), ("es", 30)]
 
 
 def _records(folder: Path) -> list[dict]:
-    import json
-
     return [json.loads(line) for line in (folder / "test.jsonl").read_text().splitlines() if line.strip()]
 
 
@@ -225,37 +224,51 @@ def test_remote_index_equals_sharded_index_and_retries(sharded_root: tuple[Path,
     assert all(s.loaded() == [version] for s in servers)
 
 
-def _load_loop(url: str, texts: list[str], stop: threading.Event, seen: list, errors: list[str]) -> None:
-    with httpx.Client(base_url=url, timeout=30) as client:
-        n = 0
-        while not stop.is_set():
-            try:
-                response = client.post("/v1/search", json={"query": texts[n % len(texts)], "top_k": 40})
-            except httpx.HTTPError as exc:  # a failed request, not a dead loop that checks nothing
-                errors.append(f"{type(exc).__name__}: {exc}")
-                continue
-            finally:
+class Load:
+    """A bounded load loop in a thread: six multilingual searches in turn until the block ends; ``seen``
+    holds (index_version, ids) of every answer, ``errors`` every failed request (status or transport)."""
+
+    def __init__(self, url: str, folder: Path) -> None:
+        recs = _records(folder)
+        self.texts = [recs[i]["captions"][lang][0] for lang, i in QUERIES]
+        self.url = url
+        self.seen: list[tuple[str, list[str]]] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=30) as client:
+            n = 0
+            while not self._stop.is_set():
+                text = self.texts[n % len(self.texts)]
                 n += 1
-            if response.status_code != 200:
-                errors.append(f"{response.status_code} {response.text[:300]}")
-                continue
-            body = response.json()
-            seen.append((body["index_version"], [hit["id"] for hit in body["results"]]))
+                try:
+                    response = client.post("/v1/search", json={"query": text, "top_k": 40})
+                except httpx.HTTPError as exc:  # a failed request, not a dead loop that checks nothing
+                    self.errors.append(f"{type(exc).__name__}: {exc}")
+                    continue
+                if response.status_code != 200:
+                    self.errors.append(f"{response.status_code} {response.text[:300]}")
+                    continue
+                body = response.json()
+                self.seen.append((body["index_version"], [hit["id"] for hit in body["results"]]))
 
 
 def test_a_killed_shard_replica_fails_no_request(serve_url: str, sharded_root: tuple[Path, Path]) -> None:
     """Each shard has 3 replicas (one per node); one replica of every shard is killed under load: the
-    ingress's retry sends each failed call to the other replica, so no search fails."""
+    ingress's retry sends each failed call to another replica, so no search fails."""
     import ray
 
-    recs = _records(sharded_root[1])
-    texts = [recs[i]["captions"][lang][0] for lang, i in QUERIES]
-    seen: list[tuple[str, list[str]]] = []
-    errors: list[str] = []
-    stop = threading.Event()
-    thread = threading.Thread(target=_load_loop, args=(serve_url, texts, stop, seen, errors), daemon=True)
-    thread.start()
-    try:
+    with Load(serve_url, sharded_root[1]) as load:
         time.sleep(1.0)
         victims = [
             a["name"]
@@ -269,14 +282,11 @@ def test_a_killed_shard_replica_fails_no_request(serve_url: str, sharded_root: t
                 killed[shard] = name
                 ray.kill(ray.get_actor(name, namespace="serve"), no_restart=True)
         assert len(killed) == SHARDS, victims
-        before = len(seen)
+        before = len(load.seen)
         time.sleep(3.0)
-        assert len(seen) > before
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-    assert not errors, errors[:3]
-    assert all(len(ids) == 40 for _, ids in seen)
+        assert len(load.seen) > before
+    assert not load.errors, load.errors[:3]
+    assert all(len(ids) == 40 for _, ids in load.seen)
 
 
 def test_a_node_removed_under_load_fails_no_request(
@@ -290,8 +300,6 @@ def test_a_node_removed_under_load_fails_no_request(
     from ray._private import state  # the GCS actor table; ray.util.state needs the dashboard
 
     url, cluster, _ = ray_cluster
-    recs = _records(sharded_root[1])
-    texts = [recs[i]["captions"][lang][0] for lang, i in QUERIES]
     replicas = [
         (a["Name"], a["Address"]["NodeID"])
         for a in state.actors().values()
@@ -303,66 +311,42 @@ def test_a_node_removed_under_load_fails_no_request(
         node for node in sorted(cluster.worker_nodes, key=lambda n: n.node_id)
         if node.node_id not in ingress_nodes and node.node_id in shard_nodes
     )  # fmt: skip
-    seen: list[tuple[str, list[str]]] = []
-    errors: list[str] = []
-    stop = threading.Event()
-    thread = threading.Thread(target=_load_loop, args=(url, texts, stop, seen, errors), daemon=True)
-    thread.start()
     try:
-        time.sleep(1.0)
-        cluster.remove_node(victim, allow_graceful=False)
-        before = len(seen)
-        time.sleep(4.0)
-        assert len(seen) > before, "no answer after the node was removed"
+        with Load(url, sharded_root[1]) as load:
+            time.sleep(1.0)
+            cluster.remove_node(victim, allow_graceful=False)
+            before = len(load.seen)
+            time.sleep(4.0)
+            assert len(load.seen) > before, "no answer after the node was removed"
     finally:
-        stop.set()
-        thread.join(timeout=30)
         cluster.add_node(**NODE_ARGS)
         cluster.wait_for_nodes()
-    assert not errors, errors[:3]
-    assert len(seen) > 10 and all(len(ids) == 40 for _, ids in seen)
+    assert not load.errors, load.errors[:3]
+    assert len(load.seen) > 10 and all(len(ids) == 40 for _, ids in load.seen)
 
 
 def test_a_swap_under_load_never_mixes_versions(serve_url: str, sharded_root: tuple[Path, Path]) -> None:
     root, folder = sharded_root
     before = current_version(root, NAME)
     recs = _records(folder)
-    texts = [recs[i]["captions"][lang][0] for lang, i in QUERIES]
-    seen: list[tuple[str, list[str]]] = []
-    errors: list[str] = []
-    stop = threading.Event()
-
-    thread = threading.Thread(target=_load_loop, args=(serve_url, texts, stop, seen, errors), daemon=True)
-    thread.start()
-    try:
+    # A new version of the same 40 products minus 4: its answers hold none of them.
+    subset = folder / "fewer.jsonl"
+    kept = [dict(rec, image=str(folder / rec["image"])) for rec in recs[4:]]
+    subset.write_text("".join(json.dumps(rec) + "\n" for rec in kept))
+    with Load(serve_url, folder) as load:
         time.sleep(1.0)
-        # A new version of the same 40 products minus 4: its answers hold none of them.
-        subset = folder / "fewer.jsonl"
-        lines = (folder / "test.jsonl").read_text().splitlines()
-        import json
-
-        kept = []
-        for line in lines[4:]:
-            rec = json.loads(line)
-            rec["image"] = str(folder / rec["image"])
-            kept.append(json.dumps(rec))
-        subset.write_text("\n".join(kept) + "\n")
         report = build(NAME, [subset], settings=_build_settings(root))
         assert report.published
         after = current_version(root, NAME)
         deadline = time.monotonic() + 30
-        while not any(v == after for v, _ in seen[-5:]):
-            assert time.monotonic() < deadline, "the ingress did not swap within 30 s"
+        while not any(v == after for v, _ in load.seen[-5:]):
+            assert time.monotonic() < deadline, f"the ingress did not swap within 30 s: {load.errors[:3]}"
             time.sleep(0.2)
         time.sleep(0.5)
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-    assert not errors, errors[:3]
+    assert not load.errors, load.errors[:3]
     removed = {recs[i]["id"] for i in range(4)}
-    versions = {v for v, _ in seen}
-    assert versions == {before, after}
-    for version, ids in seen:
+    assert {v for v, _ in load.seen} == {before, after}
+    for version, ids in load.seen:
         if version == after:
             assert len(ids) == 36 and not removed & set(ids)
         else:
@@ -380,29 +364,19 @@ def test_a_version_with_another_shard_count_is_deployed_again(
     url, _, settings = ray_cluster
     root, folder = sharded_root
     before = current_version(root, NAME)
-    recs = _records(folder)
-    texts = [recs[i]["captions"][lang][0] for lang, i in QUERIES]
-    seen: list[tuple[str, list[str]]] = []
-    errors: list[str] = []
-    stop = threading.Event()
-    thread = threading.Thread(target=_load_loop, args=(url, texts, stop, seen, errors), daemon=True)
-    thread.start()
-    try:
+    with Load(url, folder) as load:
         report = build(NAME, [folder / "test.jsonl"], settings=_build_settings(root, shards=2))
         assert report.published and report.index_shards == 2
         after = current_version(root, NAME)
         time.sleep(1.0)
-        assert all(v == before for v, _ in seen[-3:])  # the 3-shard app cannot open it: keeps the old one
+        assert all(v == before for v, _ in load.seen[-3:])  # the 3-shard app cannot open it: the old one
         options = ClusterOptions.from_settings(settings)
         assert redeploy_if_resharded(settings, SHARDS, options) == 2
         assert redeploy_if_resharded(settings, 2, options) == 2  # nothing to do
         deadline = time.monotonic() + 60
-        while not any(v == after for v, _ in seen[-3:]):
-            assert time.monotonic() < deadline, "the redeployed app did not serve the 2-shard version"
+        while not any(v == after for v, _ in load.seen[-3:]):
+            assert time.monotonic() < deadline, f"the 2-shard version was not served: {load.errors[:3]}"
             time.sleep(0.2)
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-    assert not errors, errors[:3]
-    assert {v for v, _ in seen} == {before, after}
-    assert all(len(ids) == 40 for v, ids in seen if v == after)
+    assert not load.errors, load.errors[:3]
+    assert {v for v, _ in load.seen} == {before, after}
+    assert all(len(ids) == 40 for v, ids in load.seen if v == after)
