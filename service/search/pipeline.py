@@ -89,11 +89,14 @@ class SearchPipeline:
         self.max_upload_bytes = max_upload_bytes
         self.max_query_pixels = max_query_pixels
 
-    def resolve_rerank(self, requested: bool | None) -> bool:
-        """Whether to re-rank: the request's choice, else the server default; refused (422 naming the
-        ``rerank`` field) when the model has no fusion encoder, rather than silently not re-ranking."""
+    def resolve_rerank(self, requested: bool | None, lang: str | None = None) -> bool:
+        """Whether to re-rank: the request's choice, else the server default, except for a language the model
+        acquired (``ccrk model add-language``): the frozen fusion encoder never saw an acquirer's states and
+        re-ranking cost those languages 2-3 points of R@1 (bench/add_language.py), so they are not re-ranked
+        unless a request asks. Refused (422 naming the ``rerank`` field) when the model has no fusion
+        encoder, rather than silently not re-ranking."""
         if requested is None:
-            return self.default_rerank
+            return self.default_rerank and lang not in self.ranker.acquired
         if requested and not self.can_rerank:
             raise InvalidInputError(
                 f"the model {self.model_name} has no fusion encoder, so it cannot re-rank; "
@@ -110,7 +113,7 @@ class SearchPipeline:
         if not text:
             raise InvalidInputError("query is empty after whitespace normalisation", loc=("body", "query"))
         language = self.detector.resolve(text, request.lang)
-        rerank = self.resolve_rerank(request.rerank)
+        rerank = self.resolve_rerank(request.rerank, language.code)
         filters = SearchFilters.of(request.filters)
         result_key = self._result_key(served, request, text, rerank, filters, language)
         if result_key is not None:
@@ -214,7 +217,7 @@ class SearchPipeline:
 
     def consistency(self, served: Served, body: ConsistencyRequest) -> ConsistencyOutcome:
         """Each language's result ids, compared (``monitoring.consistency``)."""
-        rerank = self.resolve_rerank(body.rerank)
+        self.resolve_rerank(body.rerank)  # a request the model cannot honour is refused before any work
         allowed = allowed_rows(SearchFilters.of(body.filters), served)  # the same rows for every language
         rerank_k = max(body.top_k, self.default_rerank_k)
         per_language, ranked_all = [], []
@@ -225,7 +228,7 @@ class SearchPipeline:
                 self.ranker.encode_text(text, lang),
                 top_k=body.top_k,
                 offset=0,
-                rerank=rerank,
+                rerank=self.resolve_rerank(body.rerank, lang),
                 rerank_k=rerank_k,
                 allowed=allowed,
             )
