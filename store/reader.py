@@ -36,6 +36,17 @@ from store.versions import current_version
 EXACT_FILTER_MAX = 16_384
 
 
+def check_queries(queries: np.ndarray, k: int, embed_dim: int) -> np.ndarray:
+    """Queries as a C-contiguous (Q, embed_dim) float32 array; IndexFormatError for another shape or k < 1.
+    Every ``SearchableIndex`` checks its search arguments through this."""
+    q = np.ascontiguousarray(np.atleast_2d(np.asarray(queries, dtype=np.float32)))
+    if q.ndim != 2 or q.shape[1] != embed_dim:
+        raise IndexFormatError(f"queries must be (Q, {embed_dim}), got {q.shape}")
+    if k < 1:
+        raise IndexFormatError(f"k must be >= 1, got {k}")
+    return q
+
+
 @runtime_checkable
 class SearchableIndex(Protocol):
     """What searching an index needs, whatever its files: one version (``IndexVersion``) or shards of one.
@@ -257,14 +268,6 @@ class IndexVersion:
 
     # -- search ------------------------------------------------------------------------------------------
 
-    def _queries(self, queries: np.ndarray, k: int) -> np.ndarray:
-        q = np.ascontiguousarray(np.atleast_2d(np.asarray(queries, dtype=np.float32)))
-        if q.ndim != 2 or q.shape[1] != self.manifest.embed_dim:
-            raise IndexFormatError(f"queries must be (Q, {self.manifest.embed_dim}), got {q.shape}")
-        if k < 1:
-            raise IndexFormatError(f"k must be >= 1, got {k}")
-        return q
-
     def _allowed(self, allowed_rows: np.ndarray) -> np.ndarray:
         rows = np.unique(np.asarray(allowed_rows, dtype=np.int64).ravel())
         rows = rows[(rows >= 0) & (rows < self._n)]
@@ -279,7 +282,7 @@ class IndexVersion:
         self, queries: np.ndarray, k: int, allowed_rows: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Brute-force inner product over live (and allowed) rows: the reference for the ANN index."""
-        q = self._queries(queries, k)
+        q = check_queries(queries, k, self.manifest.embed_dim)
         if allowed_rows is not None:
             return self._exact_rows(q, k, self._allowed(allowed_rows))
         return exact.exact_all(self._embeds, q, k, self._live)
@@ -305,7 +308,7 @@ class IndexVersion:
         """ANN search with the tuned parameters; deleted rows never come back. Returns (Q, k) scores and
         rows, padded with -inf / -1. With ``allowed_rows`` (a filter), k results come back whenever k
         allowed live rows exist."""
-        q = self._queries(queries, k)
+        q = check_queries(queries, k, self.manifest.embed_dim)
         allowed: np.ndarray | None = None
         if allowed_rows is not None:
             allowed = self._allowed(allowed_rows)

@@ -22,8 +22,8 @@ from store.layout import FORMAT_VERSION, MANIFEST_FILE
 from store.manifest import IndexManifest
 from store.merge import merge_topk
 from store.metadata import filter_sql
-from store.reader import IndexVersion
-from store.sharding import Sharding, locate, shard_of
+from store.reader import IndexVersion, check_queries
+from store.sharding import Sharding, locate, shard_of, split_allowed
 
 Results = tuple[np.ndarray, np.ndarray]
 
@@ -126,14 +126,6 @@ class ShardedIndex:
 
     # -- search ------------------------------------------------------------------------------------------
 
-    def _queries(self, queries: np.ndarray, k: int) -> np.ndarray:
-        q = np.ascontiguousarray(np.atleast_2d(np.asarray(queries, dtype=np.float32)))
-        if q.ndim != 2 or q.shape[1] != self.manifest.embed_dim:
-            raise IndexFormatError(f"queries must be (Q, {self.manifest.embed_dim}), got {q.shape}")
-        if k < 1:
-            raise IndexFormatError(f"k must be >= 1, got {k}")
-        return q
-
     def _fan_out(
         self,
         queries: np.ndarray,
@@ -141,14 +133,11 @@ class ShardedIndex:
         allowed_rows: np.ndarray | None,
         search: Callable[[IndexVersion, np.ndarray, int, np.ndarray | None], Results],
     ) -> Results:
-        q = self._queries(queries, k)
-        allowed = None if allowed_rows is None else np.unique(np.asarray(allowed_rows, np.int64).ravel())
+        q = check_queries(queries, k, self.manifest.embed_dim)
         scores: list[np.ndarray] = []
         rows: list[np.ndarray] = []
-        for shard, offset, total in zip(self._shards, self._offsets, self._totals, strict=True):
-            local: np.ndarray | None = None
-            if allowed is not None:
-                local = allowed[(allowed >= offset) & (allowed < offset + total)] - offset
+        parts = split_allowed(allowed_rows, self._offsets, self._totals)
+        for shard, local in zip(self._shards, parts, strict=True):
             if len(shard) == 0 or (local is not None and local.size == 0):
                 s, r = np.zeros((q.shape[0], 0), np.float32), np.zeros((q.shape[0], 0), np.int64)
             else:

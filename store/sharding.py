@@ -130,3 +130,17 @@ def locate(rows: np.ndarray, offsets: np.ndarray, totals: np.ndarray) -> tuple[n
     if bad.any():
         raise IndexFormatError(f"rows out of range 0..{int(totals.sum()) - 1}: {rows[bad][:5].tolist()}")
     return shard, local
+
+
+def split_allowed(
+    allowed_rows: np.ndarray | Sequence[int] | None, offsets: np.ndarray, totals: np.ndarray
+) -> list[np.ndarray | None]:
+    """Each shard's part of a filter's allowed global rows, as sorted unique local rows (empty where the
+    shard holds none of them); None for every shard when nothing is filtered."""
+    if allowed_rows is None:
+        return [None] * len(offsets)
+    allowed = np.unique(np.asarray(allowed_rows, np.int64).ravel())
+    return [
+        allowed[(allowed >= offset) & (allowed < offset + total)] - offset
+        for offset, total in zip(offsets, totals, strict=True)
+    ]

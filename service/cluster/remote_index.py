@@ -29,7 +29,8 @@ from store.layout import MANIFEST_FILE, index_dir
 from store.manifest import IndexManifest, check_model
 from store.merge import merge_topk
 from store.metadata import filter_sql
-from store.sharding import Sharding, locate, shard_of
+from store.reader import check_queries
+from store.sharding import Sharding, locate, shard_of, split_allowed
 
 Results = tuple[np.ndarray, np.ndarray]
 
@@ -152,22 +153,10 @@ class RemoteShardedIndex:
     def offsets(self) -> tuple[int, ...]:
         return tuple(int(o) for o in self._offsets)
 
-    def _queries(self, queries: np.ndarray, k: int) -> np.ndarray:
-        q = np.ascontiguousarray(np.atleast_2d(np.asarray(queries, dtype=np.float32)))
-        if q.ndim != 2 or q.shape[1] != self.manifest.embed_dim:
-            raise IndexFormatError(f"queries must be (Q, {self.manifest.embed_dim}), got {q.shape}")
-        if k < 1:
-            raise IndexFormatError(f"k must be >= 1, got {k}")
-        return q
-
     def _fan_out(self, method: str, queries: np.ndarray, k: int, allowed_rows: np.ndarray | None) -> Results:
-        q = self._queries(queries, k)
-        allowed = None if allowed_rows is None else np.unique(np.asarray(allowed_rows, np.int64).ravel())
+        q = check_queries(queries, k, self.manifest.embed_dim)
         calls: list[tuple[str, tuple] | None] = []
-        for i, (offset, total) in enumerate(zip(self._offsets, self._totals, strict=True)):
-            local = None
-            if allowed is not None:
-                local = allowed[(allowed >= offset) & (allowed < offset + total)] - offset
+        for i, local in enumerate(split_allowed(allowed_rows, self._offsets, self._totals)):
             empty = self._counts[i] == 0 or (local is not None and local.size == 0)
             calls.append(None if empty else (method, (q, k, local)))
         answers = self._all(calls)
