@@ -142,3 +142,14 @@ def acquirers_digest(model_dir: Path | str) -> str | None:
         for name in (ACQUIRER_CONFIG, ACQUIRER_WEIGHTS):
             h.update((Path(folder) / name).read_bytes())
     return h.hexdigest()
+
+
+def foreign_base(config: AcquirerConfig, lang_dir: Path, model_dir: Path, fingerprint: str) -> str | None:
+    """Why an acquirer must not serve over the model in ``model_dir`` (its ``fingerprint``): it was trained
+    over other weights. None when it fits. Both runtimes refuse such an acquirer with this message."""
+    if config.base_fingerprint == fingerprint:
+        return None
+    return (
+        f"the {config.lang} acquirer ({lang_dir}) was trained over other weights than {model_dir}'s "
+        f"(fingerprint {config.base_fingerprint[:12]}, the model's {fingerprint[:12]})"
+    )

@@ -20,6 +20,7 @@ from model.acquisition_format import (
     AcquirerConfig,
     acquirer_dirs,
     acquirers_digest,
+    foreign_base,
 )
 from model.configs import CCRkConfig, ConfigError
 from model.onnx_format import EXPORT_MANIFEST, ONNX_DIR
@@ -150,10 +151,9 @@ class OnnxEncoder:
                 config = AcquirerConfig.load(lang_dir / ACQUIRER_CONFIG)
             except ConfigError as exc:
                 raise EncoderError(str(exc)) from exc
-            if config.base_fingerprint != fingerprint:
-                raise EncoderError(
-                    f"the {lang} acquirer ({lang_dir}) was trained over other weights than {model_dir}'s"
-                )
+            refusal = foreign_base(config, lang_dir, model_dir, fingerprint)
+            if refusal:
+                raise EncoderError(refusal)
             graph = onnx_dir / (config.onnx_graph or f"text_encoder.{lang}.onnx")
             if not graph.is_file():
                 raise EncoderError(

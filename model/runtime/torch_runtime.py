@@ -12,7 +12,7 @@ from PIL import Image
 from transformers import PreTrainedTokenizerBase
 
 from model.acquisition import LanguageAcquirer, load_acquirer
-from model.acquisition_format import acquirer_dirs, acquirers_digest
+from model.acquisition_format import acquirer_dirs, acquirers_digest, foreign_base
 from model.modeling import CCRkModel, CheckpointError
 from model.preprocessing import ImagePreprocessor
 from model.runtime.base import (
@@ -46,11 +46,9 @@ def load_acquirers(model_dir: Path, model: CCRkModel, device: str) -> dict[str, 
             acquirer, tokenizer = load_acquirer(lang_dir, model, map_location=device)
         except CheckpointError as exc:
             raise EncoderError(str(exc)) from exc
-        if acquirer.config.base_fingerprint != fingerprint:
-            raise EncoderError(
-                f"the {lang} acquirer ({lang_dir}) was trained over other weights than {model_dir}'s "
-                f"(fingerprint {acquirer.config.base_fingerprint[:12]}, the model's {fingerprint[:12]})"
-            )
+        refusal = foreign_base(acquirer.config, lang_dir, model_dir, fingerprint)
+        if refusal:
+            raise EncoderError(refusal)
         acquirers[lang] = (acquirer, tokenizer)
     return acquirers
 

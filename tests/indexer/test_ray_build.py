@@ -29,42 +29,18 @@ from store.reader import IndexVersion
 from store.versions import current_version
 from tests.conftest import REPO_ROOT
 from tests.indexer.files import make_bad_files, write_photo
+from tests.ray_cluster import LOOPBACK_ENV, loopback_cluster
 
 pytestmark = pytest.mark.ray
 
-# Without this (and the nodes' and driver's loopback address) Ray swaps 127.0.0.1 for the host's interface
-# address and the nodes never join.
-LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-NODE_ARGS: dict[str, Any] = {
-    "num_cpus": 2,  # Ray Data stalls on smaller logical budgets
-    "node_ip_address": "127.0.0.1",
-    "object_store_memory": 80 * 1024 * 1024,
-}
 RAY_SETTINGS = {"engine": "ray", "ray_actors": 3, "ray_cpus_per_actor": 0.5}
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
     """Three Ray nodes of 2 logical CPUs on 127.0.0.1, this process attached as a driver."""
-    patch = pytest.MonkeyPatch()
-    for key, value in LOOPBACK_ENV.items():
-        patch.setenv(key, value)
-    import ray
-    from ray._private import ray_constants
-    from ray.cluster_utils import Cluster
-
-    patch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)  # read when ray was first imported
-    cluster = Cluster(initialize_head=True, head_node_args={**NODE_ARGS, "include_dashboard": False})
-    try:
-        for _ in range(2):
-            cluster.add_node(**NODE_ARGS)
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, _node_ip_address="127.0.0.1", log_to_driver=False)
+    with loopback_cluster(3) as cluster:
         yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        patch.undo()
 
 
 def _sources(catalogue: Path, tmp_path: Path) -> list[Path]:

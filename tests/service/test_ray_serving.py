@@ -27,6 +27,7 @@ from store.opening import open_version
 from store.versions import current_version
 from synthetic.synth import SynthConfig, generate_catalogue
 from tests.fixtures import LiveServer, make_settings
+from tests.ray_cluster import NODE_ARGS, loopback_cluster
 
 pytestmark = [
     pytest.mark.ray,
@@ -37,12 +38,6 @@ pytestmark = [
 NAME = "sharded"
 FLAT = "flat"  # the same catalogue, one unsharded version
 SHARDS = 3
-LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-NODE_ARGS: dict[str, Any] = {
-    "num_cpus": 2,
-    "node_ip_address": "127.0.0.1",
-    "object_store_memory": 80 * 1024 * 1024,
-}
 QUERIES = [("en", 0), ("de", 5), ("ja", 9), ("fr", 13), ("zh", 21), ("es", 30)]
 
 
@@ -81,50 +76,34 @@ def _free_port() -> int:
 def ray_cluster(sharded_root: tuple[Path, Path]) -> Iterator[tuple[str, Any, Settings]]:
     """Three Ray nodes on 127.0.0.1, the Serve app of the sharded index on a loopback port: (url, cluster,
     the app's settings)."""
-    patch = pytest.MonkeyPatch()
-    for key, value in LOOPBACK_ENV.items():
-        patch.setenv(key, value)
-    import ray
     from ray import serve
-    from ray._private import ray_constants
-    from ray.cluster_utils import Cluster
 
     from service.cluster.deployments import ClusterOptions, build_application
 
-    patch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
-    cluster = Cluster(initialize_head=True, head_node_args={**NODE_ARGS, "include_dashboard": False})
-    try:
-        for _ in range(2):
-            cluster.add_node(**NODE_ARGS)
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, _node_ip_address="127.0.0.1", log_to_driver=False)
-        port = _free_port()
-        serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
-        settings = make_settings(
-            sharded_root[0], index_name=NAME, ray_shard_replicas=3, ray_shard_cpus=0.25,
-            ray_ingress_cpus=0.5, ray_max_replicas_per_node=1,
-        )  # fmt: skip
-        options = ClusterOptions.from_settings(settings)
-        assert (options.shard_replicas, options.max_replicas_per_node, options.retries) == (3, 1, 2)
-        serve.run(build_application(settings, SHARDS, options), name="ccrk", route_prefix="/")
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/readyz", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the Serve app did not become ready"
-            time.sleep(0.2)
-        yield url, cluster, settings
-    finally:
+    with loopback_cluster(3) as cluster:
         try:
-            serve.shutdown()
+            port = _free_port()
+            serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
+            settings = make_settings(
+                sharded_root[0], index_name=NAME, ray_shard_replicas=3, ray_shard_cpus=0.25,
+                ray_ingress_cpus=0.5, ray_max_replicas_per_node=1,
+            )  # fmt: skip
+            options = ClusterOptions.from_settings(settings)
+            assert (options.shard_replicas, options.max_replicas_per_node, options.retries) == (3, 1, 2)
+            serve.run(build_application(settings, SHARDS, options), name="ccrk", route_prefix="/")
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if httpx.get(url + "/readyz", timeout=5).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, "the Serve app did not become ready"
+                time.sleep(0.2)
+            yield url, cluster, settings
         finally:
-            ray.shutdown()
-            cluster.shutdown()
-            patch.undo()
+            serve.shutdown()
 
 
 @pytest.fixture(scope="module")
