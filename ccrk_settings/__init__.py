@@ -11,10 +11,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BeforeValidator, Field, ValidationError
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+def _comma_list(value: object) -> object:
+    """``title,description`` (an environment variable or a CLI option) as a list; lists pass through."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+CommaList = Annotated[list[str], NoDecode, BeforeValidator(_comma_list)]
 
 # The embedded default model shipped inside the ``model`` package.
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "model" / "pretrained" / "ccrk-demo"
@@ -76,6 +86,12 @@ class Settings(BaseSettings):
     )
     max_image_pixels: int = Field(
         89_478_485, ge=1, description="Images with more pixels are skipped as decompression bombs."
+    )
+    text_fields: CommaList = Field(
+        default_factory=list,
+        description="Manifest fields whose text is searched (products and hybrid search), comma-separated:"
+        " `title` covers `title` and its language-tagged variants (`title@de`); every field still comes back"
+        " in results' metadata. Empty: only images are searched, as before.",
     )
     follow_external_links: bool = Field(
         False,

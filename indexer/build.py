@@ -32,6 +32,7 @@ from indexer.errors import BuildError
 from indexer.maintenance import delete, rollback
 from indexer.parent import appended_metadata, read_parent
 from indexer.pipeline import Operation, rerank_info, utc_now, write_ann_index
+from indexer.products import wants_products, write_products
 from indexer.quality_gate import QualityGate
 from indexer.report import BuildReport
 from indexer.sharded import add_to_shards, build_sharded
@@ -43,6 +44,7 @@ from model.runtime import Encoder
 from store import versions
 from store.layout import BUILDS_DIR, FORMAT_VERSION, INDEX_FILE, MANIFEST_FILE, METADATA_FILE, index_dir
 from store.manifest import IndexManifest, model_fingerprint, model_name_of
+from store.products import has_product_channels
 
 __all__ = ["BuildReport", "add", "build", "delete", "rollback"]
 
@@ -166,6 +168,11 @@ def build(
             build_params={PLAN_HASH: key, BUILD_KEY: result_key},
         )
         if settings.index_shards > 1:
+            if wants_products(encoded.ok_items, settings):
+                raise BuildError(
+                    "products with several photos or searched text fields (--text-fields) are not supported "
+                    "in sharded versions yet; build with --shards 1"
+                )
             return build_sharded(
                 op,
                 encoded,
@@ -185,6 +192,18 @@ def build(
             plan, notes = write_ann_index(
                 writer, n, d, settings, index_factory, memory_budget_mb=settings.memory_budget_mb
             )
+            if wants_products(encoded.ok_items, settings):
+                write_products(
+                    writer.stage,
+                    encoded.ok_items,
+                    encoded.store,
+                    encoder,
+                    work_dir=work_dir,
+                    model_dir=model_dir,
+                    settings=settings,
+                    cfg=cfg,
+                    report=report,
+                )
             manifest = dataclasses.replace(
                 template,
                 version=writer.version,
@@ -224,6 +243,11 @@ def add(
     with index_lock(root, name) as guard:
         parent = read_parent(root, name, expect_fingerprint=fingerprint)
         pm, parent_dir, n_old, parent_count = parent.manifest, parent.path, parent.total_rows, parent.count
+        if not parent.sharded and has_product_channels(parent_dir):
+            raise BuildError(
+                f"index {name!r} holds products (several photos or searched text fields): `ccrk index add` "
+                "does not extend their channels yet; run `ccrk index build` with the whole manifest"
+            )
         live_ids = parent.live()
         new_items = [it for it in scan.items if it.id not in live_ids]
         report = BuildReport(

@@ -50,13 +50,18 @@ def build_key(
     ]
     if settings.index_shards > 1:  # left out when unsharded: the keys of earlier builds stay valid
         options.append(settings.index_shards)
+    if settings.text_fields:  # likewise: only builds that search text fields record them
+        options.append(sorted(settings.text_fields))
     digest.update(json.dumps(options).encode())
     for item in items:
-        try:
-            st = os.stat(item.path)
-            digest.update(f"{st.st_size}:{st.st_mtime_ns}\n".encode())
-        except OSError:
-            digest.update(b"-\n")
+        for path in (item.path, *item.extra_paths):
+            try:
+                st = os.stat(path)
+                digest.update(f"{st.st_size}:{st.st_mtime_ns}\n".encode())
+            except OSError:
+                digest.update(b"-\n")
+        if item.extra_paths:  # a product's further photos (their order decides the photo rows)
+            digest.update(json.dumps([str(p) for p in item.extra_paths]).encode())
     return digest.hexdigest()[:16]
 
 

@@ -110,6 +110,7 @@ OPTION_OF_SETTING = {
     "index_workers": "--workers",
     "index_batch_size": "--batch-size",
     "index_shards": "--shards",
+    "text_fields": "--text-fields",
     "ray_address": "--address",
 }
 
@@ -246,12 +247,24 @@ def build_command(
     ] = None,
     engine: Engine = None,
     address: Address = None,
+    text_fields: Annotated[
+        str | None,
+        typer.Option(
+            "--text-fields",
+            help="Manifest fields whose text is searched beside the photos (products and hybrid search), "
+            "comma-separated, e.g. title,description (`title` also covers `title@de`); every field still "
+            "comes back in metadata (default: settings.text_fields).",
+        ),
+    ] = None,
 ) -> None:
     """Embed the sources into a new version and publish it (re-run after a crash to resume; a build whose
-    result is CURRENT already publishes nothing)."""
+    result is CURRENT already publishes nothing). A manifest row may name several photos of a product
+    (``paths``: a list) and text fields; with --text-fields the version is searched hybrid (photos, text
+    embeddings and BM25, fused as calibrated on the catalogue itself)."""
     from indexer.build import build
 
     settings = _settings(
+        text_fields=text_fields,
         index_root=index_root,
         rerank_dtype=rerank_dtype,
         index_workers=workers,

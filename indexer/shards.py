@@ -58,6 +58,7 @@ class Shard:
     scales: np.ndarray | None  # (n_ok, T) float32 with int8
     kinds: list[str]  # per item: "" when ok
     details: list[str]
+    visual: np.ndarray | None = None  # (n_ok, V) float32: a model's visual embeddings, when it has them
 
 
 class ShardStore:
@@ -95,6 +96,8 @@ class ShardStore:
         }
         if shard.scales is not None:
             arrays["scales"] = shard.scales
+        if shard.visual is not None:
+            arrays["visual"] = shard.visual
         try:
             with names_full_disk(self.path(index)), open(tmp, "wb") as fh:
                 np.savez(fh, **arrays)
@@ -115,6 +118,7 @@ class ShardStore:
                 scales=z["scales"] if "scales" in z.files else None,
                 kinds=[str(k) for k in z["kinds"]],
                 details=[str(d) for d in z["details"]],
+                visual=z["visual"] if "visual" in z.files else None,
             )
 
     def read_ok_masks(self) -> list[np.ndarray]:
@@ -143,6 +147,7 @@ def encode_shard(
     details = [""] * n
     embeds: list[np.ndarray] = []
     tokens: list[np.ndarray] = []
+    visual: list[np.ndarray] = []
     batch: list[np.ndarray] = []
 
     def flush() -> None:
@@ -150,6 +155,8 @@ def encode_shard(
             out = encoder.encode_images(np.stack(batch))
             embeds.append(np.asarray(out.embeds, dtype=np.float32))
             tokens.append(np.asarray(out.tokens, dtype=np.float32))
+            if out.visual is not None:
+                visual.append(np.asarray(out.visual, dtype=np.float32))
             on_items(len(batch))
             batch.clear()
 
@@ -176,7 +183,8 @@ def encode_shard(
         tok_q, scales = quantize_tokens(tok)
     else:
         tok_q = tok.astype(np.float16)
-    return Shard(index, ok, emb, tok_q, scales, kinds, details)
+    vis = np.concatenate(visual) if visual and len(visual) == len(embeds) else None
+    return Shard(index, ok, emb, tok_q, scales, kinds, details, vis)
 
 
 def encode_shards(

@@ -31,6 +31,9 @@ class SourceItem:
     fields: dict[str, Any] = field(default_factory=dict)
     captions: dict[str, list[str]] = field(default_factory=dict)
     source: str = ""  # where the item came from, for the build report (file, or file:line)
+    # A product's further photos (a manifest row's ``paths`` after the first); ``path`` is its first photo,
+    # the version's own image of the item.
+    extra_paths: tuple[Path, ...] = ()
 
 
 @dataclass
@@ -158,16 +161,39 @@ def _item_from_object(obj: dict[str, Any], path: Path, lineno: int) -> SourceIte
         fields = dict(attributes)
         caps = {str(k): list(v) for k, v in captions.items() if v}
     else:
-        image = obj.get("path")
-        fields = {k: v for k, v in obj.items() if k not in ("id", "path")}
+        image, extra = _photo_paths(obj, where)
+        fields = {k: v for k, v in obj.items() if k not in ("id", "path", "paths")}
         caps = {}
     if not isinstance(image, str) or not image.strip():
         key = "image" if "image" in obj and "path" not in obj else "path"
         raise SourceError(f"{where}: field {key!r} must be a non-empty string, got {image!r}")
     _check_field_names(list(fields), where)
     return SourceItem(
-        id=item_id, path=_absolute(path.parent, image), fields=fields, captions=caps, source=where
+        id=item_id,
+        path=_absolute(path.parent, image),
+        fields=fields,
+        captions=caps,
+        source=where,
+        extra_paths=tuple(_absolute(path.parent, p) for p in extra) if "image" not in obj else (),
     )
+
+
+MAX_PHOTOS = 512  # photos of one product
+
+
+def _photo_paths(obj: dict[str, Any], where: str) -> tuple[Any, list[str]]:
+    """A manifest row's first photo and its further ones: ``path`` (one photo), ``paths`` (a list, first
+    photo first), or both (``path`` first, then ``paths`` without it)."""
+    paths = obj.get("paths")
+    if paths is None:
+        return obj.get("path"), []
+    if not isinstance(paths, list) or not paths or not all(isinstance(p, str) and p.strip() for p in paths):
+        raise SourceError(f"{where}: field 'paths' must be a non-empty list of non-empty strings")
+    if len(paths) > MAX_PHOTOS:
+        raise SourceError(f"{where}: field 'paths' lists {len(paths)} photos; at most {MAX_PHOTOS}")
+    first = obj.get("path", paths[0])
+    rest = [p for p in dict.fromkeys(paths) if p != first]
+    return first, rest
 
 
 def read_jsonl(path: Path) -> Iterator[SourceItem]:

@@ -52,10 +52,20 @@ class EncodedImages:
     Attributes:
         embeds: (N, D) float32, L2-normalised.
         tokens: (N, T, W) float32 pooled + patch tokens, the fusion scorer's image input (the re-rank store).
+        visual: (N, V) float32, L2-normalised, or None: a purely visual embedding for image-to-image search
+            (search by photo, "more like this") when the model has one apart from ``embeds`` (the starter's
+            backbone features: its ``embeds`` are class-prototype mixes that keep little visual detail);
+            None means ``embeds`` serve image-to-image search too (CCRk's image embedding).
     """
 
     embeds: np.ndarray
     tokens: np.ndarray
+    visual: np.ndarray | None = None
+
+    @property
+    def visual_or_embeds(self) -> np.ndarray:
+        """The vectors image-to-image search uses."""
+        return self.embeds if self.visual is None else self.visual
 
 
 @dataclass(frozen=True)

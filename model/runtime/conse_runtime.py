@@ -16,7 +16,7 @@ from model.preprocessing import ImagePreprocessor
 from model.runtime.base import EncodedImages, EncodedTexts, EncoderError, ModelCapabilities, route_languages
 from model.runtime.onnx_runtime import execution_providers, session_options
 from model.starter.components import StarterModelError, check_payload, load_sentence_encoder
-from model.starter.config import IMAGE_GRAPH, ConSEConfig
+from model.starter.config import IMAGE_GRAPH, VISUAL_OUTPUT, ConSEConfig
 
 
 class ConSEEncoder:
@@ -51,6 +51,9 @@ class ConSEEncoder:
         self._image = ort.InferenceSession(
             str(model_dir / IMAGE_GRAPH), session_options(threads), providers=execution_providers(device)
         )
+        # Starter models built before the visual output existed: image-to-image search uses the embeddings.
+        outputs = {o.name for o in self._image.get_outputs()}
+        self._outputs = ["image_embeds", VISUAL_OUTPUT] if VISUAL_OUTPUT in outputs else ["image_embeds"]
         self.device = "cuda" if self._image.get_providers()[0] == "CUDAExecutionProvider" else "cpu"
         self.preprocessor = ImagePreprocessor(config.vision)
         # The sentence encoder loads its weights on first use: load them now, not in the first query.
@@ -77,9 +80,10 @@ class ConSEEncoder:
             if isinstance(images, np.ndarray)
             else np.stack([self.preprocessor.to_uint8(i) for i in images])
         )
-        (embeds,) = self._image.run(["image_embeds"], {"pixel_values": self.preprocessor.normalize(pixels)})
+        out = self._image.run(self._outputs, {"pixel_values": self.preprocessor.normalize(pixels)})
+        embeds, visual = out[0], (out[1] if len(out) > 1 else None)
         # No re-rank tokens: an index built with this model keeps no re-rank store.
-        return EncodedImages(embeds, np.zeros((embeds.shape[0], 0, 0), np.float32))
+        return EncodedImages(embeds, np.zeros((embeds.shape[0], 0, 0), np.float32), visual)
 
     def score_pairs(self, query: EncodedTexts, image_tokens: np.ndarray, output: str = "") -> np.ndarray:
         raise EncoderError(f"{self.config.name} has no fusion encoder: it cannot re-rank")

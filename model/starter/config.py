@@ -17,6 +17,8 @@ from model.configs import ConfigError, VisionConfig, build_kwargs, build_section
 ARCHITECTURE = "conse"
 IMAGE_GRAPH = "onnx/image_encoder.onnx"
 CLASSES_FILE = "classes.json"
+# The image graph's backbone features (image-to-image search); starter models built before it lack it.
+VISUAL_OUTPUT = "visual_embeds"
 # Multilingual USE v3's languages (its card: zh-TW is Chinese in traditional script, one code here, as the
 # query language identifier labels both scripts ``zh``). Not cs or id.
 USE_M3_LANGUAGES: tuple[str, ...] = (

@@ -56,7 +56,7 @@ def test_image_graph_is_the_conse_formula(starter_model: Path) -> None:
     assert isinstance(config, ConSEConfig)
     session = ort.InferenceSession(str(starter_model / IMAGE_GRAPH), providers=["CPUExecutionProvider"])
     pre = ImagePreprocessor(config.vision)
-    embeds, probs = session.run(None, {"pixel_values": pre.normalize(pixels(3))})
+    embeds, probs, _ = session.run(None, {"pixel_values": pre.normalize(pixels(3))})
     names = json.loads((starter_model / CLASSES_FILE).read_text())
     prototypes = class_prototypes(load_sentence_encoder(config, threads=1), names, config.prompts)
     top = np.argsort(-probs, axis=1)[:, : config.top_classes]
@@ -73,11 +73,19 @@ def test_onnx_graph_matches_torch(starter_model: Path) -> None:
     graph = ConSEImageGraph(load_classifier(), prototypes, config.top_classes).eval()
     x = ImagePreprocessor(config.vision).normalize(pixels(2, seed=1))
     with torch.no_grad():
-        ref_embeds, ref_probs = (t.numpy() for t in graph(torch.from_numpy(x)))
+        ref_embeds, ref_probs, ref_visual = (t.numpy() for t in graph(torch.from_numpy(x)))
+        # The visual output is the classifier's own pooled features: its logits are the graph's classes.
+        net = graph.classifier
+        np.testing.assert_allclose(
+            ref_probs, net(torch.from_numpy(x)).softmax(-1).numpy(), atol=1e-6
+        )
     session = ort.InferenceSession(str(starter_model / IMAGE_GRAPH), providers=["CPUExecutionProvider"])
-    embeds, probs = session.run(None, {"pixel_values": x})
+    embeds, probs, visual = session.run(None, {"pixel_values": x})
     np.testing.assert_allclose(embeds, ref_embeds, atol=1e-5)
     np.testing.assert_allclose(probs, ref_probs, atol=1e-5)
+    np.testing.assert_allclose(visual, ref_visual, atol=1e-5)
+    assert visual.shape == (2, 1280)
+    np.testing.assert_allclose(np.linalg.norm(visual, axis=1), 1.0, atol=1e-5)
 
 
 def test_encoder_embeds_without_fusion(starter_model: Path) -> None:
@@ -91,6 +99,7 @@ def test_encoder_embeds_without_fusion(starter_model: Path) -> None:
     assert sim[0, 1] > sim[0, 2] + 0.2  # the same words in two languages, against another dish entirely
     images = encoder.encode_images([Image.new("RGB", (300, 200), (200, 30, 30))])
     assert images.embeds.shape == (1, 512) and images.tokens.shape == (1, 0, 0)
+    assert images.visual is not None and images.visual.shape == (1, 1280)
     with pytest.raises(EncoderError, match="no fusion encoder"):
         encoder.score_pairs(texts.row(0), np.zeros((2, 0, 0), np.float32))
     fp32 = load_encoder(starter_model, int8=True)

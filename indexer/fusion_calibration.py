@@ -1,0 +1,336 @@
+"""Calibrating the hybrid fusion of a version from the collection itself (no hand-set weight, no labelled
+queries): pseudo-queries drawn from the shop's own text, fusion methods fitted on part of them and compared
+on the rest, the winner stored in the version (``store.hybrid.FusionModel``).
+
+Pseudo-queries: a fragment of 1-3 consecutive words of one text value (a product-type or attribute query
+is a few words of what some products' titles or descriptions say). Its relevant products are those whose
+same field holds every one of the fragment's terms; the value it was cut from is hidden from the text
+channels (so the query is not found by the very text it came from), and queries relevant to more than a
+fifth of the catalogue are dropped (too generic to rank). Each is asked twice:
+
+- as written (group = its language): the lexical channel sees every other text value;
+- as a foreign query (group ``other``): the lexical channel sees only values in other languages, which is
+  what a query in a language the shop never wrote in meets (matches on brands and shared words only).
+
+Methods: reciprocal-rank fusion (nothing fitted), a weighted sum of standardised features (weights on a
+grid over the simplex, best training R-precision) and logistic regression (L2, per group). Each language
+group with enough queries gets its own parameters, fitted on 70 % of its queries; the method with the best
+mean held-out R-precision wins. A channel that does not help (its feature tells relevant from irrelevant
+candidates no better than chance) ends up with a weight near zero in the fitted methods.
+
+Match labels of the fused score: per group, ``none_below`` separates the best fused score of a pseudo-query
+(in the catalogue) from the best score left once its relevant products are removed (a query whose products
+the shop does not sell), by the largest sum of both rates; ``strong_from`` is the median best score of the
+queries above it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from model.runtime import Encoder
+from store.hybrid import (
+    FEATURES,
+    OTHER,
+    TEXT_FEATURES,
+    Candidates,
+    FusionModel,
+    GroupParams,
+    HybridQuery,
+    fuse,
+    gather,
+)
+from store.lexical import analyze
+from store.products import ProductChannels, TextRows
+
+MAX_QUERIES = 600
+CANDIDATES = 50
+HELD_OUT = 0.3
+MIN_GROUP_QUERIES = 40
+GENERIC_SHARE = 0.2
+SEED = 20241
+METHODS = ("rrf", "weighted", "logistic")
+_PUNCT = re.compile(r"^\W+|\W+$")
+
+
+@dataclass
+class PseudoQuery:
+    text: str
+    lang: str
+    source_row: int  # the text row it was cut from (hidden from the text channels)
+    relevant: frozenset[int]
+
+
+@dataclass
+class Sample:
+    """One asked pseudo-query: its candidates and which are relevant."""
+
+    group: str
+    candidates: Candidates
+    labels: np.ndarray  # (n,) bool
+    relevant: int  # R, the number of relevant products (some may be missing from the candidates)
+
+
+@dataclass
+class Calibration:
+    model: FusionModel
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def catalogue_languages(counts: dict[str, int]) -> list[str]:
+    """The languages the shop writes in: at least 20 values and 5 % of them (identification noise on short
+    values is not a language of the catalogue)."""
+    total = sum(counts.values())
+    return sorted(
+        lang for lang, n in counts.items() if lang != "und" and n >= 20 and n >= 0.05 * max(total, 1)
+    )
+
+
+def pseudo_queries(texts: TextRows, products: int, rng: np.random.Generator) -> list[PseudoQuery]:
+    """Fragments of the text values (see the module docstring), at most ``MAX_QUERIES``."""
+    by_field: dict[tuple[str, str], set[int]] = defaultdict(set)  # (field, term) -> owners
+    for owner, fname, terms in zip(texts.owners.tolist(), texts.fields, texts.terms, strict=True):
+        for term in terms:
+            by_field[(fname, term)].add(owner)
+    order = rng.permutation(len(texts.texts))
+    queries: list[PseudoQuery] = []
+    seen: set[tuple[str, str]] = set()
+    limit = max(2, int(GENERIC_SHARE * products))
+    for row in order.tolist():
+        words = [w for w in (_PUNCT.sub("", w) for w in texts.texts[row].split()) if w]
+        if not words:
+            continue
+        length = int(rng.choice([1, 2, 3], p=[0.4, 0.4, 0.2]))
+        start = int(rng.integers(0, max(1, len(words) - length + 1)))
+        fragment = " ".join(words[start : start + length])
+        lang, fname = texts.langs[row], texts.fields[row]
+        terms = analyze(fragment, lang)
+        if not terms or all(t.isdigit() or len(t) < 2 for t in terms) or (fname, fragment) in seen:
+            continue
+        seen.add((fname, fragment))
+        relevant = set.intersection(*(by_field.get((fname, t), set()) for t in terms))
+        if not relevant or len(relevant) > limit:
+            continue
+        queries.append(PseudoQuery(fragment, lang, row, frozenset(relevant)))
+        if len(queries) >= MAX_QUERIES:
+            break
+    return queries
+
+
+def ask(
+    channels: ProductChannels,
+    texts: TextRows,
+    queries: Sequence[PseudoQuery],
+    embeds: np.ndarray,
+    allowed: np.ndarray | None,
+) -> list[Sample]:
+    """Each pseudo-query asked as written and as a foreign query."""
+    langs = np.asarray(texts.langs)
+    samples: list[Sample] = []
+    for query, embed in zip(queries, embeds, strict=True):
+        hidden = np.ones(len(texts.texts), bool)
+        hidden[query.source_row] = False
+        terms = analyze(query.text, query.lang)
+        for group, lex_mask in ((query.lang, hidden), (OTHER, hidden & (langs != query.lang))):
+            cands = gather(
+                channels,
+                HybridQuery(embed, terms, group),
+                CANDIDATES,
+                allowed,
+                text_mask=hidden,
+                lexical_mask=lex_mask,
+            )
+            labels = np.isin(cands.rows, np.fromiter(query.relevant, np.int64))
+            samples.append(Sample(group, cands, labels, len(query.relevant)))
+    return samples
+
+
+def r_precision(scores: np.ndarray, labels: np.ndarray, relevant: int) -> float:
+    if relevant == 0:
+        return 0.0
+    top = np.argsort(-scores, kind="stable")[:relevant]
+    return float(labels[top].sum()) / relevant
+
+
+def _columns(mode: str) -> list[int]:
+    names = TEXT_FEATURES if mode == "text" else FEATURES
+    return [FEATURES.index(n) for n in names]
+
+
+def _standardise(samples: Sequence[Sample], mode: str) -> tuple[np.ndarray, np.ndarray]:
+    x = np.concatenate([s.candidates.features[:, _columns(mode)] for s in samples]).astype(np.float64)
+    mean, std = x.mean(axis=0), x.std(axis=0)
+    return mean, np.where(std > 1e-6, std, 1.0)
+
+
+def fit_logistic(samples: Sequence[Sample], mode: str, l2: float = 1e-2, steps: int = 400) -> GroupParams:
+    """Logistic regression (balanced classes, L2) on standardised features by gradient descent."""
+    mean, std = _standardise(samples, mode)
+    x = (np.concatenate([s.candidates.features[:, _columns(mode)] for s in samples]) - mean) / std
+    y = np.concatenate([s.labels for s in samples]).astype(np.float64)
+    pos = max(y.sum(), 1.0)
+    neg = max(len(y) - y.sum(), 1.0)
+    weight = np.where(y > 0, 0.5 / pos, 0.5 / neg)
+    w = np.zeros(x.shape[1])
+    b = 0.0
+    lr = 1.0
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-(x @ w + b)))
+        g = (p - y) * weight
+        w -= lr * (x.T @ g + l2 * w)
+        b -= lr * float(g.sum())
+    return GroupParams(weights=w.tolist(), bias=b, mean=mean.tolist(), std=std.tolist())
+
+
+def fit_weighted(samples: Sequence[Sample], mode: str, step: float = 0.1) -> GroupParams:
+    """A weighted sum of standardised features, weights on the simplex grid, best training R-precision."""
+    mean, std = _standardise(samples, mode)
+    k = len(_columns(mode))
+    ticks = int(round(1 / step))
+    best: tuple[float, list[float]] = (-1.0, [1.0 / k] * k)
+    xs = [(s.candidates.features[:, _columns(mode)] - mean) / std for s in samples]
+    for combo in itertools.product(range(ticks + 1), repeat=k - 1):
+        if sum(combo) > ticks:
+            continue
+        weights = [c * step for c in combo] + [(ticks - sum(combo)) * step]
+        w = np.asarray(weights)
+        score = float(
+            np.mean([r_precision(x @ w, s.labels, s.relevant) for x, s in zip(xs, samples, strict=True)])
+        )
+        if score > best[0] + 1e-9:
+            best = (score, weights)
+    return GroupParams(weights=best[1], mean=mean.tolist(), std=std.tolist())
+
+
+def evaluate(method: str, params: GroupParams, samples: Sequence[Sample], mode: str) -> float:
+    if not samples:
+        return 0.0
+    return float(
+        np.mean(
+            [r_precision(fuse(method, s.candidates, params, mode), s.labels, s.relevant) for s in samples]
+        )
+    )
+
+
+def thresholds(method: str, params: GroupParams, samples: Sequence[Sample], mode: str) -> dict[str, float]:
+    """``none_below`` and ``strong_from`` of the fused score (module docstring), with their rates."""
+    inside, outside = [], []
+    for s in samples:
+        scores = fuse(method, s.candidates, params, mode)
+        if scores.size:
+            inside.append(float(scores.max()))
+            rest = scores[~s.labels]
+            outside.append(float(rest.max()) if rest.size else float(scores.min()) - 1.0)
+    if not inside:
+        return {}
+    ins, outs = np.asarray(inside), np.asarray(outside)
+    cuts = np.unique(np.concatenate([ins, outs]))
+    rates = [((ins >= t).mean() + (outs < t).mean(), t) for t in cuts]
+    _, none_below = max(rates)
+    above = ins[ins >= none_below]
+    strong_from = float(np.median(above)) if above.size else float(none_below)
+    return {
+        "none_below": float(none_below),
+        "strong_from": max(strong_from, float(none_below)),
+        "in_catalogue_labelled_none": float((ins < none_below).mean()),
+        "no_match_labelled_none": float((outs < none_below).mean()),
+    }
+
+
+def _fit(method: str, samples: Sequence[Sample], mode: str) -> GroupParams:
+    if method == "logistic":
+        return fit_logistic(samples, mode)
+    if method == "weighted":
+        return fit_weighted(samples, mode)
+    return GroupParams(weights=[])
+
+
+def calibrate(
+    channels: ProductChannels,
+    texts: TextRows,
+    encoder: Encoder,
+    languages: dict[str, int],
+    products: int,
+    allowed: np.ndarray | None = None,
+) -> Calibration:
+    """Fit, compare and choose the fusion of a staged version (see the module docstring)."""
+    rng = np.random.default_rng(SEED)
+    catalogue = catalogue_languages(languages)
+    queries = pseudo_queries(texts, products, rng)
+    if len(queries) < 10:
+        return Calibration(_default_model(catalogue), {"pseudo_queries": len(queries), "method": "rrf"})
+    acquired = set(encoder.acquired_languages)
+    embeds = np.zeros((len(queries), encoder.config.embed_dim), np.float32)
+    for lo in range(0, len(queries), 64):
+        batch = queries[lo : lo + 64]
+        langs = [q.lang if q.lang in acquired else None for q in batch]
+        embeds[lo : lo + len(batch)] = encoder.encode_text(
+            [q.text for q in batch], langs if any(langs) else None
+        ).embeds
+    samples = ask(channels, texts, queries, embeds, allowed)
+    held = rng.random(len(samples)) < HELD_OUT
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, s in enumerate(samples):
+        groups[s.group if s.group in catalogue or s.group == OTHER else "_same"].append(i)
+    same = [i for i, s in enumerate(samples) if s.group != OTHER]
+    report: dict[str, Any] = {"pseudo_queries": len(queries), "groups": {}, "held_out": {}}
+    best_method, best_score = "rrf", -1.0
+    fitted: dict[str, dict[str, dict[str, GroupParams]]] = {}
+    for method in METHODS:
+        per_mode: dict[str, dict[str, GroupParams]] = {}
+        scores = []
+        for mode in ("hybrid", "text"):
+            table: dict[str, GroupParams] = {}
+            for group in [*catalogue, OTHER]:
+                idx = groups.get(group, [])
+                if len(idx) < MIN_GROUP_QUERIES and group != OTHER:
+                    idx = same  # too few of its own: the pooled same-language queries
+                train = [samples[i] for i in idx if not held[i]]
+                test = [samples[i] for i in idx if held[i]]
+                if not train:
+                    continue
+                params = _fit(method, train, mode)
+                params.__dict__.update(
+                    {
+                        k: v
+                        for k, v in thresholds(method, params, test or train, mode).items()
+                        if k in ("none_below", "strong_from")
+                    }
+                )
+                table[group] = params
+                if mode == "hybrid":
+                    scores.append((evaluate(method, params, test, mode), len(test)))
+                    report["held_out"].setdefault(method, {})[group] = round(scores[-1][0], 4)
+            per_mode[mode] = table
+        fitted[method] = per_mode
+        total = sum(n for _, n in scores) or 1
+        mean = sum(s * n for s, n in scores) / total
+        report["held_out"].setdefault(method, {})["mean"] = round(mean, 4)
+        if mean > best_score + 1e-9:
+            best_method, best_score = method, mean
+    chosen = fitted[best_method]
+    if OTHER not in chosen["hybrid"]:
+        return Calibration(_default_model(catalogue), {**report, "method": "rrf"})
+    model = FusionModel(best_method, chosen["hybrid"], chosen["text"], catalogue)
+    for group in chosen["hybrid"]:
+        idx = groups.get(group, same)
+        test = [samples[i] for i in idx if held[i]] or [samples[i] for i in idx]
+        report["groups"][group] = {
+            "queries": len(idx),
+            **thresholds(best_method, chosen["hybrid"][group], test, "hybrid"),
+        }
+    report["method"] = best_method
+    return Calibration(model, report)
+
+
+def _default_model(catalogue: list[str]) -> FusionModel:
+    """Too little text to calibrate on: reciprocal-rank fusion, no fused match labels."""
+    params = {OTHER: GroupParams(weights=[])}
+    return FusionModel("rrf", params, dict(params), catalogue)

@@ -1,0 +1,247 @@
+"""The product channels of a build (``store.products``): every photo of every product encoded, the text
+fields named by ``--text-fields`` (``Settings.text_fields``) embedded by the model's own text encoder and
+analysed for lexical search, then the fusion calibrated on the staged version
+(``indexer.fusion_calibration``).
+
+A product's first photo is the version's own image of the item (encoded by the build as ever); its further
+photos (``paths``) are encoded here into a work folder of their own (resumable like the build's shards).
+A further photo that cannot be decoded is left out and counted in the report; the product stays.
+
+Text values: a field ``title`` named in ``text_fields`` covers ``title`` and its language-tagged variants
+(``title@de``, whose tag is taken as its language). Untagged values are identified by py3langid; a value
+identified with low confidence (short titles) takes its field's majority language, as a shop writes a field
+in one language.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+from ccrk_settings import Settings
+from indexer import encoding
+from indexer.fusion_calibration import calibrate
+from indexer.report import BuildReport
+from indexer.shards import ShardStore
+from indexer.sources import SourceItem
+from model.model_dir import ModelConfig
+from model.runtime import Encoder
+from store.lexical import STEMMERS, analyze
+from store.products import (
+    PRODUCTS_FILE,
+    PhotoRows,
+    ProductChannels,
+    ProductInfo,
+    TextRows,
+    write_product_channels,
+)
+
+UNKNOWN = "und"
+CONFIDENT = 0.99  # py3langid's normalised probability from which a value keeps a language of its own
+FIELD_SAMPLE = 200  # values of a field identified together
+SPACELESS = {"ja", "zh", "th", "ko"}
+TEXT_BATCH = 64
+MAX_TEXT_CHARS = 2000  # of one value, for the encoders (descriptions are embedded from their start)
+
+
+@dataclass
+class TextValue:
+    owner: int
+    field: str  # the base field name
+    lang: str | None  # from the tag, else None until identified
+    text: str
+
+
+def wants_products(items: Sequence[SourceItem], settings: Settings) -> bool:
+    """Whether a build writes product channels: some product has further photos, or text is searched."""
+    return bool(settings.text_fields) or any(it.extra_paths for it in items)
+
+
+def text_values(items: Sequence[SourceItem], text_fields: Sequence[str]) -> list[TextValue]:
+    """The searched text values of the items (rows in ``items``' order), grouped by row."""
+    wanted = set(text_fields)
+    values: list[TextValue] = []
+    for row, item in enumerate(items):
+        for key, value in item.fields.items():
+            base, _, tag = key.partition("@")
+            if base not in wanted or not isinstance(value, str) or not value.strip():
+                continue
+            values.append(TextValue(row, base, tag.lower() or None, " ".join(value.split())))
+    return values
+
+
+def identify_languages(values: Sequence[TextValue], languages: Sequence[str]) -> None:
+    """Fill in the language of untagged values: each field's language is identified from its values
+    together (a shop writes a field in one language; a short title alone is too little to tell), and a value
+    keeps a language of its own only when it is long enough and identified with high confidence. Among the
+    languages with a stemmer, the model's (``languages``) and the scripts written without spaces."""
+    untagged = [v for v in values if v.lang is None]
+    if not untagged:
+        return
+    identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+    candidates = (set(STEMMERS) | set(languages) | SPACELESS) & set(identifier.nb_classes)
+    identifier.set_languages(sorted(candidates))
+    by_field: dict[str, list[TextValue]] = {}
+    for value in untagged:
+        by_field.setdefault(value.field, []).append(value)
+    for fname, group in by_field.items():
+        sample = " ".join(v.text for v in group[:FIELD_SAMPLE])
+        field_lang, _ = identifier.classify(sample)
+        for value in group:
+            lang, prob = identifier.classify(value.text) if len(value.text.split()) >= 4 else (None, 0.0)
+            value.lang = lang if lang and prob >= CONFIDENT else field_lang
+
+
+def encode_texts(encoder: Encoder, values: Sequence[TextValue]) -> np.ndarray:
+    """(F, D) embeddings of the values by the model's text encoder (an acquired language's through its
+    acquirer)."""
+    dim = encoder.config.embed_dim
+    out = np.zeros((len(values), dim), np.float32)
+    acquired = set(encoder.acquired_languages)
+    for lo in range(0, len(values), TEXT_BATCH):
+        batch = values[lo : lo + TEXT_BATCH]
+        texts = [v.text[:MAX_TEXT_CHARS] for v in batch]
+        langs = [v.lang if v.lang in acquired else None for v in batch]
+        encoded = encoder.encode_text(texts, langs if any(langs) else None)
+        out[lo : lo + len(batch)] = encoded.embeds
+    return out
+
+
+def _shard_arrays(store: ShardStore) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    oks, embeds, visual = [], [], []
+    for i in range(store.count):
+        shard = store.read(i)
+        oks.append(shard.ok)
+        embeds.append(shard.embeds)
+        visual.append(
+            shard.visual if shard.visual is not None else np.zeros((shard.embeds.shape[0], 0), np.float32)
+        )
+    return oks, embeds, visual
+
+
+def photo_rows(
+    items: Sequence[SourceItem],
+    main: ShardStore,
+    work_dir: Path,
+    model_dir: Path,
+    settings: Settings,
+    cfg: ModelConfig,
+    report: BuildReport,
+) -> PhotoRows:
+    """Every photo of the items (the version's rows: ``items`` are the build's decoded items, in row
+    order): the first photo's vectors from the build's own shards, the further photos encoded here."""
+    oks, embeds, visual = _shard_arrays(main)
+    ok = np.concatenate(oks)
+    first_embeds = np.concatenate(embeds)
+    first_visual = np.concatenate(visual)
+    if first_embeds.shape[0] != len(items) or int(ok.sum()) != len(items):
+        raise ValueError(f"internal: {first_embeds.shape[0]} encoded rows for {len(items)} items")
+    extra = [
+        SourceItem(id=f"{row}:{k}", path=path, source=item.source)
+        for row, item in enumerate(items)
+        for k, path in enumerate(item.extra_paths, start=1)
+    ]
+    owners: list[int] = list(range(len(items)))
+    paths: list[str] = [str(it.path) for it in items]
+    all_embeds = [first_embeds]
+    all_visual = [first_visual]
+    if extra:
+        # Its own work folder per photo list: a resumed build reuses only shards of these very photos.
+        key = hashlib.sha256("\n".join(f"{it.id}\t{it.path}" for it in extra).encode()).hexdigest()[:16]
+        encoded, _ = encoding.encode(
+            extra, work_dir / f"photos-{key}", model_dir, settings, cfg, "fp16", None
+        )
+        good = {it.id for it in encoded.ok_items}
+        _, x_embeds, x_visual = _shard_arrays(encoded.store)
+        all_embeds.extend(x_embeds)
+        all_visual.extend(x_visual)
+        for it in extra:
+            if it.id in good:
+                owners.append(int(it.id.split(":")[0]))
+                paths.append(str(it.path))
+        if encoded.skipped:
+            report.notes.append(
+                f"{len(encoded.skipped)} of {len(extra)} further product photos could not be decoded and are "
+                "not searched (their products are): " + "; ".join(s["reason"] for s in encoded.skipped[:5])
+            )
+    owner_arr = np.asarray(owners, np.int64)
+    order = np.argsort(owner_arr, kind="stable")  # grouped by product, photos in manifest order
+    vectors = np.concatenate(all_embeds)[order]
+    vis = np.concatenate(all_visual)
+    has_visual = vis.shape[1] > 0 and vis.shape[0] == vectors.shape[0]
+    return PhotoRows(
+        owners=owner_arr[order],
+        paths=[paths[i] for i in order.tolist()],
+        embeds=np.ascontiguousarray(vectors),
+        visual=np.ascontiguousarray(vis[order]) if has_visual else None,
+    )
+
+
+def text_rows(
+    items: Sequence[SourceItem], encoder: Encoder, settings: Settings
+) -> tuple[TextRows, ProductInfo]:
+    """The searched text values of the items, identified, embedded and analysed, and the channel info."""
+    values = text_values(items, settings.text_fields)
+    identify_languages(values, encoder.config.languages)
+    for v in values:
+        v.lang = v.lang or UNKNOWN
+    embeds = encode_texts(encoder, values) if values else np.zeros((0, encoder.config.embed_dim), np.float32)
+    counts = Counter(str(v.lang) for v in values)
+    rows = TextRows(
+        owners=np.asarray([v.owner for v in values], np.int64),
+        fields=[v.field for v in values],
+        langs=[str(v.lang) for v in values],
+        texts=[v.text for v in values],
+        terms=[analyze(v.text, v.lang) for v in values],
+        embeds=embeds,
+    )
+    info = ProductInfo(
+        fields=list(dict.fromkeys(settings.text_fields)),
+        text_languages=sorted(counts),
+        language_counts=dict(sorted(counts.items())),
+        photos=0,
+        texts=len(values),
+    )
+    return rows, info
+
+
+def write_products(
+    stage: Path,
+    items: Sequence[SourceItem],
+    main: ShardStore,
+    encoder: Encoder,
+    *,
+    work_dir: Path,
+    model_dir: Path,
+    settings: Settings,
+    cfg: ModelConfig,
+    report: BuildReport,
+) -> ProductInfo:
+    """Write the product channels of a staged version and calibrate its fusion on them."""
+    photos = photo_rows(items, main, work_dir, model_dir, settings, cfg, report)
+    texts, info = text_rows(items, encoder, settings)
+    write_product_channels(stage, info, photos, texts)
+    if texts.texts:
+        channels = ProductChannels(stage, len(items))
+        try:
+            result = calibrate(channels, texts, encoder, info.language_counts, len(items))
+        finally:
+            channels.close()
+        info.fusion, info.calibration = result.model.to_dict(), result.report
+        (stage / PRODUCTS_FILE).write_text(info.to_json() + "\n", encoding="utf-8")
+        report.notes.append(
+            f"hybrid search: {info.texts} text values ({', '.join(f'{k} {v}' for k, v in info.language_counts.items())}), "
+            f"{info.photos} photos; fusion {result.model.method} calibrated on {result.report.get('pseudo_queries', 0)} "
+            f"pseudo-queries (held-out R-precision {result.report.get('held_out', {})})"
+        )
+    else:
+        report.notes.append(
+            f"products: {info.photos} photos of {len(items)} products (no text fields searched)"
+        )
+    return info

@@ -1,0 +1,209 @@
+"""Hybrid search over a version's product channels (``store.products``): three channels gather
+candidates, each candidate gets one feature per channel, and the fusion calibrated at build time
+(``FusionModel``) turns the features into one score per product.
+
+Channels of a text query:
+1. cross-modal: the query embedding against every photo of a product (best photo wins);
+2. dense text: the query embedding against the product's text-field embeddings (best field wins);
+3. lexical: BM25 over the analysed text fields (FTS5), best field wins.
+
+Features of a candidate (the same for fitting and for serving, so a fitted model means what it says):
+``image`` and ``text`` the exact best cosine (computed for every candidate, whichever channel found it),
+``lexical`` the IDF-weighted share of the query's terms that its best BM25 field holds (0..1), ``bm25``
+its BM25 score relative to the query's best (0..1); the last two are 0 for a product BM25 did not find.
+
+Fusion methods (``FusionModel.method``): ``rrf`` (reciprocal-rank fusion, k = 60: nothing fitted),
+``weighted`` (a weighted sum of standardised features) and ``logistic`` (the probability of relevance). Each
+has parameters per language group: a language the catalogue's text is written in, or ``other`` (lexical
+matches are language-bound: a query in a language the shop never wrote in gets the weights fitted for that
+case). Nothing here is tuned by hand: ``indexer.fusion_calibration`` fits and chooses them per version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from store.products import ChannelHits, ProductChannels
+
+FEATURES = ("image", "text", "lexical", "bm25")
+TEXT_FEATURES = ("text", "lexical", "bm25")  # mode "text": the image channel left out
+CHANNELS = ("image", "text", "lexical")
+RRF_K = 60.0
+OTHER = "other"
+MODES = ("hybrid", "image", "text")
+
+
+@dataclass
+class HybridQuery:
+    """A text query as the channels read it: its embedding (D,), its analysed terms (every likely
+    language's reading, ``store.lexical.analyze_variants``) and the language group of its fusion."""
+
+    embed: np.ndarray
+    terms: list[str]
+    group: str = OTHER
+
+
+@dataclass
+class Candidates:
+    """Every candidate product of one query, with its features and what matched."""
+
+    rows: np.ndarray  # (n,) int64 product rows
+    features: np.ndarray  # (n, len(FEATURES)) float32
+    ranks: np.ndarray  # (n, len(CHANNELS)) int64 rank in each channel's list, -1 when not in it
+    photo: np.ndarray  # (n,) int64 the best photo row (-1: none)
+    text: np.ndarray  # (n,) int64 the best dense text row (-1: none)
+    lexical: np.ndarray  # (n,) int64 the best BM25 text row (-1: none)
+    matched_terms: dict[int, list[str]] = field(default_factory=dict)  # by candidate index
+
+    def __len__(self) -> int:
+        return int(self.rows.size)
+
+
+def _positions(rows: np.ndarray, hits: ChannelHits) -> tuple[np.ndarray, np.ndarray]:
+    """Where each candidate row is in a channel's list: (rank or -1, index into the hits or -1)."""
+    lookup = {int(o): i for i, o in enumerate(hits.owners.tolist())}
+    idx = np.asarray([lookup.get(int(r), -1) for r in rows.tolist()], np.int64)
+    return idx.copy(), idx
+
+
+def gather(
+    channels: ProductChannels,
+    query: HybridQuery,
+    n: int,
+    allowed: np.ndarray | None,
+    *,
+    use_image: bool = True,
+    use_text: bool = True,
+    text_mask: np.ndarray | None = None,
+    lexical_mask: np.ndarray | None = None,
+) -> Candidates:
+    """The candidates of the channels in use (each channel's ``n`` best products) with their features.
+    ``allowed``: boolean mask over product rows (live and matching the filters); ``text_mask`` and
+    ``lexical_mask``: over text rows (calibration leaves fields, or languages, out)."""
+    q = np.ascontiguousarray(query.embed, dtype=np.float32).ravel()
+    image = channels.photos.search(q, n, allowed) if use_image else ChannelHits.empty()
+    dense = channels.texts.search(q, n, allowed, text_mask) if use_text else ChannelHits.empty()
+    lexical = channels.lexical(query.terms, n, allowed, lexical_mask) if use_text else ChannelHits.empty()
+    rows = np.unique(np.concatenate([image.owners, dense.owners, lexical.owners]))
+    count = rows.size
+    features = np.zeros((count, len(FEATURES)), np.float32)
+    ranks = np.full((count, len(CHANNELS)), -1, np.int64)
+    photo = np.full(count, -1, np.int64)
+    text = np.full(count, -1, np.int64)
+    lex_rows = np.full(count, -1, np.int64)
+    matched: dict[int, list[str]] = {}
+    if count == 0:
+        return Candidates(rows, features, ranks, photo, text, lex_rows, matched)
+    if use_image:
+        features[:, 0], photo = channels.photos.best_of(q, rows)
+        ranks[:, 0] = _positions(rows, image)[0]
+    if use_text:
+        features[:, 1], text = channels.texts.best_of(q, rows, text_mask)
+        ranks[:, 1] = _positions(rows, dense)[0]
+        rank, idx = _positions(rows, lexical)
+        ranks[:, 2] = rank
+        found = np.flatnonzero(idx >= 0)
+        if found.size:
+            lex_rows[found] = lexical.via[idx[found]]
+            best = float(lexical.scores.max()) if lexical.scores.size else 0.0
+            features[found, 3] = lexical.scores[idx[found]] / best if best > 0 else 0.0
+            idf = channels.term_idf(query.terms)
+            total = sum(idf.values()) or 1.0
+            stored = channels.terms_of(lex_rows[found].tolist())
+            for i in found.tolist():
+                present = set(stored.get(int(lex_rows[i]), ()))
+                hit = [t for t in query.terms if t in present]
+                matched[i] = hit
+                features[i, 2] = sum(idf[t] for t in hit) / total
+    # A channel the product has no row in (no text, say) reads as its floor, not as -inf.
+    features[~np.isfinite(features)] = -1.0
+    return Candidates(rows, features, ranks, photo, text, lex_rows, matched)
+
+
+@dataclass
+class GroupParams:
+    """One language group's fitted parameters, over the method's feature list."""
+
+    weights: list[float]
+    bias: float = 0.0
+    mean: list[float] = field(default_factory=list)
+    std: list[float] = field(default_factory=list)
+    none_below: float | None = None  # a best fused score below this: "none"
+    strong_from: float | None = None  # from this on: "strong"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class FusionModel:
+    """The fusion of one version: ``method`` and the parameters of each language group, for hybrid and for
+    text-only search. ``languages`` maps the catalogue's text languages to their group."""
+
+    method: str
+    hybrid: dict[str, GroupParams]
+    text: dict[str, GroupParams]
+    languages: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "languages": list(self.languages),
+            "hybrid": {g: p.to_dict() for g, p in self.hybrid.items()},
+            "text": {g: p.to_dict() for g, p in self.text.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FusionModel:
+        return cls(
+            method=str(data["method"]),
+            hybrid={g: GroupParams(**p) for g, p in data.get("hybrid", {}).items()},
+            text={g: GroupParams(**p) for g, p in data.get("text", {}).items()},
+            languages=list(data.get("languages", [])),
+        )
+
+    def group_of(self, languages: Sequence[str | None]) -> str:
+        """The group of a query read as ``languages`` (most likely first): the first of them the catalogue
+        is written in, else ``other``."""
+        for lang in languages:
+            if lang in self.languages:
+                return str(lang)
+        return OTHER
+
+    def params(self, mode: str, group: str) -> GroupParams:
+        table = self.text if mode == "text" else self.hybrid
+        return table.get(group) or table[OTHER]
+
+    def score(self, candidates: Candidates, mode: str, group: str) -> np.ndarray:
+        """The fused score of every candidate (higher is better)."""
+        return fuse(self.method, candidates, self.params(mode, group), mode)
+
+
+def feature_columns(mode: str) -> list[int]:
+    names = TEXT_FEATURES if mode == "text" else FEATURES
+    return [FEATURES.index(n) for n in names]
+
+
+def channel_columns(mode: str) -> list[int]:
+    return [1, 2] if mode == "text" else [0, 1, 2]
+
+
+def rrf(candidates: Candidates, mode: str) -> np.ndarray:
+    ranks = candidates.ranks[:, channel_columns(mode)]
+    return np.where(ranks >= 0, 1.0 / (RRF_K + ranks + 1.0), 0.0).sum(axis=1).astype(np.float32)
+
+
+def fuse(method: str, candidates: Candidates, params: GroupParams, mode: str) -> np.ndarray:
+    if method == "rrf":
+        return rrf(candidates, mode)
+    x = candidates.features[:, feature_columns(mode)].astype(np.float64)
+    if params.mean:
+        x = (x - np.asarray(params.mean)) / np.asarray(params.std)
+    z = x @ np.asarray(params.weights, np.float64) + params.bias
+    if method == "logistic":
+        return (1.0 / (1.0 + np.exp(-z))).astype(np.float32)
+    return z.astype(np.float32)

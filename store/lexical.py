@@ -1,0 +1,96 @@
+"""Lexical analysis of product text, shared by the writer (what is indexed) and every reader (how queries
+are analysed): both sides must turn text into the same terms, so the analysis is part of the format.
+
+- Text is NFKC-normalised and case-folded; words are runs of letters and digits (``regex``'s ``\\w``).
+- Words in scripts written without spaces between words (Chinese, Japanese kana and kanji, Thai, and
+  Hangul, whose particles attach to words) become overlapping character bigrams (a lone character stays a
+  unigram), as Lucene's CJK analyser does: a 2-character Chinese query is one bigram term and finds the
+  titles that contain it, with no dictionary.
+- Other words are stemmed with the Snowball stemmer of the text's language where one exists (``STEMMERS``);
+  a language without one keeps the case-folded word.
+
+Terms are joined by spaces and stored in an SQLite FTS5 table (``unicode61``, diacritics removed), whose
+``bm25()`` ranks them (``store.products``).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+
+import regex
+import snowballstemmer
+
+# ISO 639-1 -> Snowball algorithm.
+STEMMERS: dict[str, str] = {
+    "ar": "arabic", "ca": "catalan", "cs": "czech", "da": "danish", "de": "german", "el": "greek",
+    "en": "english", "es": "spanish", "eu": "basque", "fi": "finnish", "fr": "french", "ga": "irish",
+    "hi": "hindi", "hu": "hungarian", "hy": "armenian", "id": "indonesian", "it": "italian",
+    "lt": "lithuanian", "ne": "nepali", "nl": "dutch", "no": "norwegian", "nb": "norwegian",
+    "fa": "persian", "pl": "polish", "pt": "portuguese", "ro": "romanian", "ru": "russian",
+    "sr": "serbian", "sv": "swedish", "ta": "tamil", "tr": "turkish", "et": "estonian",
+}  # fmt: skip
+
+_WORD = regex.compile(r"\w+", regex.UNICODE)
+# Scripts without spaces between words (and Hangul, whose particles attach): character bigrams.
+_BIGRAM_SCRIPT = regex.compile(
+    r"[\u30fc\u3005\u309d\u309e\u30fd\u30fe\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Hangul}\p{Lao}\p{Khmer}]+"
+)
+MAX_TERMS = 256  # a query is at most 512 characters; titles and descriptions are bounded by this too
+
+
+@lru_cache(maxsize=64)
+def _stemmer(lang: str) -> snowballstemmer.BaseStemmer | None:
+    algorithm = STEMMERS.get(lang.split("-")[0].split("_")[0].lower())
+    return snowballstemmer.stemmer(algorithm) if algorithm else None
+
+
+def _bigrams(run: str) -> list[str]:
+    if len(run) == 1:
+        return [run]
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def analyze(text: str, lang: str | None) -> list[str]:
+    """The terms of ``text`` read as language ``lang`` (None or unknown: not stemmed), in text order."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    stemmer = _stemmer(lang) if lang else None
+    terms: list[str] = []
+    for word in _WORD.findall(folded):
+        pos = 0
+        # A word may mix scripts ("iphone手机"): bigram the spaceless runs, stem the rest.
+        for run in _BIGRAM_SCRIPT.finditer(word):
+            if run.start() > pos:
+                terms.append(_stem(word[pos : run.start()], stemmer))
+            terms.extend(_bigrams(run.group()))
+            pos = run.end()
+        if pos < len(word):
+            terms.append(_stem(word[pos:], stemmer))
+        if len(terms) >= MAX_TERMS:
+            break
+    return [t for t in terms[:MAX_TERMS] if t]
+
+
+def _stem(word: str, stemmer: snowballstemmer.BaseStemmer | None) -> str:
+    if stemmer is None or word.isdigit():
+        return word
+    return stemmer.stemWord(word)
+
+
+def analyze_variants(text: str, languages: Sequence[str | None]) -> list[str]:
+    """The union of ``text``'s terms read as each of ``languages``, first-seen order: a short query whose
+    language is uncertain ("Bol blanco": Spanish? French? Portuguese?) is analysed as each likely language
+    rather than as one wrong one (an unstemmed reading is always included)."""
+    seen: dict[str, None] = {}
+    for lang in [*languages, None]:
+        for term in analyze(text, lang):
+            seen.setdefault(term, None)
+    return list(seen)[:MAX_TERMS]
+
+
+def match_expression(terms: Iterable[str]) -> str:
+    """An FTS5 MATCH expression: any of the terms (each quoted as a string, so no term is read as an FTS5
+    operator or column name)."""
+    quoted = ['"' + t.replace('"', '""') + '"' for t in terms]
+    return " OR ".join(quoted)

@@ -1,0 +1,447 @@
+"""A version's product channels: every photo of every product, the product's text fields (their dense
+embeddings and a full-text index), and the fusion calibrated for them at build time.
+
+A version's rows stay products (one row each in ``embeddings.npy``, ``metadata.sqlite``, the re-rank store:
+the product's first photo). A version built from products with several photos or with searched text fields
+also holds, beside them (all written through ``ProductChannelsWriter``, read through ``ProductChannels``)::
+
+    products.json            what is there: text fields, their languages, counts, the fusion and labels
+    photo_embeddings.npy     (M, D) float32 cross-modal embeddings of all M photos, grouped by product row
+    photo_visual.npy         (M, V) float32 visual embeddings (image-to-image search), when the model has
+                             one apart from its cross-modal embedding (the starter)
+    photo_owners.npy         (M,) int64 the product row of each photo, ascending
+    photos.faiss             ANN index over photo_embeddings (ids: photo rows)
+    text_embeddings.npy      (F, D) float32 embeddings of all F text values (product x field)
+    text_owners.npy          (F,) int64 the product row of each text value, ascending
+    text_fields.npy          (F,) int16 index into products.json's ``fields``
+    text_langs.npy           (F,) int16 index into products.json's ``text_languages``
+    texts.faiss              ANN index over text_embeddings (ids: text rows)
+    products.sqlite          photos(row, owner, path); texts(row, owner, field, lang, text);
+                             lexical: FTS5 over the analysed terms (``store.lexical``), rowid = text row
+
+A version without these files (every version written before them, and one-photo catalogues without text
+fields) is searched exactly as before. Checksums cover these files like any other (``store.layout``).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+from store.errors import IndexFormatError
+from store.files import names_full_disk
+from store.lexical import match_expression
+
+PRODUCTS_FILE = "products.json"
+PHOTO_EMBEDDINGS = "photo_embeddings.npy"
+PHOTO_VISUAL = "photo_visual.npy"
+PHOTO_OWNERS = "photo_owners.npy"
+PHOTO_INDEX = "photos.faiss"
+TEXT_EMBEDDINGS = "text_embeddings.npy"
+TEXT_OWNERS = "text_owners.npy"
+TEXT_FIELDS = "text_fields.npy"
+TEXT_LANGS = "text_langs.npy"
+TEXT_INDEX = "texts.faiss"
+PRODUCTS_DB = "products.sqlite"
+PRODUCT_FILES = (
+    PRODUCTS_FILE, PHOTO_EMBEDDINGS, PHOTO_VISUAL, PHOTO_OWNERS, PHOTO_INDEX, TEXT_EMBEDDINGS, TEXT_OWNERS,
+    TEXT_FIELDS, TEXT_LANGS, TEXT_INDEX, PRODUCTS_DB,
+)  # fmt: skip
+PRODUCTS_FORMAT = 1
+# Vector sets up to this size are searched exactly (a matmul beats a graph walk, and is the reference).
+EXACT_MAX = 20_000
+HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 80, 96
+
+_SCHEMA = """
+CREATE TABLE photos(row INTEGER PRIMARY KEY, owner INTEGER NOT NULL, path TEXT NOT NULL);
+CREATE TABLE texts(row INTEGER PRIMARY KEY, owner INTEGER NOT NULL, field TEXT NOT NULL, lang TEXT,
+                   text TEXT NOT NULL);
+CREATE VIRTUAL TABLE lexical USING fts5(terms, tokenize = 'unicode61 remove_diacritics 2');
+CREATE VIRTUAL TABLE lexical_vocab USING fts5vocab(lexical, 'row');
+CREATE INDEX photos_owner ON photos(owner);
+CREATE INDEX texts_owner ON texts(owner);
+"""
+
+
+@dataclass
+class ProductInfo:
+    """``products.json``: what the channels hold and how they are fused.
+
+    Attributes:
+        fields: the searched text fields (base names: ``title`` covers ``title`` and ``title@de``).
+        text_languages: the languages of the text values, by index (``text_langs.npy``); ``und`` unknown.
+        language_counts: text values per language.
+        photos, texts: row counts of the photo and text arrays.
+        visual_dim: width of ``photo_visual.npy``; 0 when the cross-modal embeddings serve image queries.
+        fusion: the calibrated fusion (``store.fusion.FusionModel.to_dict()``), empty before calibration.
+        calibration: what the calibration measured (held-out scores of every method tried, query counts).
+    """
+
+    fields: list[str]
+    text_languages: list[str]
+    language_counts: dict[str, int]
+    photos: int
+    texts: int
+    visual_dim: int = 0
+    fusion: dict[str, Any] = field(default_factory=dict)
+    calibration: dict[str, Any] = field(default_factory=dict)
+    format: int = PRODUCTS_FORMAT
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, indent=2, ensure_ascii=False)
+
+    @classmethod
+    def load(cls, path: Path) -> ProductInfo:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            if not isinstance(data, dict) or int(data.get("format", 0)) > PRODUCTS_FORMAT:
+                raise IndexFormatError(f"{path}: unsupported products format {data.get('format')!r}")
+            known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+            return cls(**known)
+        except (OSError, ValueError, TypeError) as exc:
+            raise IndexFormatError(f"cannot read {path}: {exc}") from None
+
+
+@dataclass
+class PhotoRows:
+    """All photos of a version's products, grouped by product row (owners ascending)."""
+
+    owners: np.ndarray  # (M,) int64
+    paths: list[str]
+    embeds: np.ndarray  # (M, D) float32
+    visual: np.ndarray | None = None  # (M, V) float32
+
+
+@dataclass
+class TextRows:
+    """All searched text values of a version's products, grouped by product row (owners ascending)."""
+
+    owners: np.ndarray  # (F,) int64
+    fields: list[str]  # base field name per value
+    langs: list[str]  # language per value ("und": unknown)
+    texts: list[str]
+    terms: list[list[str]]  # ``store.lexical.analyze`` of each value in its language
+    embeds: np.ndarray  # (F, D) float32
+
+
+def _vector_index(vectors: np.ndarray, exact_max: int) -> Any:
+    d = int(vectors.shape[1])
+    if vectors.shape[0] <= exact_max:
+        index: Any = faiss.IndexFlatIP(d)
+    else:
+        index = faiss.IndexHNSWFlat(d, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+        index.hnsw.efSearch = HNSW_EF_SEARCH
+    index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+    return index
+
+
+def _check_grouped(owners: np.ndarray, what: str) -> None:
+    if owners.size and np.any(np.diff(owners) < 0):
+        raise IndexFormatError(f"internal: {what} rows must be grouped by product row (owners ascending)")
+
+
+def write_product_channels(
+    stage: Path, info: ProductInfo, photos: PhotoRows, texts: TextRows, *, exact_max: int = EXACT_MAX
+) -> None:
+    """Write every product-channel file into a version being staged (``store.writer``)."""
+    stage = Path(stage)
+    _check_grouped(photos.owners, "photo")
+    _check_grouped(texts.owners, "text")
+    info.photos, info.texts = int(photos.owners.size), int(texts.owners.size)
+    info.visual_dim = 0 if photos.visual is None else int(photos.visual.shape[1])
+    lang_ids = {lang: i for i, lang in enumerate(info.text_languages)}
+    field_ids = {name: i for i, name in enumerate(info.fields)}
+    arrays: dict[str, np.ndarray] = {
+        PHOTO_EMBEDDINGS: np.asarray(photos.embeds, np.float32),
+        PHOTO_OWNERS: np.asarray(photos.owners, np.int64),
+        TEXT_EMBEDDINGS: np.asarray(texts.embeds, np.float32).reshape(len(texts.texts), -1),
+        TEXT_OWNERS: np.asarray(texts.owners, np.int64),
+        TEXT_FIELDS: np.asarray([field_ids[f] for f in texts.fields], np.int16),
+        TEXT_LANGS: np.asarray([lang_ids[lang] for lang in texts.langs], np.int16),
+    }
+    if photos.visual is not None:
+        arrays[PHOTO_VISUAL] = np.asarray(photos.visual, np.float32)
+    for name, array in arrays.items():
+        with names_full_disk(stage / name):
+            np.save(stage / name, array)
+    for name, vectors in ((PHOTO_INDEX, arrays[PHOTO_EMBEDDINGS]), (TEXT_INDEX, arrays[TEXT_EMBEDDINGS])):
+        if vectors.shape[0]:
+            with names_full_disk(stage / name):
+                faiss.write_index(_vector_index(vectors, exact_max), str(stage / name))
+    db = stage / PRODUCTS_DB
+    with names_full_disk(db):
+        con = sqlite3.connect(db)
+        try:
+            con.executescript(_SCHEMA)
+            con.executemany(
+                "INSERT INTO photos(row, owner, path) VALUES (?, ?, ?)",
+                ((i, int(o), p) for i, (o, p) in enumerate(zip(photos.owners, photos.paths, strict=True))),
+            )
+            rows = zip(texts.owners, texts.fields, texts.langs, texts.texts, strict=True)
+            con.executemany(
+                "INSERT INTO texts(row, owner, field, lang, text) VALUES (?, ?, ?, ?, ?)",
+                ((i, int(o), f, lang, t) for i, (o, f, lang, t) in enumerate(rows)),
+            )
+            con.executemany(
+                "INSERT INTO lexical(rowid, terms) VALUES (?, ?)",
+                ((i, " ".join(terms)) for i, terms in enumerate(texts.terms)),
+            )
+            con.execute("INSERT INTO lexical(lexical) VALUES ('optimize')")
+            con.commit()
+        finally:
+            con.close()
+    with names_full_disk(stage / PRODUCTS_FILE):
+        (stage / PRODUCTS_FILE).write_text(info.to_json() + "\n", encoding="utf-8")
+
+
+def has_product_channels(version_dir: Path) -> bool:
+    return (Path(version_dir) / PRODUCTS_FILE).is_file()
+
+
+@dataclass
+class ChannelHits:
+    """One channel's best match per product: product rows, their scores, and which photo or text row made
+    each score (for "the image that matched" and explanations)."""
+
+    owners: np.ndarray  # (n,) int64 product rows, best first
+    scores: np.ndarray  # (n,) float32
+    via: np.ndarray  # (n,) int64 photo or text rows
+
+    @staticmethod
+    def empty() -> ChannelHits:
+        return ChannelHits(np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.int64))
+
+
+def _best_per_owner(owners: np.ndarray, scores: np.ndarray, via: np.ndarray) -> ChannelHits:
+    """Keep each owner's best (scores may come in any order); best first."""
+    if owners.size == 0:
+        return ChannelHits.empty()
+    order = np.lexsort((-scores, owners))  # by owner, best first within each
+    owners, scores, via = owners[order], scores[order], via[order]
+    first = np.ones(owners.size, bool)
+    first[1:] = owners[1:] != owners[:-1]
+    owners, scores, via = owners[first], scores[first], via[first]
+    best = np.argsort(-scores, kind="stable")
+    return ChannelHits(owners[best], scores[best].astype(np.float32), via[best])
+
+
+class _Vectors:
+    """One grouped vector set (photos, their visual embeddings, or text values) with its ANN index."""
+
+    def __init__(self, vectors: np.ndarray, owners: np.ndarray, index: Any | None, products: int) -> None:
+        self.vectors = vectors
+        self.owners = owners
+        self.index = index
+        # Product p's rows are start[p]:start[p + 1] (owners ascending).
+        self.start = np.searchsorted(owners, np.arange(products + 1), side="left").astype(np.int64)
+
+    def __len__(self) -> int:
+        return int(self.owners.size)
+
+    def rows_of(self, products: np.ndarray) -> np.ndarray:
+        """Every row of the given products (in their order)."""
+        lo, hi = self.start[products], self.start[products + 1]
+        counts = hi - lo
+        if counts.sum() == 0:
+            return np.zeros(0, np.int64)
+        offsets = np.repeat(lo - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+        return np.arange(int(counts.sum()), dtype=np.int64) + offsets
+
+    def best_of(
+        self, query: np.ndarray, products: np.ndarray, row_mask: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Exact best score and row per given product (-inf / -1 for a product with no row): the features
+        of candidates that another channel found."""
+        rows = self.rows_of(products)
+        if row_mask is not None and rows.size:
+            rows = rows[row_mask[rows]]
+        scores = np.full(products.size, -np.inf, np.float32)
+        via = np.full(products.size, -1, np.int64)
+        if rows.size == 0:
+            return scores, via
+        sims = np.asarray(self.vectors[rows], np.float32) @ query
+        hits = _best_per_owner(self.owners[rows], sims, rows)
+        pos = {int(p): i for i, p in enumerate(products.tolist())}
+        for owner, score, row in zip(
+            hits.owners.tolist(), hits.scores.tolist(), hits.via.tolist(), strict=True
+        ):
+            scores[pos[owner]], via[pos[owner]] = score, row
+        return scores, via
+
+    def search(
+        self, query: np.ndarray, n: int, allowed: np.ndarray | None, row_mask: np.ndarray | None = None
+    ) -> ChannelHits:
+        """The ``n`` best products by their best row; ``allowed``: a boolean mask over product rows (live
+        and matching the filters), ``row_mask``: over this set's rows (calibration leaves fields out)."""
+        total = len(self)
+        if total == 0 or n < 1:
+            return ChannelHits.empty()
+        if self.index is None or isinstance(self.index, faiss.IndexFlat) or row_mask is not None:
+            sims = np.asarray(self.vectors, np.float32) @ query
+            keep = np.ones(total, bool) if allowed is None else allowed[self.owners]
+            if row_mask is not None:
+                keep &= row_mask
+            rows = np.flatnonzero(keep)
+            if rows.size > 4 * n:
+                rows = rows[np.argpartition(-sims[rows], 4 * n)[: 4 * n]]
+            hits = _best_per_owner(self.owners[rows], sims[rows], rows)
+            while len(hits.owners) < n and rows.size < keep.sum():  # many rows of few products
+                rows = np.flatnonzero(keep)
+                hits = _best_per_owner(self.owners[rows], sims[rows], rows)
+            return ChannelHits(hits.owners[:n], hits.scores[:n], hits.via[:n])
+        fetch = min(total, max(4 * n, 64))
+        while True:
+            scores, rows = self.index.search(query[None, :].astype(np.float32), fetch)
+            rows, scores = rows[0], scores[0]
+            ok = rows >= 0
+            rows, scores = rows[ok].astype(np.int64), scores[ok]
+            if allowed is not None:
+                keep = allowed[self.owners[rows]]
+                rows, scores = rows[keep], scores[keep]
+            hits = _best_per_owner(self.owners[rows], scores, rows)
+            if len(hits.owners) >= n or fetch >= total:
+                return ChannelHits(hits.owners[:n], hits.scores[:n], hits.via[:n])
+            fetch = min(total, fetch * 4)
+
+
+class ProductChannels:
+    """The product channels of one opened version (read-only; thread-safe)."""
+
+    def __init__(self, version_dir: Path, products: int) -> None:
+        self.path = Path(version_dir)
+        self.info = ProductInfo.load(self.path / PRODUCTS_FILE)
+        try:
+            owners = np.load(self.path / PHOTO_OWNERS)
+            embeds = np.load(self.path / PHOTO_EMBEDDINGS, mmap_mode="r")
+            self.photos = _Vectors(embeds, owners, self._index(PHOTO_INDEX, owners.size), products)
+            visual = self.path / PHOTO_VISUAL
+            self.visual = (
+                _Vectors(np.load(visual, mmap_mode="r"), owners, None, products) if visual.is_file() else None
+            )
+            t_owners = np.load(self.path / TEXT_OWNERS)
+            t_embeds = np.load(self.path / TEXT_EMBEDDINGS, mmap_mode="r")
+            self.texts = _Vectors(t_embeds, t_owners, self._index(TEXT_INDEX, t_owners.size), products)
+            self.text_fields = np.load(self.path / TEXT_FIELDS)
+            self.text_langs = np.load(self.path / TEXT_LANGS)
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise IndexFormatError(f"cannot read the product channels of {self.path}: {exc}") from exc
+        if owners.size != self.info.photos or t_owners.size != self.info.texts:
+            raise IndexFormatError(f"{self.path}: product channel row counts differ from {PRODUCTS_FILE}")
+        if owners.size and (owners[0] < 0 or owners[-1] >= products):
+            raise IndexFormatError(f"{self.path}: photo owners outside the version's {products} rows")
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(
+            f"file:{self.path / PRODUCTS_DB}?mode=ro&immutable=1", uri=True, check_same_thread=False
+        )
+
+    def _index(self, name: str, rows: int) -> Any | None:
+        path = self.path / name
+        if not rows:
+            return None
+        index = faiss.read_index(str(path))
+        if index.ntotal != rows:
+            raise IndexFormatError(f"{path} holds {index.ntotal} vectors, expected {rows}")
+        if isinstance(index, faiss.IndexHNSW):
+            index.hnsw.efSearch = HNSW_EF_SEARCH
+        return index
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @property
+    def visual_vectors(self) -> _Vectors:
+        """The vectors image-to-image search uses: the visual embeddings, else the cross-modal ones."""
+        return self.visual if self.visual is not None else self.photos
+
+    # -- lexical ---------------------------------------------------------------------------------------------
+
+    def lexical(
+        self, terms: Sequence[str], n: int, allowed: np.ndarray | None, row_mask: np.ndarray | None = None
+    ) -> ChannelHits:
+        """BM25 (FTS5) over the text values, best value per product: scores are ``-bm25`` (higher is
+        better); ``row_mask`` over text rows (calibration leaves fields or languages out)."""
+        if not terms or self.info.texts == 0:
+            return ChannelHits.empty()
+        expression = match_expression(terms)
+        limit = max(8 * n, 200)
+        with self._lock:
+            found = self._db.execute(
+                "SELECT rowid, bm25(lexical) FROM lexical WHERE lexical MATCH ? ORDER BY rank LIMIT ?",
+                (expression, limit),
+            ).fetchall()
+        rows = np.asarray([r for r, _ in found], np.int64)
+        scores = np.asarray([-s for _, s in found], np.float32)
+        keep = np.ones(rows.size, bool)
+        if rows.size and allowed is not None:
+            keep &= allowed[self.texts.owners[rows]]
+        if rows.size and row_mask is not None:
+            keep &= row_mask[rows]
+        hits = _best_per_owner(self.texts.owners[rows[keep]], scores[keep], rows[keep])
+        return ChannelHits(hits.owners[:n], hits.scores[:n], hits.via[:n])
+
+    def term_idf(self, terms: Sequence[str]) -> dict[str, float]:
+        """Inverse document frequency (BM25's, floored at a small positive value) of each term."""
+        if not terms:
+            return {}
+        marks = ",".join("?" * len(terms))
+        with self._lock:
+            docs = dict(
+                self._db.execute(f"SELECT term, doc FROM lexical_vocab WHERE term IN ({marks})", list(terms))
+            )
+        total = max(1, self.info.texts)
+        idf = {}
+        for term in terms:
+            df = docs.get(term, 0)
+            idf[term] = float(max(np.log((total - df + 0.5) / (df + 0.5) + 1.0), 1e-3))
+        return idf
+
+    def terms_of(self, text_rows: Sequence[int]) -> dict[int, list[str]]:
+        """The stored terms of text values (for the coverage feature and explanations)."""
+        wanted = [int(r) for r in text_rows if r >= 0]
+        if not wanted:
+            return {}
+        marks = ",".join("?" * len(wanted))
+        with self._lock:
+            found = self._db.execute(f"SELECT rowid, terms FROM lexical WHERE rowid IN ({marks})", wanted)
+            return {int(r): t.split() for r, t in found}
+
+    def texts_of(self, text_rows: Sequence[int]) -> dict[int, tuple[str, str | None, str]]:
+        """(field, lang, text) of text values."""
+        wanted = [int(r) for r in text_rows if r >= 0]
+        if not wanted:
+            return {}
+        marks = ",".join("?" * len(wanted))
+        with self._lock:
+            found = self._db.execute(
+                f"SELECT row, field, lang, text FROM texts WHERE row IN ({marks})", wanted
+            ).fetchall()
+        return {int(r): (f, lang, t) for r, f, lang, t in found}
+
+    def photo_paths(self, products: Sequence[int]) -> dict[int, list[str]]:
+        """Each product's photo paths, in manifest order (its first photo is the version's own image)."""
+        wanted = [int(p) for p in products]
+        if not wanted:
+            return {}
+        marks = ",".join("?" * len(wanted))
+        out: dict[int, list[str]] = {p: [] for p in wanted}
+        with self._lock:
+            for owner, path in self._db.execute(
+                f"SELECT owner, path FROM photos WHERE owner IN ({marks}) ORDER BY row", wanted
+            ):
+                out[int(owner)].append(path)
+        return out
+
+    def photo_index_of(self, photo_row: int) -> int:
+        """A photo row's position among its product's photos (0: the first)."""
+        owner = int(self.photos.owners[photo_row])
+        return int(photo_row - self.photos.start[owner])
