@@ -7,6 +7,7 @@ in-process cache), so a fresh machine needs no configuration.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -18,7 +19,13 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 def _comma_list(value: object) -> object:
-    """``title,description`` (an environment variable or a CLI option) as a list; lists pass through."""
+    """``title,description`` (an environment variable or a CLI option) as a list; a JSON list
+    (``["title"]``) and lists pass through."""
+    if isinstance(value, str) and value.strip().startswith("["):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value  # not JSON after all: refused by the list type, naming the setting
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
     return value

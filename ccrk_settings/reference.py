@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import annotated_types
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
+from pydantic_settings import NoDecode
 
 from ccrk_settings import Settings
 
@@ -125,6 +126,8 @@ def markdown_reference() -> str:
             lines += ["| variable | type | default | meaning |", "| --- | --- | --- | --- |"]
         bounds = _bounds(field)
         kind = _type_name(field.annotation) + (f" ({bounds})" if bounds else "")
+        if any(isinstance(meta, NoDecode) for meta in field.metadata):  # read as a comma-separated list
+            kind = kind.replace("(JSON)", "(comma-separated)")
         description = (field.description or "").replace("|", "\\|")
         lines.append(f"| `{env_name(name)}` | {kind} | {_display_default(_default(field))} | {description} |")
     return "\n".join(lines) + "\n"

@@ -310,6 +310,9 @@ def calibrate(
                     report["held_out"].setdefault(method, {})[group] = round(scores[-1][0], 4)
             per_mode[mode] = table
         fitted[method] = per_mode
+        report.setdefault("fitted", {})[method] = {
+            mode: {g: p.to_dict() for g, p in table.items()} for mode, table in per_mode.items()
+        }
         total = sum(n for _, n in scores) or 1
         mean = sum(s * n for s, n in scores) / total
         report["held_out"].setdefault(method, {})["mean"] = round(mean, 4)

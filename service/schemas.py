@@ -82,6 +82,17 @@ FilterValue = Scalar | Annotated[list[Scalar], Field(min_length=1, max_length=10
 Filters = Annotated[dict[FieldName, FilterValue], Field(max_length=16)]
 
 
+SearchMode = Literal["hybrid", "image", "text"]
+
+
+class SortBy(BaseModel):
+    """Relevant results ordered by a metadata field (after the ``min_score`` cut)."""
+
+    model_config = ConfigDict(extra="forbid")
+    field: FieldName = Field(description="A metadata field, e.g. price.")
+    order: Literal["asc", "desc"] = "asc"
+
+
 class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: QueryText = Field(description="The shopper's query, any language.")
@@ -101,6 +112,23 @@ class SearchRequest(BaseModel):
         "per index and language), 'weak' drops results labelled 'none', 'strong' keeps strong ones only, "
         "a number keeps results whose cosine score is at least that.",
     )
+    mode: SearchMode | None = Field(
+        None,
+        description="What a text query searches: 'hybrid' (the products' photos, their text fields' "
+        "embeddings and BM25, fused as calibrated for this index and language), 'image' (photos only), "
+        "'text' (text fields only). Default: hybrid where the index has searched text fields, else image.",
+    )
+    explain: bool = Field(
+        False,
+        description="Per hit, each channel's score and rank, the matched text field and terms, and the matched "
+        "image (hybrid and text modes).",
+    )
+    sort: SortBy | None = Field(
+        None,
+        description='Order the relevant results by a metadata field, e.g. {"field": "price", "order": "asc"}: '
+        "applied after the min_score cut; with min_score 'auto', results labelled 'none' are dropped first. "
+        "Items without the field come last.",
+    )
 
 
 class LanguageInfo(BaseModel):
@@ -111,9 +139,30 @@ class LanguageInfo(BaseModel):
     mixed: bool = Field(False, description="The query seems to mix languages or scripts.")
 
 
+class ChannelScore(BaseModel):
+    score: float
+    rank: int | None = Field(description="0-based rank in the channel's own list; null when not in it.")
+
+
+class HitExplanation(BaseModel):
+    fused: float = Field(description="The fused score.")
+    method: str = Field(description="The fusion calibrated for this index: rrf, weighted or logistic.")
+    group: str = Field(description="The language group whose fusion parameters were used.")
+    channels: dict[str, ChannelScore] = Field(
+        description="image (best photo cosine), text (best text-field cosine), lexical (BM25, when found)."
+    )
+    text_field: str | None = Field(None, description="The text field that matched best (dense text).")
+    text: str | None = Field(None, description="Its text.")
+    lexical_field: str | None = Field(None, description="The text field BM25 matched.")
+    terms: list[str] = Field(default_factory=list, description="The query's terms found in it.")
+    image_url: str | None = Field(None, description="The photo that matched best.")
+
+
 class SearchHit(BaseModel):
     id: str
-    score: float = Field(description="Dual-encoder cosine similarity.")
+    score: float = Field(
+        description="Dual-encoder cosine similarity; in hybrid and text modes the fused score."
+    )
     rerank_score: float | None = Field(
         None, description="Re-ranking score (similarity / temperature + match log-odds), when re-ranked."
     )
@@ -122,7 +171,9 @@ class SearchHit(BaseModel):
         None, description="How good a match this result is (calibrated on the index): strong, weak or none."
     )
     metadata: dict[str, Any]
-    image_url: str
+    image_url: str = Field(description="The item's image: for a product, the photo that matched best.")
+    images: list[str] | None = Field(None, description="All photos of a product, first photo first.")
+    explain: HitExplanation | None = None
 
 
 class Timings(BaseModel):
@@ -139,6 +190,7 @@ class MatchThresholdsInfo(BaseModel):
 
 class SearchResponse(BaseModel):
     results: list[SearchHit]
+    mode: SearchMode = Field("image", description="What was searched.")
     language: LanguageInfo
     index_version: str
     model: str
@@ -153,6 +205,16 @@ class SearchResponse(BaseModel):
     match_thresholds: MatchThresholdsInfo | None = Field(
         None, description="The thresholds used for this query's language."
     )
+
+
+class SimilarRequest(BaseModel):
+    """More like an indexed item: its stored photo vectors are the query (no upload)."""
+
+    model_config = ConfigDict(extra="forbid")
+    top_k: int = Field(20, ge=1, le=MAX_TOP_K)
+    offset: int = Field(0, ge=0, le=MAX_OFFSET)
+    filters: Filters | None = None
+    include_self: bool = Field(False, description="Keep the item itself in the results.")
 
 
 class ImageSearchResponse(BaseModel):

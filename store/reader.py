@@ -29,6 +29,7 @@ from store.layout import (
 )
 from store.manifest import IndexManifest, check_model
 from store.metadata import MetadataReader
+from store.products import ProductChannels, has_product_channels
 from store.versions import current_version
 
 # Allowed-row sets up to this size are searched exactly (a gather + matmul beats a filtered ANN walk, and
@@ -180,6 +181,11 @@ class IndexVersion:
         self._tokens = _random_access(np.load(rerank_file, mmap_mode="r")) if rerank_file.is_file() else None
         scales = self.path / RERANK_SCALES_FILE
         self._scales = _random_access(np.load(scales, mmap_mode="r")) if scales.is_file() else None
+        # Products with several photos or searched text fields (``store.products``); None for every version
+        # written without them, which is searched exactly as before.
+        self.products: ProductChannels | None = (
+            ProductChannels(self.path, n) if has_product_channels(self.path) else None
+        )
         self._ivf = faiss.try_extract_index_ivf(self._index)
         self._hnsw = isinstance(self._index, faiss.IndexHNSW)
         self._flat = isinstance(self._index, faiss.IndexFlat)
@@ -220,6 +226,8 @@ class IndexVersion:
 
     def close(self) -> None:
         self._meta.close()
+        if self.products is not None:
+            self.products.close()
         self._index = None  # type: ignore[assignment]
         self._embeds = None  # type: ignore[assignment]
         self._tokens = None
@@ -351,6 +359,10 @@ class IndexVersion:
             s2, r2 = self._exact_rows(q[short], k, target)
             scores[short], rows[short] = s2, r2
         return scores, rows
+
+    def live_mask(self) -> np.ndarray | None:
+        """(N,) bool, False for deleted rows; None when no row is deleted."""
+        return self._live
 
     def embeddings(self, rows: np.ndarray) -> np.ndarray:
         """(n, D) float32 stored embeddings of the given rows (held-out queries, re-scoring)."""

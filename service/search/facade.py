@@ -27,6 +27,7 @@ from service.schemas import (
     ImageSearchResponse,
     SearchRequest,
     SearchResponse,
+    SimilarRequest,
 )
 from service.search.filters import SearchFilters
 from service.search.pipeline import SearchPipeline
@@ -115,20 +116,28 @@ class SearchFacade:
         self.telemetry.consistency(outcome)
         return outcome.response
 
+    async def similar(self, item_id: str, body: SimilarRequest) -> ImageSearchResponse:
+        return await anyio.to_thread.run_sync(self._similar, item_id, body, limiter=self.limiter)
+
+    def _similar(self, item_id: str, body: SimilarRequest) -> ImageSearchResponse:
+        with self.holder.lease() as served:
+            return self.pipeline.similar(served, item_id, body)
+
     # -- catalogue images ---------------------------------------------------------------------------------
 
-    async def image_file(self, item_id: str) -> Path:
-        """Where an item's image is on disk. A lookup, not CPU work: no slot of the CPU limiter."""
-        return await anyio.to_thread.run_sync(self._image_file, item_id)
+    async def image_file(self, item_id: str, photo: int = 0) -> Path:
+        """Where an item's image (a product's ``photo``-th) is on disk. A lookup, not CPU work: no slot of
+        the CPU limiter."""
+        return await anyio.to_thread.run_sync(self._image_file, item_id, photo)
 
-    def _image_file(self, item_id: str) -> Path:
+    def _image_file(self, item_id: str, photo: int) -> Path:
         with self.holder.lease() as served:
-            return image_path(served, item_id)
+            return image_path(served, item_id, photo)
 
-    async def thumbnail(self, item_id: str, size: int) -> bytes:
+    async def thumbnail(self, item_id: str, size: int, photo: int = 0) -> bytes:
         """A JPEG thumbnail of an item's image (decoding: a slot of the CPU limiter)."""
-        return await anyio.to_thread.run_sync(self._thumbnail, item_id, size, limiter=self.limiter)
+        return await anyio.to_thread.run_sync(self._thumbnail, item_id, size, photo, limiter=self.limiter)
 
-    def _thumbnail(self, item_id: str, size: int) -> bytes:
+    def _thumbnail(self, item_id: str, size: int, photo: int) -> bytes:
         with self.holder.lease() as served:
-            return item_thumbnail(served, item_id, size)
+            return item_thumbnail(served, item_id, size, photo)

@@ -12,11 +12,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from model.reranking import RerankScore
 from model.runtime import Encoder
 from monitoring.consistency import consistency_report
 from service.cache import RESULT, Cache
-from service.errors import InvalidInputError
+from service.errors import InvalidInputError, NotFoundError
 from service.index_holder import Served
 from service.language import LanguageDetector
 from service.matching import MatchJudge
@@ -29,12 +31,15 @@ from service.schemas import (
     MatchThresholdsInfo,
     SearchRequest,
     SearchResponse,
+    SimilarRequest,
 )
 from service.search.filters import SearchFilters, allowed_rows
+from service.search.hybrid import HybridRanker, channels_of
 from service.search.query import digest, normalise_query
 from service.search.ranking import Ranked, Ranker
 from service.search.responses import ResponseBuilder, since_ms
 from service.uploads import decode_upload
+from store.products import ProductChannels
 
 
 @dataclass
@@ -47,7 +52,7 @@ class TextOutcome:
 @dataclass
 class ImageOutcome:
     response: ImageSearchResponse
-    ranked: Ranked
+    ranked: Ranked | None  # None for products ranked by their photos' visual embeddings
 
 
 @dataclass
@@ -81,6 +86,7 @@ class SearchPipeline:
         self.ranker = Ranker(encoder, cache, model_fingerprint=model_fingerprint, rerank_score=rerank_score)
         self.responses = ResponseBuilder(model_name)
         self.judge = MatchJudge(encoder)
+        self.hybrid = HybridRanker()
         # A model without a fusion encoder cannot re-rank: its default is off, and asking is refused.
         self.can_rerank = encoder.capabilities.rerank
         self.default_rerank = default_rerank and self.can_rerank
@@ -126,6 +132,45 @@ class SearchPipeline:
         t0 = time.perf_counter()
         query = self.ranker.encode_text(text, language.code)
         encode_s = time.perf_counter() - t0
+        channels = channels_of(served)
+        mode = self._mode(channels, request)
+        if channels is not None and (
+            mode != "image" or channels.info.photos > len(served.index) or request.sort or request.explain
+        ):
+            page = self.hybrid.text(
+                served,
+                channels,
+                query.embeds[0],
+                text,
+                language,
+                mode=mode,
+                top_k=request.top_k,
+                offset=request.offset,
+                allowed_rows=allowed,
+                min_score=request.min_score,
+                sort=request.sort,
+                explain=request.explain,
+            )
+            response = self.responses.hybrid(
+                served,
+                page.hits,
+                label=page.label,
+                params=page.thresholds,
+                search_s=page.search_s,
+                mode=mode,
+                language=language,
+                encode_s=encode_s,
+                start=start,
+            )
+            if result_key is not None:
+                self.cache.set(RESULT, result_key, self.responses.cache_entry(response))
+            return TextOutcome(response, ranked=None, encode_s=encode_s)
+        if request.sort is not None:
+            raise InvalidInputError(
+                "sort needs an index built with products (--text-fields or photos lists); this version has "
+                "none",
+                loc=("body", "sort"),
+            )
         ranked = self.ranker.text(
             served,
             query,
@@ -157,6 +202,20 @@ class SearchPipeline:
             response.timings_ms.total = since_ms(start)  # the total includes the cache write
         return TextOutcome(response, ranked=ranked, encode_s=encode_s)
 
+    @staticmethod
+    def _mode(channels: ProductChannels | None, request: SearchRequest) -> str:
+        """The request's mode, else hybrid where the version has searched text fields, else image."""
+        has_text = channels is not None and channels.info.texts > 0
+        if request.mode is None:
+            return "hybrid" if has_text else "image"
+        if request.mode != "image" and not has_text:
+            raise InvalidInputError(
+                f"mode {request.mode!r} needs searched text fields, and this index has none (build it with "
+                "--text-fields); use mode 'image' or leave mode out",
+                loc=("body", "mode"),
+            )
+        return request.mode
+
     def _result_key(
         self,
         served: Served,
@@ -182,6 +241,9 @@ class SearchPipeline:
                 None if filters is None else filters.plain,
                 language.code,  # match labels are calibrated per language
                 request.min_score,
+                request.mode,
+                request.explain,
+                None if request.sort is None else request.sort.model_dump_json(),
             ]
         )
 
@@ -207,11 +269,59 @@ class SearchPipeline:
         )
         allowed = allowed_rows(filters, served)
         t0 = time.perf_counter()
-        embeds = self.encoder.encode_images([image]).embeds
+        encoded = self.encoder.encode_images([image])
         encode_s = time.perf_counter() - t0
         del image  # up to ~100 MB of pixels: not kept through the search
-        ranked = self.ranker.by_embedding(served, embeds, top_k=top_k, offset=offset, allowed=allowed)
+        channels = channels_of(served)
+        if channels is not None:  # products: ranked by their best photo's visual embedding
+            hits, search_s = self.hybrid.visual(
+                served,
+                channels,
+                encoded.visual_or_embeds[0],
+                top_k=top_k,
+                offset=offset,
+                allowed_rows=allowed,
+            )
+            response = self.responses.visual(served, hits, encode_s=encode_s, search_s=search_s, start=start)
+            return ImageOutcome(response, None)
+        ranked = self.ranker.by_embedding(served, encoded.embeds, top_k=top_k, offset=offset, allowed=allowed)
         return ImageOutcome(self.responses.image(served, ranked, encode_s=encode_s, start=start), ranked)
+
+    # -- more like this --------------------------------------------------------------------------------------
+
+    def similar(self, served: Served, item_id: str, body: SimilarRequest) -> ImageSearchResponse:
+        """Products like an indexed one, by its stored photo vectors (its first photo's; no upload)."""
+        start = time.perf_counter()
+        row = served.index.row_of(item_id)
+        if row is None:
+            raise NotFoundError(
+                f"no item {item_id!r} in index version {served.version}", loc=("path", "item_id")
+            )
+        allowed = allowed_rows(SearchFilters.of(body.filters), served)
+        exclude = None if body.include_self else row
+        channels = channels_of(served)
+        if channels is not None:
+            query = np.asarray(
+                channels.visual_vectors.vectors[channels.visual_vectors.start[row]], np.float32
+            )
+            hits, search_s = self.hybrid.visual(
+                served,
+                channels,
+                query,
+                top_k=body.top_k,
+                offset=body.offset,
+                allowed_rows=allowed,
+                exclude_row=exclude,
+            )
+            return self.responses.visual(served, hits, encode_s=0.0, search_s=search_s, start=start)
+        query = served.index.embeddings(np.asarray([row]))
+        if exclude is not None:
+            keep = allowed if allowed is not None else np.arange(served.index.total_rows)
+            allowed = keep[keep != exclude]
+        ranked = self.ranker.by_embedding(
+            served, query, top_k=body.top_k, offset=body.offset, allowed=allowed
+        )
+        return self.responses.image(served, ranked, encode_s=0.0, start=start)
 
     # -- consistency -----------------------------------------------------------------------------------------
 

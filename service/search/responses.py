@@ -23,6 +23,7 @@ from service.schemas import (
     Timings,
 )
 from service.search.ranking import Ranked
+from store.hybrid import GroupParams
 
 
 def image_url(item_id: str) -> str:
@@ -100,6 +101,50 @@ class ResponseBuilder:
             cached=False,
         )
 
+    def hybrid(
+        self,
+        served: Served,
+        hits: list[SearchHit],
+        *,
+        label: MatchLabel | None,
+        params: GroupParams | None,
+        search_s: float,
+        mode: str,
+        language: LanguageInfo,
+        encode_s: float,
+        start: float,
+    ) -> SearchResponse:
+        """A products / hybrid search answer (``service.search.hybrid``)."""
+        thresholds = None
+        if params is not None and params.none_below is not None:
+            thresholds = MatchThresholdsInfo(
+                none_below=params.none_below,
+                strong_from=params.strong_from if params.strong_from is not None else params.none_below,
+            )
+        return SearchResponse(
+            results=hits,
+            mode=mode,  # type: ignore[arg-type]
+            language=language,
+            index_version=served.version,
+            model=self.model_name,
+            reranked=False,
+            timings_ms=Timings(encode=ms(encode_s), search=ms(search_s), rerank=0.0, total=since_ms(start)),
+            cached=False,
+            match=label,
+            match_thresholds=thresholds,
+        )
+
+    def visual(
+        self, served: Served, hits: list[SearchHit], *, encode_s: float, search_s: float, start: float
+    ) -> ImageSearchResponse:
+        """An image-to-image answer over products (their photos' visual embeddings)."""
+        return ImageSearchResponse(
+            results=hits,
+            index_version=served.version,
+            model=self.model_name,
+            timings_ms=Timings(encode=ms(encode_s), search=ms(search_s), rerank=0.0, total=since_ms(start)),
+        )
+
     @staticmethod
     def cache_entry(response: SearchResponse) -> bytes:
         """What the result cache keeps of a text answer: the parts that do not depend on the request's
@@ -107,6 +152,7 @@ class ResponseBuilder:
         payload: dict[str, Any] = {
             "results": [hit.model_dump() for hit in response.results],
             "reranked": response.reranked,
+            "mode": response.mode,
             "match": response.match,
             "match_thresholds": response.match_thresholds.model_dump() if response.match_thresholds else None,
         }
@@ -124,6 +170,7 @@ class ResponseBuilder:
                 index_version=served.version,
                 model=self.model_name,
                 reranked=payload["reranked"],
+                mode=payload.get("mode", "image"),
                 timings_ms=Timings(encode=0.0, search=0.0, rerank=0.0, total=since_ms(start)),
                 cached=True,
                 match=payload["match"],

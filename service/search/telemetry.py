@@ -38,10 +38,14 @@ class SearchTelemetry:
 
     def text(self, request: SearchRequest, outcome: TextOutcome) -> str:
         """A text search; returns its language label (the HTTP middleware's ``lang``)."""
+        response = outcome.response
         if outcome.ranked is not None:  # an answer from the result cache timed no stage
             self.metrics.stage_seconds.labels("encode").observe(outcome.encode_s)
             self._ranked(outcome.ranked)
-        response = outcome.response
+        elif not response.cached:  # products and hybrid search (``service.search.hybrid``)
+            self.metrics.stage_seconds.labels("encode").observe(outcome.encode_s)
+            self.metrics.stage_seconds.labels("search").observe(response.timings_ms.search / 1000.0)
+            self.metrics.rerank.labels("no").inc()
         lang = self.lang_label(response.language.code)
         self.traffic.observe_search(lang, request, response)  # live traffic per language
         if request.offset == 0:  # one count per query, not per page
@@ -50,7 +54,11 @@ class SearchTelemetry:
 
     def image(self, outcome: ImageOutcome) -> None:
         # The encode stage's histogram holds text encodings only; an image's is in its answer's timings.
-        self._ranked(outcome.ranked)
+        if outcome.ranked is None:
+            self.metrics.stage_seconds.labels("search").observe(outcome.response.timings_ms.search / 1000.0)
+            self.metrics.rerank.labels("no").inc()
+        else:
+            self._ranked(outcome.ranked)
 
     def consistency(self, outcome: ConsistencyOutcome) -> None:
         for ranked in outcome.ranked:

@@ -16,12 +16,15 @@ CACHE_CONTROL = {"Cache-Control": "public, max-age=3600"}
 
 ItemId = Annotated[str, PathParam(min_length=1, max_length=512)]
 Size = Annotated[int | None, Query(ge=16, le=1024, description="Longest side of a JPEG thumbnail.")]
+Photo = Annotated[
+    int, Query(ge=0, le=4096, description="A product's photo: 0 its first, 1 the next (search hits' images).")
+]
 
 
-async def _image(item_id: str, runtime: Runtime, size: int | None) -> Response:
+async def _image(item_id: str, runtime: Runtime, size: int | None, photo: int = 0) -> Response:
     if size is None:
-        return FileResponse(await runtime.search.image_file(item_id), headers=CACHE_CONTROL)
-    data = await runtime.search.thumbnail(item_id, size)
+        return FileResponse(await runtime.search.image_file(item_id, photo), headers=CACHE_CONTROL)
+    data = await runtime.search.thumbnail(item_id, size, photo)
     return Response(data, media_type="image/jpeg", headers=CACHE_CONTROL)
 
 
@@ -36,13 +39,15 @@ async def get_image_by_query(
     item_id: Annotated[str, Query(alias="id", min_length=1, max_length=512)],
     runtime: RuntimeDep,
     size: Size = None,
+    photo: Photo = 0,
 ) -> Response:
     """The same as ``/v1/images/{id}`` for any id: a path segment cannot hold a line break, a query can
     (search results link here for such ids)."""
-    return await _image(item_id, runtime, size)
+    return await _image(item_id, runtime, size, photo)
 
 
 @router.get("/{item_id:path}", response_class=Response, responses=IMAGE_RESPONSES)
-async def get_image(item_id: ItemId, runtime: RuntimeDep, size: Size = None) -> Response:
-    """The catalogue image of an item, or a JPEG thumbnail of it when ``size`` is given."""
-    return await _image(item_id, runtime, size)
+async def get_image(item_id: ItemId, runtime: RuntimeDep, size: Size = None, photo: Photo = 0) -> Response:
+    """The catalogue image of an item (a product's ``photo``-th), or a JPEG thumbnail of it when ``size`` is
+    given."""
+    return await _image(item_id, runtime, size, photo)

@@ -76,9 +76,7 @@ def test_onnx_graph_matches_torch(starter_model: Path) -> None:
         ref_embeds, ref_probs, ref_visual = (t.numpy() for t in graph(torch.from_numpy(x)))
         # The visual output is the classifier's own pooled features: its logits are the graph's classes.
         net = graph.classifier
-        np.testing.assert_allclose(
-            ref_probs, net(torch.from_numpy(x)).softmax(-1).numpy(), atol=1e-6
-        )
+        np.testing.assert_allclose(ref_probs, net(torch.from_numpy(x)).softmax(-1).numpy(), atol=1e-6)
     session = ort.InferenceSession(str(starter_model / IMAGE_GRAPH), providers=["CPUExecutionProvider"])
     embeds, probs, visual = session.run(None, {"pixel_values": x})
     np.testing.assert_allclose(embeds, ref_embeds, atol=1e-5)

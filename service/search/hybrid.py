@@ -1,0 +1,253 @@
+"""Products and hybrid search on a version with product channels (``store.products``): one ranking of
+products fused from the photos, the text fields' embeddings and BM25 (``store.hybrid``, with the fusion
+calibrated at build time), match labels of the fused score, the ``min_score`` cut, ``sort``, paging, and
+the hits' photos and explanations. Image-to-image search (an uploaded photo, "more like this") ranks
+products by their best photo's visual embedding.
+
+Blocking (faiss, SQLite); runs in the facade's worker thread like the rest of the pipeline.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from service.index_holder import Served
+from service.schemas import (
+    ChannelScore,
+    HitExplanation,
+    LanguageInfo,
+    MatchLabel,
+    MinScore,
+    SearchHit,
+    SortBy,
+)
+from service.search.responses import image_url
+from store.hybrid import CHANNELS, OTHER, Candidates, FusionModel, GroupParams, HybridQuery, gather, rrf
+from store.lexical import analyze, analyze_variants
+from store.products import ProductChannels
+
+CANDIDATES = 64  # each channel's candidates per query (more when a page reaches further)
+CONFIDENT = 0.9  # below this detection confidence a query is analysed for each likely language
+
+
+def channels_of(served: Served) -> ProductChannels | None:
+    return getattr(served.index, "products", None)
+
+
+def photo_url(item_id: str, photo: int) -> str:
+    base = image_url(item_id)
+    if photo <= 0:
+        return base
+    return f"{base}{'&' if '?' in base else '?'}photo={photo}"
+
+
+def allowed_mask(served: Served, rows: np.ndarray | None) -> np.ndarray | None:
+    """Live rows matching the filters as a boolean mask over the version's rows (None: every row)."""
+    live = served.index.live_mask() if hasattr(served.index, "live_mask") else None
+    if rows is None:
+        return live
+    mask = np.zeros(served.index.total_rows, bool)
+    mask[np.asarray(rows, np.int64)] = True
+    return mask if live is None else mask & live
+
+
+@dataclass
+class HybridPage:
+    hits: list[SearchHit]
+    label: MatchLabel | None
+    thresholds: GroupParams | None
+    top_score: float | None
+    search_s: float
+    candidates: int
+
+
+def label_of(score: float, params: GroupParams | None) -> MatchLabel | None:
+    if params is None or params.none_below is None:
+        return None
+    if score < params.none_below:
+        return "none"
+    return "strong" if params.strong_from is not None and score >= params.strong_from else "weak"
+
+
+def _sort_key(order: str, value: Any) -> tuple[int, Any]:
+    # Items without the field (or with another type) last, whichever the order.
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return (2, 0)
+    if isinstance(value, str):
+        return (1, value)
+    return (0, value if order == "asc" else -value)
+
+
+class HybridRanker:
+    """Thread-safe."""
+
+    def fusion(self, channels: ProductChannels) -> FusionModel | None:
+        data = channels.info.fusion
+        return FusionModel.from_dict(data) if data else None
+
+    def text(
+        self,
+        served: Served,
+        channels: ProductChannels,
+        embed: np.ndarray,
+        text: str,
+        language: LanguageInfo,
+        *,
+        mode: str,
+        top_k: int,
+        offset: int,
+        allowed_rows: np.ndarray | None,
+        min_score: MinScore,
+        sort: SortBy | None,
+        explain: bool,
+    ) -> HybridPage:
+        start = time.perf_counter()
+        fusion = self.fusion(channels)
+        lang = language.code if language.code != "und" else None
+        certain = language.source == "hint" or language.confidence >= CONFIDENT
+        catalogue = fusion.languages if fusion else []
+        terms = analyze(text, lang) if certain else analyze_variants(text, [lang, *catalogue])
+        group = fusion.group_of([lang]) if fusion else OTHER
+        mask = allowed_mask(served, allowed_rows)
+        cands = gather(
+            channels,
+            HybridQuery(embed, terms, group),
+            max(CANDIDATES, offset + top_k),
+            mask,
+            use_image=mode != "text",
+            use_text=mode != "image",
+        )
+        if mode == "image" or fusion is None:
+            scores, params = cands.features[:, 0].copy(), None
+            if fusion is None and mode != "image":  # nothing calibrated (too little text): RRF, no labels
+                scores = rrf(cands, mode)
+        else:
+            scores, params = fusion.score(cands, mode, group), fusion.params(mode, group)
+        order = np.argsort(-scores, kind="stable")
+        search_s = time.perf_counter() - start
+        top = float(scores[order[0]]) if order.size else None
+        labels = [label_of(float(scores[i]), params) for i in order.tolist()]
+        keep = list(range(order.size))
+        cut = "weak" if (sort is not None and min_score == "auto") else min_score
+        if cut == "weak":
+            keep = [j for j in keep if labels[j] != "none"]
+        elif cut == "strong":
+            keep = [j for j in keep if labels[j] == "strong"]
+        elif not isinstance(cut, str):
+            keep = [j for j in keep if scores[order[j]] >= cut]
+        chosen = [int(order[j]) for j in keep]
+        items = served.items([int(cands.rows[i]) for i in chosen])
+        if sort is not None:
+            paired = sorted(
+                zip(chosen, items, strict=True), key=lambda p: _sort_key(sort.order, p[1].get(sort.field))
+            )
+            chosen, items = [p[0] for p in paired], [p[1] for p in paired]
+        page = slice(offset, offset + top_k)
+        hits = self._hits(
+            channels, cands, scores, chosen[page], items[page], offset, params, fusion, group, explain
+        )
+        label = label_of(top, params) if top is not None else None
+        return HybridPage(hits, label, params, top, search_s, len(cands))
+
+    def _hits(
+        self,
+        channels: ProductChannels,
+        cands: Candidates,
+        scores: np.ndarray,
+        chosen: list[int],
+        items: list[dict[str, Any]],
+        offset: int,
+        params: GroupParams | None,
+        fusion: FusionModel | None,
+        group: str,
+        explain: bool,
+    ) -> list[SearchHit]:
+        rows = [int(cands.rows[i]) for i in chosen]
+        photos = channels.photo_paths(rows)
+        texts = channels.texts_of(
+            [int(cands.text[i]) for i in chosen] + [int(cands.lexical[i]) for i in chosen]
+        )
+        hits = []
+        for n, (i, item) in enumerate(zip(chosen, items, strict=True)):
+            item_id = item.pop("id")
+            item.pop("path", None)
+            photo = channels.photo_index_of(int(cands.photo[i])) if cands.photo[i] >= 0 else 0
+            count = len(photos.get(rows[n], [])) or 1
+            score = float(scores[i])
+            hit = SearchHit(
+                id=item_id,
+                score=score,
+                rank=offset + n,
+                match=label_of(score, params),
+                metadata=item,
+                image_url=photo_url(item_id, photo),
+                images=[photo_url(item_id, k) for k in range(count)],
+            )
+            if explain:
+                dense = texts.get(int(cands.text[i]))
+                lexical = texts.get(int(cands.lexical[i]))
+                hit.explain = HitExplanation(
+                    fused=score,
+                    method=fusion.method if fusion else "none",
+                    group=group,
+                    channels={
+                        name: ChannelScore(
+                            score=float(cands.features[i, col]),
+                            rank=int(cands.ranks[i, c]) if cands.ranks[i, c] >= 0 else None,
+                        )
+                        for c, (name, col) in enumerate(zip(CHANNELS, (0, 1, 3), strict=True))
+                    },
+                    text_field=dense[0] if dense else None,
+                    text=dense[2] if dense else None,
+                    lexical_field=lexical[0] if lexical else None,
+                    terms=cands.matched_terms.get(i, []),
+                    image_url=photo_url(item_id, photo),
+                )
+            hits.append(hit)
+        return hits
+
+    def visual(
+        self,
+        served: Served,
+        channels: ProductChannels,
+        query: np.ndarray,
+        *,
+        top_k: int,
+        offset: int,
+        allowed_rows: np.ndarray | None,
+        exclude_row: int | None = None,
+    ) -> tuple[list[SearchHit], float]:
+        """Products by their best photo's visual embedding (search by photo, "more like this")."""
+        start = time.perf_counter()
+        mask = allowed_mask(served, allowed_rows)
+        if exclude_row is not None:
+            mask = np.ones(served.index.total_rows, bool) if mask is None else mask.copy()
+            mask[exclude_row] = False
+        found = channels.visual_vectors.search(
+            np.ascontiguousarray(query, np.float32).ravel(), offset + top_k, mask
+        )
+        search_s = time.perf_counter() - start
+        page = slice(offset, offset + top_k)
+        rows = found.owners[page].tolist()
+        items = served.items(rows)
+        photos = channels.photo_paths(rows)
+        hits = []
+        for n, (row, item) in enumerate(zip(rows, items, strict=True)):
+            item_id = item.pop("id")
+            item.pop("path", None)
+            photo = channels.photo_index_of(int(found.via[page][n]))
+            hits.append(
+                SearchHit(
+                    id=item_id,
+                    score=float(found.scores[page][n]),
+                    rank=offset + n,
+                    metadata=item,
+                    image_url=photo_url(item_id, photo),
+                    images=[photo_url(item_id, k) for k in range(len(photos.get(row, [])) or 1)],
+                )
+            )
+        return hits, search_s

@@ -1,0 +1,192 @@
+"""Products with several photos and searched text fields: the build writes product channels and calibrates
+their fusion; the service answers one hit per product (hybrid, image and text modes), with photos,
+explanations, sort and "more like this". The shipped demo model, real files, real uvicorn."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ccrk_settings import Settings
+from indexer.build import add, build
+from indexer.errors import BuildError
+from indexer.fusion_calibration import calibrate
+from indexer.products import text_rows
+from indexer.sources import read_sources
+from model.runtime import Encoder
+from store.hybrid import FEATURES, OTHER
+from store.layout import index_dir
+from store.products import PRODUCTS_FILE, ProductChannels, has_product_channels
+from store.reader import IndexVersion
+from store.verify import verify_version
+from store.versions import current_version
+from tests.fixtures import LiveServer, make_settings
+
+PRODUCTS = 20
+
+
+def _manifest(catalogue: Path, out: Path) -> Path:
+    recs = [json.loads(line) for line in (catalogue / "test.jsonl").read_text().splitlines()]
+    rows = []
+    for i in range(PRODUCTS):
+        a, b = recs[2 * i], recs[2 * i + 1]
+        rows.append(
+            {
+                "id": f"prod-{i}",
+                "paths": [str(catalogue / a["image"]), str(catalogue / b["image"])],
+                "title": a["captions"]["en"][0],
+                "title@de": a["captions"]["de"][0],
+                "description": b["captions"]["en"][0],
+                "price": 100 - i,
+                "category": a["attributes"]["category"],
+            }
+        )
+    path = out / "products.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture
+def product_settings(settings: Settings) -> Settings:
+    return settings.model_copy(update={"text_fields": ["title", "description"]})
+
+
+def test_sources_read_paths_and_text_fields(catalogue: Path, tmp_path: Path) -> None:
+    items = read_sources([_manifest(catalogue, tmp_path)]).items
+    assert len(items) == PRODUCTS and len(items[0].extra_paths) == 1
+    assert "paths" not in items[0].fields and items[0].fields["title@de"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": "x", "paths": []}) + "\n")
+    with pytest.raises(Exception, match="paths"):
+        read_sources([bad])
+
+
+def test_build_and_serve_products(
+    product_settings: Settings, catalogue: Path, tmp_path: Path, encoder: Encoder
+) -> None:
+    settings = product_settings
+    manifest = _manifest(catalogue, tmp_path)
+    report = build("shop", [manifest], settings=settings)
+    assert report.published and report.items_indexed == PRODUCTS
+    version = current_version(settings.index_root, "shop")
+    vdir = index_dir(settings.index_root, "shop") / version
+    assert has_product_channels(vdir)
+    info = json.loads((vdir / PRODUCTS_FILE).read_text())
+    assert info["photos"] == 2 * PRODUCTS and info["texts"] == 3 * PRODUCTS
+    assert info["fusion"]["method"] in ("rrf", "weighted", "logistic")
+    assert verify_version(settings.index_root, "shop") == []
+    with IndexVersion.open(settings.index_root, "shop") as opened:
+        assert opened.products is not None and opened.products.info.photos == 2 * PRODUCTS
+    # A product index is not extended by add (yet): refused, naming the command to run.
+    with pytest.raises(BuildError, match="ccrk index build"):
+        add("shop", [manifest], settings=settings)
+
+    serve = make_settings(settings.index_root, index_name="shop", text_fields=[])
+    recs = [json.loads(line) for line in manifest.read_text().splitlines()]
+    with LiveServer(serve) as live, live.client() as client:
+        body = client.post("/v1/search", json={"query": recs[3]["title"], "top_k": 5, "explain": True}).json()
+        assert body["mode"] == "hybrid"
+        ids = [h["id"] for h in body["results"]]
+        assert len(ids) == len(set(ids)) == 5 and ids[0] == "prod-3"  # its own title: found first
+        top = body["results"][0]
+        assert len(top["images"]) == 2 and top["explain"]["channels"]["lexical"]["rank"] == 0
+        assert top["explain"]["lexical_field"] == "title" and top["explain"]["terms"]
+        assert top["match"] in ("strong", "weak", "none")
+        # Each photo is served: the second one is the second file of the row.
+        photo = client.get(top["images"][1])
+        assert photo.status_code == 200
+        assert photo.content == Path(recs[3]["paths"][1]).read_bytes()
+        assert client.get(f"/v1/images/prod-3?photo=2").status_code == 404
+        # Modes: text searches text fields only, image the photos only (cosines); one hit per product.
+        text = client.post("/v1/search", json={"query": recs[3]["title"], "mode": "text", "top_k": 3}).json()
+        assert text["mode"] == "text" and text["results"][0]["id"] == "prod-3"
+        image = client.post("/v1/search", json={"query": "red", "mode": "image", "top_k": 20}).json()
+        got = [h["id"] for h in image["results"]]
+        assert len(got) == len(set(got)) == PRODUCTS
+        scores = [h["score"] for h in image["results"]]
+        assert scores == sorted(scores, reverse=True)
+        # Relevant, then sorted by price.
+        sorted_body = client.post(
+            "/v1/search",
+            json={
+                "query": recs[3]["title"],
+                "top_k": 10,
+                "min_score": -1.0,
+                "sort": {"field": "price", "order": "asc"},
+            },
+        ).json()
+        prices = [h["metadata"]["price"] for h in sorted_body["results"]]
+        assert prices == sorted(prices) and len(prices) == 10
+        assert (
+            client.post(
+                "/v1/search", json={"query": "x", "sort": {"field": "price", "order": "up"}}
+            ).status_code
+            == 422
+        )
+        # More like this: the item's own photo vectors, itself left out unless asked.
+        similar = client.post("/v1/items/prod-3/similar", json={"top_k": 5}).json()
+        assert "prod-3" not in [h["id"] for h in similar["results"]] and len(similar["results"]) == 5
+        with_self = client.post("/v1/items/prod-3/similar", json={"top_k": 1, "include_self": True}).json()
+        assert with_self["results"][0]["id"] == "prod-3" and with_self["results"][0][
+            "score"
+        ] == pytest.approx(1.0, abs=1e-5)
+        assert client.post("/v1/items/nope/similar", json={}).status_code == 404
+        # Search by photo: a product's second photo finds that product first.
+        with open(recs[5]["paths"][1], "rb") as fh:
+            up = client.post(
+                "/v1/search/image", files={"file": ("q.png", fh, "image/png")}, data={"top_k": "3"}
+            )
+        assert up.status_code == 200 and up.json()["results"][0]["id"] == "prod-5"
+
+
+def test_index_without_products_is_unchanged(settings: Settings, catalogue: Path) -> None:
+    """One photo per item and no text fields: no product channels, searched exactly as before."""
+    build("plain", [catalogue / "test.jsonl"], settings=settings)
+    with IndexVersion.open(settings.index_root, "plain") as opened:
+        assert opened.products is None
+    serve = make_settings(settings.index_root, index_name="plain")
+    with LiveServer(serve) as live, live.client() as client:
+        body = client.post("/v1/search", json={"query": "a red chair"}).json()
+        assert body["mode"] == "image" and body["results"][0]["images"] is None
+        bad = client.post("/v1/search", json={"query": "a red chair", "mode": "text"})
+        assert bad.status_code == 422 and "mode" in json.dumps(bad.json())
+
+
+def test_useless_channel_gets_a_weight_near_zero(
+    product_settings: Settings, catalogue: Path, tmp_path: Path, encoder: Encoder
+) -> None:
+    """Calibration: with the photos replaced by noise, the image feature's fitted weight falls near zero."""
+    settings = product_settings
+    build("cal", [_manifest(catalogue, tmp_path)], settings=settings)
+    vdir = index_dir(settings.index_root, "cal") / current_version(settings.index_root, "cal")
+    items = read_sources([_manifest(catalogue, tmp_path)]).items
+    texts, info = text_rows(items, encoder, settings)
+    noisy = tmp_path / "noisy"
+    noisy.mkdir()
+    for f in vdir.iterdir():
+        if f.is_file():
+            (noisy / f.name).write_bytes(f.read_bytes())
+    rng = np.random.default_rng(0)
+    emb = np.load(noisy / "photo_embeddings.npy")
+    noise = rng.normal(size=emb.shape).astype(np.float32)
+    np.save(noisy / "photo_embeddings.npy", noise / np.linalg.norm(noise, axis=1, keepdims=True))
+    (noisy / "photos.faiss").unlink()
+    import faiss
+
+    index = faiss.IndexFlatIP(emb.shape[1])
+    index.add(np.load(noisy / "photo_embeddings.npy"))
+    faiss.write_index(index, str(noisy / "photos.faiss"))
+    weights = {}
+    for name, folder in (("real", vdir), ("noise", noisy)):
+        channels = ProductChannels(folder, PRODUCTS)
+        result = calibrate(channels, texts, encoder, info.language_counts, PRODUCTS)
+        channels.close()
+        fitted = result.report["fitted"]["logistic"]["hybrid"][OTHER]["weights"]
+        weights[name] = np.abs(np.asarray(fitted))
+    image = FEATURES.index("image")
+    share = weights["noise"][image] / weights["noise"].sum()
+    assert share < 0.2, weights  # 20 products: a little noise is fitted too
+    assert weights["noise"][image] < weights["real"][image] / 4, weights

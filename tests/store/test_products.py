@@ -1,0 +1,142 @@
+"""Product channels (store.products), lexical analysis (store.lexical) and hybrid candidates
+(store.hybrid) on small hand-made products, checked against exact references."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from store.hybrid import FEATURES, FusionModel, GroupParams, HybridQuery, fuse, gather, rrf
+from store.lexical import analyze, analyze_variants, match_expression
+from store.products import PhotoRows, ProductChannels, ProductInfo, TextRows, write_product_channels
+
+DIM = 8
+
+
+def unit(rng: np.random.Generator, n: int, d: int = DIM) -> np.ndarray:
+    v = rng.normal(size=(n, d)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+TEXTS = [
+    (0, "title", "en", "Organic oat drink"),
+    (0, "title@sv", "sv", "Ekologisk havredryck"),
+    (1, "title", "en", "Apple juice, freshly pressed"),
+    (2, "title", "zh", "新鲜牛奶"),
+    (2, "title", "en", "Fresh milk"),
+    (3, "title", "ja", "オーツミルク"),
+]
+
+
+def make_channels(
+    root: Path, *, exact_max: int = 20_000, photos_per: tuple[int, ...] = (3, 1, 2, 1)
+) -> tuple:
+    rng = np.random.default_rng(0)
+    owners = np.repeat(np.arange(len(photos_per)), photos_per).astype(np.int64)
+    photo_vecs = unit(rng, owners.size)
+    visual = unit(rng, owners.size, 5)
+    text_vecs = unit(rng, len(TEXTS))
+    photos = PhotoRows(owners, [f"p{i}.jpg" for i in range(owners.size)], photo_vecs, visual)
+    texts = TextRows(
+        owners=np.asarray([t[0] for t in TEXTS], np.int64),
+        fields=[t[1].split("@")[0] for t in TEXTS],
+        langs=[t[2] for t in TEXTS],
+        texts=[t[3] for t in TEXTS],
+        terms=[analyze(t[3], t[2]) for t in TEXTS],
+        embeds=text_vecs,
+    )
+    info = ProductInfo(
+        fields=["title"], text_languages=["en", "ja", "sv", "zh"], language_counts={}, photos=0, texts=0
+    )
+    write_product_channels(root, info, photos, texts, exact_max=exact_max)
+    return ProductChannels(root, len(photos_per)), photo_vecs, visual, text_vecs, owners
+
+
+def test_analysis_bigrams_spaceless_scripts_and_stems() -> None:
+    assert analyze("牛奶", None) == ["牛奶"]  # a 2-character Chinese query is one term
+    assert analyze("新鲜牛奶", "zh") == ["新鲜", "鲜牛", "牛奶"]
+    assert analyze("オーツミルク", "ja") == ["オー", "ーツ", "ツミ", "ミル", "ルク"]
+    assert analyze("Apples", "en") == ["appl"] and analyze("apple", "en") == ["appl"]
+    assert analyze("havredrycker", "sv") == analyze("havredryck", "sv")
+    # Unknown language: folded, not stemmed; mixed scripts split.
+    assert analyze("iPhone手机", "xx") == ["iphone", "手机"]
+    assert analyze_variants("Bol blancos", ["es", "fr"]) == ["bol", "blanc", "blancos"]
+    assert match_expression(['a"b', "OR"]) == '"a""b" OR "OR"'
+
+
+def test_photo_channel_best_photo_wins_and_matches_exact(tmp_path: Path) -> None:
+    channels, photo_vecs, visual, _, owners = make_channels(tmp_path)
+    q = photo_vecs[3]  # product 1's only photo
+    hits = channels.photos.search(q, 10, None)
+    sims = photo_vecs @ q
+    expected = {int(o): float(sims[owners == o].max()) for o in np.unique(owners)}
+    assert hits.owners.tolist() == sorted(expected, key=lambda o: -expected[o])
+    np.testing.assert_allclose(hits.scores, [expected[o] for o in hits.owners.tolist()], atol=1e-6)
+    assert hits.owners[0] == 1 and hits.via[0] == 3
+    # One hit per product, however many photos it has; allowed mask drops products.
+    allowed = np.asarray([True, False, True, True])
+    assert 1 not in channels.photos.search(q, 10, allowed).owners.tolist()
+    scores, via = channels.photos.best_of(q, np.asarray([0, 2]))
+    np.testing.assert_allclose(scores, [expected[0], expected[2]], atol=1e-6)
+    assert channels.photo_index_of(int(via[1])) == int(via[1]) - 4 and channels.photo_paths([2])[2] == [
+        "p4.jpg",
+        "p5.jpg",
+    ]
+    # Visual vectors: their own set.
+    assert channels.visual is not None and channels.visual_vectors.vectors.shape == (7, 5)
+    channels.close()
+
+
+def test_ann_path_equals_exact(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    exact_dir, ann_dir = tmp_path / "exact", tmp_path / "ann"
+    exact_dir.mkdir()
+    ann_dir.mkdir()
+    exact = make_channels(exact_dir)[0]
+    ann = make_channels(ann_dir, exact_max=0)[0]  # HNSW over the photos and texts
+    for q in unit(rng, 5):
+        a, b = exact.photos.search(q, 4, None), ann.photos.search(q, 4, None)
+        assert a.owners.tolist() == b.owners.tolist()
+        np.testing.assert_allclose(a.scores, b.scores, atol=1e-5)
+
+
+def test_lexical_bm25_cjk_and_masks(tmp_path: Path) -> None:
+    channels = make_channels(tmp_path)[0]
+    hits = channels.lexical(analyze("牛奶", "zh"), 10, None)
+    assert hits.owners.tolist() == [2]
+    hits = channels.lexical(analyze("apple", "en"), 10, None)
+    assert hits.owners.tolist() == [1]
+    hits = channels.lexical(analyze("havredryck", "sv"), 10, None)
+    assert hits.owners.tolist() == [0] and channels.texts_of([int(hits.via[0])])[1][0] == "title"
+    # A row mask hides values (calibration hides a pseudo-query's own text).
+    mask = np.ones(len(TEXTS), bool)
+    mask[1] = False
+    assert channels.lexical(analyze("havredryck", "sv"), 10, None, mask).owners.size == 0
+    assert channels.lexical([], 10, None).owners.size == 0
+    idf = channels.term_idf(["milk", "nothing"])
+    assert idf["nothing"] > idf["milk"] > 0
+
+
+def test_gather_features_and_fusion(tmp_path: Path) -> None:
+    channels, photo_vecs, _, text_vecs, _ = make_channels(tmp_path)
+    query = HybridQuery(text_vecs[4], analyze("fresh milk", "en"), "en")
+    cands = gather(channels, query, 10, None)
+    assert sorted(cands.rows.tolist()) == [0, 1, 2, 3]
+    i = cands.rows.tolist().index(2)
+    np.testing.assert_allclose(cands.features[i, 1], 1.0, atol=1e-5)  # its own title's embedding
+    assert cands.features[i, 2] == pytest.approx(1.0) and sorted(cands.matched_terms[i]) == ["fresh", "milk"]
+    np.testing.assert_allclose(cands.features[i, 0], (photo_vecs[4:6] @ text_vecs[4]).max(), atol=1e-5)
+    # RRF by hand: 1 / (60 + rank + 1) summed over the lists a product is in.
+    expected = [sum(1 / (61 + r) for r in row if r >= 0) for row in cands.ranks.tolist()]
+    np.testing.assert_allclose(rrf(cands, "hybrid"), expected, atol=1e-6)
+    params = GroupParams(weights=[0.0, 0.0, 1.0, 0.0], bias=0.0)
+    np.testing.assert_allclose(fuse("weighted", cands, params, "hybrid"), cands.features[:, 2], atol=1e-6)
+    logistic = fuse("logistic", cands, GroupParams(weights=[1.0, 0, 0, 0], bias=-0.5), "hybrid")
+    np.testing.assert_allclose(logistic, 1 / (1 + np.exp(-(cands.features[:, 0] - 0.5))), atol=1e-6)
+    model = FusionModel("weighted", {"other": params}, {"other": GroupParams(weights=[0, 1.0, 0])}, ["en"])
+    assert FusionModel.from_dict(model.to_dict()).to_dict() == model.to_dict()
+    assert model.group_of(["de"]) == "other" and model.group_of(["de", "en"]) == "en"
+    assert len(FEATURES) == 4
+    channels.close()
