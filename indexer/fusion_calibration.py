@@ -193,7 +193,7 @@ def fit_weighted(samples: Sequence[Sample], mode: str, step: float = 0.1) -> Gro
     """A weighted sum of standardised features, weights on the simplex grid, best training R-precision."""
     mean, std = _standardise(samples, mode)
     k = len(_columns(mode))
-    ticks = int(round(1 / step))
+    ticks = round(1 / step)
     best: tuple[float, list[float]] = (-1.0, [1.0 / k] * k)
     xs = [(s.candidates.features[:, _columns(mode)] - mean) / std for s in samples]
     for combo in itertools.product(range(ticks + 1), repeat=k - 1):

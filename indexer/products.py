@@ -90,7 +90,7 @@ def identify_languages(values: Sequence[TextValue], languages: Sequence[str]) ->
     by_field: dict[str, list[TextValue]] = {}
     for value in untagged:
         by_field.setdefault(value.field, []).append(value)
-    for fname, group in by_field.items():
+    for group in by_field.values():
         sample = " ".join(v.text for v in group[:FIELD_SAMPLE])
         field_lang, _ = identifier.classify(sample)
         for value in group:
@@ -235,10 +235,12 @@ def write_products(
             channels.close()
         info.fusion, info.calibration = result.model.to_dict(), result.report
         (stage / PRODUCTS_FILE).write_text(info.to_json() + "\n", encoding="utf-8")
+        languages = ", ".join(f"{k} {v}" for k, v in info.language_counts.items())
+        held_out = {m: s.get("mean") for m, s in result.report.get("held_out", {}).items()}
         report.notes.append(
-            f"hybrid search: {info.texts} text values ({', '.join(f'{k} {v}' for k, v in info.language_counts.items())}), "
-            f"{info.photos} photos; fusion {result.model.method} calibrated on {result.report.get('pseudo_queries', 0)} "
-            f"pseudo-queries (held-out R-precision {result.report.get('held_out', {})})"
+            f"hybrid search: {info.texts} text values ({languages}), {info.photos} photos; fusion "
+            f"{result.model.method} calibrated on {result.report.get('pseudo_queries', 0)} pseudo-queries "
+            f"(held-out R-precision by method: {held_out})"
         )
     else:
         report.notes.append(

@@ -120,13 +120,13 @@ class SearchRequest(BaseModel):
     )
     explain: bool = Field(
         False,
-        description="Per hit, each channel's score and rank, the matched text field and terms, and the matched "
-        "image (hybrid and text modes).",
+        description="Per hit, each channel's score and rank, the matched text field and terms, and the "
+        "matched image (hybrid and text modes).",
     )
     sort: SortBy | None = Field(
         None,
-        description='Order the relevant results by a metadata field, e.g. {"field": "price", "order": "asc"}: '
-        "applied after the min_score cut; with min_score 'auto', results labelled 'none' are dropped first. "
+        description="Order the relevant results by a metadata field, e.g. "
+        '{"field": "price", "order": "asc"}: applied after the min_score cut; with min_score 'auto', results labelled 'none' are dropped first. "
         "Items without the field come last.",
     )
 

@@ -99,7 +99,7 @@ def test_build_and_serve_products(
         photo = client.get(top["images"][1])
         assert photo.status_code == 200
         assert photo.content == Path(recs[3]["paths"][1]).read_bytes()
-        assert client.get(f"/v1/images/prod-3?photo=2").status_code == 404
+        assert client.get("/v1/images/prod-3?photo=2").status_code == 404
         # Modes: text searches text fields only, image the photos only (cosines); one hit per product.
         text = client.post("/v1/search", json={"query": recs[3]["title"], "mode": "text", "top_k": 3}).json()
         assert text["mode"] == "text" and text["results"][0]["id"] == "prod-3"

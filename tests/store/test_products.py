@@ -67,7 +67,7 @@ def test_analysis_bigrams_spaceless_scripts_and_stems() -> None:
 
 
 def test_photo_channel_best_photo_wins_and_matches_exact(tmp_path: Path) -> None:
-    channels, photo_vecs, visual, _, owners = make_channels(tmp_path)
+    channels, photo_vecs, _, _, owners = make_channels(tmp_path)
     q = photo_vecs[3]  # product 1's only photo
     hits = channels.photos.search(q, 10, None)
     sims = photo_vecs @ q
