@@ -126,8 +126,8 @@ class SearchRequest(BaseModel):
     sort: SortBy | None = Field(
         None,
         description="Order the relevant results by a metadata field, e.g. "
-        '{"field": "price", "order": "asc"}: applied after the min_score cut; with min_score 'auto', results labelled 'none' are dropped first. "
-        "Items without the field come last.",
+        '{"field": "price", "order": "asc"}: applied after the min_score cut; with min_score '
+        "'auto', results labelled 'none' are dropped first. Items without the field come last.",
     )
 
 
