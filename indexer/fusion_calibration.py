@@ -4,9 +4,11 @@ on the rest, the winner stored in the version (``store.hybrid.FusionModel``).
 
 Pseudo-queries: a fragment of 1-3 consecutive words of one text value (a product-type or attribute query
 is a few words of what some products' titles or descriptions say). Its relevant products are those whose
-same field holds every one of the fragment's terms; the value it was cut from is hidden from the text
-channels (so the query is not found by the very text it came from), and queries relevant to more than a
-fifth of the catalogue are dropped (too generic to rank). Each is asked twice:
+same field holds every one of the fragment's terms. That field is hidden from the text channels (the
+issue's "a product's field as the query for its other fields": relevance was defined by it, so finding it
+there would be too easy; a catalogue with one text field hides only the value the fragment was cut from),
+and queries relevant to more than a fifth of the catalogue are dropped (too generic to rank). Each is asked
+twice:
 
 - as written (group = its language): the lexical channel sees every other text value;
 - as a foreign query (group ``other``): the lexical channel sees only values in other languages, which is
@@ -18,10 +20,14 @@ group with enough queries gets its own parameters, fitted on 70 % of its queries
 mean held-out R-precision wins. A channel that does not help (its feature tells relevant from irrelevant
 candidates no better than chance) ends up with a weight near zero in the fitted methods.
 
-Match labels of the fused score: per group, ``none_below`` separates the best fused score of a pseudo-query
-(in the catalogue) from the best score left once its relevant products are removed (a query whose products
-the shop does not sell), by the largest sum of both rates; ``strong_from`` is the median best score of the
-queries above it.
+Match labels: per group, a small match model (logistic on the raw image, text and lexical features of a
+query's top candidate) is fitted to tell pseudo-queries' matches from what queries that match nothing meet,
+and ``none_below`` on its probability separates the best fused score of a pseudo-query
+(in the catalogue) from queries that match nothing: the best score left once a pseudo-query's relevant
+products are removed (the hard side: a product type the shop does not sell, next to ones it does) and the
+best score of queries from other domains (``indexer.ood_queries``, the easy side), by the largest sum of
+both rates, halfway between neighbouring scores; ``strong_from`` is the median best score of the queries
+above it.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from indexer.ood_queries import ood_queries
 from model.runtime import Encoder
 from store.hybrid import (
     FEATURES,
@@ -46,6 +53,7 @@ from store.hybrid import (
     HybridQuery,
     fuse,
     gather,
+    match_columns,
 )
 from store.lexical import analyze
 from store.products import ProductChannels, TextRows
@@ -56,6 +64,7 @@ HELD_OUT = 0.3
 MIN_GROUP_QUERIES = 40
 GENERIC_SHARE = 0.2
 SEED = 20241
+WORD_KINDS = ("other-domain", "fragment")
 METHODS = ("rrf", "weighted", "logistic")
 _PUNCT = re.compile(r"^\W+|\W+$")
 
@@ -133,10 +142,15 @@ def ask(
 ) -> list[Sample]:
     """Each pseudo-query asked as written and as a foreign query."""
     langs = np.asarray(texts.langs)
+    fields = np.asarray(texts.fields)
+    several = len(set(texts.fields)) > 1
     samples: list[Sample] = []
     for query, embed in zip(queries, embeds, strict=True):
-        hidden = np.ones(len(texts.texts), bool)
-        hidden[query.source_row] = False
+        if several:  # the query's field hidden from every product: found through the other fields only
+            hidden = fields != fields[query.source_row]
+        else:
+            hidden = np.ones(len(texts.texts), bool)
+            hidden[query.source_row] = False
         terms = analyze(query.text, query.lang)
         for group, lex_mask in ((query.lang, hidden), (OTHER, hidden & (langs != query.lang))):
             cands = gather(
@@ -150,6 +164,21 @@ def ask(
             labels = np.isin(cands.rows, np.fromiter(query.relevant, np.int64))
             samples.append(Sample(group, cands, labels, len(query.relevant)))
     return samples
+
+
+def other_domain(channels: ProductChannels, encoder: Encoder, allowed: np.ndarray | None) -> list[Candidates]:
+    """The candidates of queries that match nothing in any shop (``indexer.ood_queries``: other-domain
+    phrases in many languages, markup and code fragments): the easy side of "no match", beside the
+    pseudo-queries' hard side (their best irrelevant product). Keyboard mashes, symbol runs and random
+    letters are left out: queries without words are no-match in a trivial way that says nothing about where
+    a word query for something the shop does not sell falls (with them, 66 % of such queries on the shared
+    grocery catalogue were labelled as matches)."""
+    texts = [t for kind, t in ood_queries(n_random=0, seed=SEED) if kind.startswith(WORD_KINDS)]
+    embeds = encoder.encode_text(texts).embeds
+    return [
+        gather(channels, HybridQuery(e, analyze(t, None)), CANDIDATES, allowed)
+        for t, e in zip(texts, embeds, strict=True)
+    ]
 
 
 def r_precision(scores: np.ndarray, labels: np.ndarray, relevant: int) -> float:
@@ -193,6 +222,7 @@ def fit_weighted(samples: Sequence[Sample], mode: str, step: float = 0.1) -> Gro
     """A weighted sum of standardised features, weights on the simplex grid, best training R-precision."""
     mean, std = _standardise(samples, mode)
     k = len(_columns(mode))
+    step = step if k <= 4 else 2 * step  # 6 features: 252 grid points instead of 3,003
     ticks = round(1 / step)
     best: tuple[float, list[float]] = (-1.0, [1.0 / k] * k)
     xs = [(s.candidates.features[:, _columns(mode)] - mean) / std for s in samples]
@@ -219,28 +249,84 @@ def evaluate(method: str, params: GroupParams, samples: Sequence[Sample], mode: 
     )
 
 
-def thresholds(method: str, params: GroupParams, samples: Sequence[Sample], mode: str) -> dict[str, float]:
-    """``none_below`` and ``strong_from`` of the fused score (module docstring), with their rates."""
-    inside, outside = [], []
+def _top_features(
+    method: str, params: GroupParams, samples: Sequence[Sample], mode: str, no_match: Sequence[Candidates]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The match features of what a query's label reads (its top-fused candidate): for each pseudo-query
+    its best relevant candidate (a match) and its best irrelevant one (what a query for a product the shop
+    does not sell would meet), and each other-domain query's top candidate (no match)."""
+    cols = match_columns(mode)
+    pos, neg = [], []
     for s in samples:
-        scores = fuse(method, s.candidates, params, mode)
-        if scores.size:
-            inside.append(float(scores.max()))
-            rest = scores[~s.labels]
-            outside.append(float(rest.max()) if rest.size else float(scores.min()) - 1.0)
-    if not inside:
+        fused = fuse(method, s.candidates, params, mode)
+        x = s.candidates.features[:, cols]
+        for mask, out in ((s.labels, pos), (~s.labels, neg)):
+            idx = np.flatnonzero(mask)
+            if idx.size:
+                out.append(x[idx[np.argmax(fused[idx])]])
+    for cands in no_match:
+        fused = fuse(method, cands, params, mode)
+        if fused.size:
+            neg.append(cands.features[int(np.argmax(fused)), cols])
+    width = len(cols)
+    return np.asarray(pos, np.float64).reshape(-1, width), np.asarray(neg, np.float64).reshape(-1, width)
+
+
+def _cut(ins: np.ndarray, outs: np.ndarray) -> float:
+    """The boundary with the largest sum of both rates, halfway between neighbouring scores (a cut on a score
+    itself would call a real query just below a tie of pseudo-queries "none")."""
+    values = np.unique(np.concatenate([ins, outs]))
+    cuts = np.concatenate([[values[0] - 1e-6], (values[:-1] + values[1:]) / 2, [values[-1] + 1e-6]])
+    return float(max(cuts, key=lambda t: (ins >= t).mean() + (outs < t).mean()))
+
+
+def fit_match(
+    method: str, params: GroupParams, samples: Sequence[Sample], mode: str, no_match: Sequence[Candidates]
+) -> None:
+    """The match model of a group (logistic, balanced, on the raw match features of ``_top_features``) and
+    the thresholds of its probability, set on ``params``."""
+    pos, neg = _top_features(method, params, samples, mode, no_match)
+    if not len(pos) or not len(neg):
+        return
+    x = np.concatenate([pos, neg])
+    y = np.concatenate([np.ones(len(pos)), np.zeros(len(neg))])
+    weight = np.where(y > 0, 0.5 / len(pos), 0.5 / len(neg))
+    w, b = np.zeros(x.shape[1]), 0.0
+    for _ in range(2000):
+        p = 1.0 / (1.0 + np.exp(-(x @ w + b)))
+        g = (p - y) * weight
+        w -= 4.0 * (x.T @ g + 1e-3 * w)
+        b -= 4.0 * float(g.sum())
+    params.match = [*w.tolist(), b]
+    prob = 1.0 / (1.0 + np.exp(-(x @ w + b)))
+    ins, outs = prob[: len(pos)], prob[len(pos) :]
+    params.none_below = _cut(ins, outs)
+    above = ins[ins >= params.none_below]
+    params.strong_from = max(float(np.median(above)) if above.size else params.none_below, params.none_below)
+
+
+def thresholds(
+    method: str,
+    params: GroupParams,
+    samples: Sequence[Sample],
+    mode: str,
+    no_match: Sequence[Candidates] = (),
+) -> dict[str, float]:
+    """How the group's labels do on ``samples`` (held out) and the no-match queries: the share of pseudo-
+    queries labelled "none" and of no-match ones (their best irrelevant candidate, other-domain queries)."""
+    if params.none_below is None:
         return {}
-    ins, outs = np.asarray(inside), np.asarray(outside)
-    cuts = np.unique(np.concatenate([ins, outs]))
-    rates = [((ins >= t).mean() + (outs < t).mean(), t) for t in cuts]
-    _, none_below = max(rates)
-    above = ins[ins >= none_below]
-    strong_from = float(np.median(above)) if above.size else float(none_below)
+    pos, neg = _top_features(method, params, samples, mode, no_match)
+    if not len(pos) or not params.match:
+        return {}
+    w = np.asarray(params.match)
+    ins = 1.0 / (1.0 + np.exp(-(pos @ w[:-1] + w[-1])))
+    outs = 1.0 / (1.0 + np.exp(-(neg @ w[:-1] + w[-1])))
     return {
-        "none_below": float(none_below),
-        "strong_from": max(strong_from, float(none_below)),
-        "in_catalogue_labelled_none": float((ins < none_below).mean()),
-        "no_match_labelled_none": float((outs < none_below).mean()),
+        "none_below": float(params.none_below),
+        "strong_from": float(params.strong_from or params.none_below),
+        "in_catalogue_labelled_none": round(float((ins < params.none_below).mean()), 4),
+        "no_match_labelled_none": round(float((outs < params.none_below).mean()), 4),
     }
 
 
@@ -275,6 +361,7 @@ def calibrate(
             [q.text for q in batch], langs if any(langs) else None
         ).embeds
     samples = ask(channels, texts, queries, embeds, allowed)
+    no_match = other_domain(channels, encoder, allowed)
     held = rng.random(len(samples)) < HELD_OUT
     groups: dict[str, list[int]] = defaultdict(list)
     for i, s in enumerate(samples):
@@ -297,13 +384,7 @@ def calibrate(
                 if not train:
                     continue
                 params = _fit(method, train, mode)
-                params.__dict__.update(
-                    {
-                        k: v
-                        for k, v in thresholds(method, params, test or train, mode).items()
-                        if k in ("none_below", "strong_from")
-                    }
-                )
+                fit_match(method, params, train, mode, no_match)
                 table[group] = params
                 if mode == "hybrid":
                     scores.append((evaluate(method, params, test, mode), len(test)))
@@ -327,7 +408,7 @@ def calibrate(
         test = [samples[i] for i in idx if held[i]] or [samples[i] for i in idx]
         report["groups"][group] = {
             "queries": len(idx),
-            **thresholds(best_method, chosen["hybrid"][group], test, "hybrid"),
+            **thresholds(best_method, chosen["hybrid"][group], test, "hybrid", no_match),
         }
     report["method"] = best_method
     return Calibration(model, report)

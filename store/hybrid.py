@@ -9,8 +9,11 @@ Channels of a text query:
 
 Features of a candidate (the same for fitting and for serving, so a fitted model means what it says):
 ``image`` and ``text`` the exact best cosine (computed for every candidate, whichever channel found it),
-``lexical`` the IDF-weighted share of the query's terms that its best BM25 field holds (0..1), ``bm25``
+``lexical`` the IDF-weighted share of the query's terms that its best BM25 field holds (0..1; a query read
+in several likely languages counts its best-covered reading), ``bm25``
 its BM25 score relative to the query's best (0..1); the last two are 0 for a product BM25 did not find.
+(Cosines standardised over each query's candidates were tried as two more features: no better ranking on
+the shared grocery catalogue, and match labels far worse.)
 
 Fusion methods (``FusionModel.method``): ``rrf`` (reciprocal-rank fusion, k = 60: nothing fitted),
 ``weighted`` (a weighted sum of standardised features) and ``logistic`` (the probability of relevance). Each
@@ -45,6 +48,8 @@ class HybridQuery:
     embed: np.ndarray
     terms: list[str]
     group: str = OTHER
+    # The terms of each reading (one per likely language); none given: ``terms`` is the one reading.
+    readings: list[list[str]] = field(default_factory=list)
 
 
 @dataclass
@@ -112,13 +117,15 @@ def gather(
             best = float(lexical.scores.max()) if lexical.scores.size else 0.0
             features[found, 3] = lexical.scores[idx[found]] / best if best > 0 else 0.0
             idf = channels.term_idf(query.terms)
-            total = sum(idf.values()) or 1.0
+            readings = [r for r in (query.readings or [query.terms]) if r]
             stored = channels.terms_of(lex_rows[found].tolist())
             for i in found.tolist():
                 present = set(stored.get(int(lex_rows[i]), ()))
-                hit = [t for t in query.terms if t in present]
-                matched[i] = hit
-                features[i, 2] = sum(idf[t] for t in hit) / total
+                matched[i] = [t for t in query.terms if t in present]
+                features[i, 2] = max(
+                    sum(idf.get(t, 0.0) for t in r if t in present) / (sum(idf.get(t, 0.0) for t in r) or 1.0)
+                    for r in readings
+                )
     # A channel the product has no row in (no text, say) reads as its floor, not as -inf.
     features[~np.isfinite(features)] = -1.0
     return Candidates(rows, features, ranks, photo, text, lex_rows, matched)
@@ -132,8 +139,11 @@ class GroupParams:
     bias: float = 0.0
     mean: list[float] = field(default_factory=list)
     std: list[float] = field(default_factory=list)
-    none_below: float | None = None  # a best fused score below this: "none"
+    none_below: float | None = None  # a match score below this: "none"
     strong_from: float | None = None  # from this on: "strong"
+    # The match model: logistic weights over MATCH_FEATURES (mode text: without the image) and its bias
+    # last; its probability is the match score labels read. Empty: labels read the fused score.
+    match: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -181,6 +191,24 @@ class FusionModel:
     def score(self, candidates: Candidates, mode: str, group: str) -> np.ndarray:
         """The fused score of every candidate (higher is better)."""
         return fuse(self.method, candidates, self.params(mode, group), mode)
+
+
+MATCH_FEATURES = ("image", "text", "lexical")  # raw, comparable across queries (no per-query scaling)
+
+
+def match_columns(mode: str) -> list[int]:
+    names = MATCH_FEATURES[1:] if mode == "text" else MATCH_FEATURES
+    return [FEATURES.index(n) for n in names]
+
+
+def match_scores(candidates: Candidates, params: GroupParams, mode: str, fused: np.ndarray) -> np.ndarray:
+    """What match labels read: the match model's probability that a candidate is a real match, or the fused
+    score where a version has no match model."""
+    if not params.match:
+        return fused
+    x = candidates.features[:, match_columns(mode)].astype(np.float64)
+    w = np.asarray(params.match, np.float64)
+    return (1.0 / (1.0 + np.exp(-(x @ w[:-1] + w[-1])))).astype(np.float32)
 
 
 def feature_columns(mode: str) -> list[int]:

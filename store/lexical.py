@@ -89,6 +89,17 @@ def analyze_variants(text: str, languages: Sequence[str | None]) -> list[str]:
     return list(seen)[:MAX_TERMS]
 
 
+def readings_of(text: str, languages: Sequence[str | None]) -> list[list[str]]:
+    """``text``'s terms read as each of ``languages`` (duplicates dropped) and unstemmed: the readings of a
+    query whose language is uncertain, each scored on its own (``store.hybrid``)."""
+    readings: list[list[str]] = []
+    for lang in dict.fromkeys([*languages, None]):
+        terms = analyze(text, lang)
+        if terms and terms not in readings:
+            readings.append(terms)
+    return readings
+
+
 def match_expression(terms: Iterable[str]) -> str:
     """An FTS5 MATCH expression: any of the terms (each quoted as a string, so no term is read as an FTS5
     operator or column name)."""

@@ -26,8 +26,18 @@ from service.schemas import (
     SortBy,
 )
 from service.search.responses import image_url
-from store.hybrid import CHANNELS, OTHER, Candidates, FusionModel, GroupParams, HybridQuery, gather, rrf
-from store.lexical import analyze, analyze_variants
+from store.hybrid import (
+    CHANNELS,
+    OTHER,
+    Candidates,
+    FusionModel,
+    GroupParams,
+    HybridQuery,
+    gather,
+    match_scores,
+    rrf,
+)
+from store.lexical import analyze, readings_of
 from store.products import ProductChannels
 
 CANDIDATES = 64  # each channel's candidates per query (more when a page reaches further)
@@ -110,12 +120,13 @@ class HybridRanker:
         lang = language.code if language.code != "und" else None
         certain = language.source == "hint" or language.confidence >= CONFIDENT
         catalogue = fusion.languages if fusion else []
-        terms = analyze(text, lang) if certain else analyze_variants(text, [lang, *catalogue])
+        readings = [analyze(text, lang)] if certain else readings_of(text, [lang, *catalogue])
+        terms = list(dict.fromkeys(t for r in readings for t in r))
         group = fusion.group_of([lang]) if fusion else OTHER
         mask = allowed_mask(served, allowed_rows)
         cands = gather(
             channels,
-            HybridQuery(embed, terms, group),
+            HybridQuery(embed, terms, group, readings),
             max(CANDIDATES, offset + top_k),
             mask,
             use_image=mode != "text",
@@ -129,8 +140,9 @@ class HybridRanker:
             scores, params = fusion.score(cands, mode, group), fusion.params(mode, group)
         order = np.argsort(-scores, kind="stable")
         search_s = time.perf_counter() - start
-        top = float(scores[order[0]]) if order.size else None
-        labels = [label_of(float(scores[i]), params) for i in order.tolist()]
+        quality = match_scores(cands, params, mode, scores) if params is not None else scores
+        top = float(quality[order[0]]) if order.size else None
+        labels = [label_of(float(quality[i]), params) for i in order.tolist()]
         keep = list(range(order.size))
         cut = "weak" if (sort is not None and min_score == "auto") else min_score
         if cut == "weak":
@@ -148,7 +160,17 @@ class HybridRanker:
             chosen, items = [p[0] for p in paired], [p[1] for p in paired]
         page = slice(offset, offset + top_k)
         hits = self._hits(
-            channels, cands, scores, chosen[page], items[page], offset, params, fusion, group, explain
+            channels,
+            cands,
+            scores,
+            quality,
+            chosen[page],
+            items[page],
+            offset,
+            params,
+            fusion,
+            group,
+            explain,
         )
         label = label_of(top, params) if top is not None else None
         return HybridPage(hits, label, params, top, search_s, len(cands))
@@ -158,6 +180,7 @@ class HybridRanker:
         channels: ProductChannels,
         cands: Candidates,
         scores: np.ndarray,
+        quality: np.ndarray,
         chosen: list[int],
         items: list[dict[str, Any]],
         offset: int,
@@ -182,7 +205,7 @@ class HybridRanker:
                 id=item_id,
                 score=score,
                 rank=offset + n,
-                match=label_of(score, params),
+                match=label_of(float(quality[i]), params),
                 metadata=item,
                 image_url=photo_url(item_id, photo),
                 images=[photo_url(item_id, k) for k in range(count)],

@@ -39,7 +39,7 @@ def _manifest(catalogue: Path, out: Path) -> Path:
                 "paths": [str(catalogue / a["image"]), str(catalogue / b["image"])],
                 "title": a["captions"]["en"][0],
                 "title@de": a["captions"]["de"][0],
-                "description": b["captions"]["en"][0],
+                "description": a["captions"]["en"][-1],
                 "price": 100 - i,
                 "category": a["attributes"]["category"],
             }

@@ -1,0 +1,372 @@
+"""Products and hybrid search, measured (issue 23): quality per language and per channel / fusion on a
+real grocery catalogue, search by photo, match labels for products the shop does not sell, consistency
+across languages, build cost, and the query cost of hybrid search at 1k and 100k products.
+
+Quality (``--grocery DIR``, the shared catalogue's development half; never shipped):
+- the index is built by ``indexer.build.build`` from a manifest with ``paths``, ``title``,
+  ``retailer_title``, ``description_en``, ``description_sv`` (``--text-fields`` all four), with the last
+  ``--held-out`` shop photos of every product left out of it: they are the image queries;
+- text queries: ``bench/data/grocery_queries.json`` (product types in ten languages, and product types the
+  shop does not sell), written for this benchmark; a query's relevant products are those of its type;
+- through the service (``service.app.create_app`` in process): modes hybrid, text and image; through the
+  store with the fitted parameters the build recorded: lexical only, dense text only, and each fusion
+  method (rrf, weighted, logistic);
+- per language: R-precision, precision@10, recall@10; per mode: MRV over the ten languages (top 10);
+  labels: share of not-sold queries labelled ``none`` and of in-catalogue queries labelled ``none``;
+- image queries: top-1 product by the visual embedding (what ``/v1/search/image`` does) and by the
+  cross-modal embedding (the starter's ConSE mix, what it did before).
+
+Cost (``--scale 1000,100000``): synthetic products (random unit vectors, 3 photos and 2 text values of a
+few words from a 5,000-word vocabulary each) written through ``store.products``; p50 per query of each
+channel and of the whole hybrid gather + fusion, against the main index's ANN search alone.
+
+    python bench/products.py --grocery ../shared/data/grocery --model artifacts/models/ccrk-starter \\
+        --scale 1000,100000 --out bench/results/products-DATE.json
+
+Prints JSON and a table; not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from ccrk_settings import Settings  # noqa: E402
+from monitoring.consistency import consistency_report  # noqa: E402
+from store.hybrid import FusionModel, HybridQuery, fuse, gather  # noqa: E402
+from store.lexical import analyze  # noqa: E402
+from store.products import PhotoRows, ProductChannels, ProductInfo, TextRows, write_product_channels  # noqa: E402
+
+TEXT_FIELDS = ["title", "retailer_title", "description_en", "description_sv"]
+QUERIES = REPO / "bench" / "data" / "grocery_queries.json"
+
+
+def _manifest(
+    grocery: Path, out: Path, held_out: int
+) -> tuple[Path, list[dict[str, Any]], list[tuple[str, Path]]]:
+    rows = [
+        json.loads(line) for line in (grocery / "products.jsonl").read_text().splitlines() if line.strip()
+    ]
+    kept, queries = [], []
+    for row in rows:
+        paths = row["paths"]
+        shop = [p for p in paths[1:]]
+        hold = shop[-held_out:] if len(shop) > held_out else []
+        keep = [p for p in paths if p not in hold]
+        kept.append({**row, "paths": [str(grocery / p) for p in keep]})
+        queries.extend((row["id"], grocery / p) for p in hold)
+    path = out / "products.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
+    return path, rows, queries
+
+
+def _metrics(ids: list[str], relevant: set[str]) -> dict[str, float]:
+    r = len(relevant)
+    return {
+        "r_precision": sum(i in relevant for i in ids[:r]) / r,
+        "precision_at_10": sum(i in relevant for i in ids[:10]) / 10,
+        "recall_at_10": sum(i in relevant for i in ids[:10]) / r,
+    }
+
+
+def _mean(values: list[float]) -> float:
+    return round(float(np.mean(values)), 4) if values else float("nan")
+
+
+def quality(grocery: Path, model: Path, held_out: int, work: Path) -> dict[str, Any]:
+    from fastapi.testclient import TestClient
+
+    from indexer.build import build
+    from model.runtime import load_encoder
+    from service.app import create_app
+    from store.reader import IndexVersion
+
+    manifest, rows, image_queries = _manifest(grocery.resolve(), work, held_out)
+    types = {r["id"]: r["product_type"] for r in rows}
+    spec = json.loads(QUERIES.read_text())
+    languages = spec["languages"]
+    settings = Settings(
+        model_dir=model,
+        index_root=work / "indexes",
+        threads=2,
+        index_workers=2,
+        text_fields=TEXT_FIELDS,
+        index_name="grocery",
+        rerank=False,
+        redis_url=None,
+        history_db=work / "history.sqlite",
+    )
+    started = time.perf_counter()
+    report = build("grocery", [manifest], settings=settings)
+    build_s = time.perf_counter() - started
+    photos = sum(len(json.loads(line)["paths"]) for line in manifest.read_text().splitlines())
+    out: dict[str, Any] = {
+        "products": len(rows),
+        "photos_indexed": photos,
+        "image_queries": len(image_queries),
+        "build_seconds": round(build_s, 2),
+        "build_ms_per_product": round(1000 * build_s / len(rows), 1),
+        "build_notes": report.notes,
+    }
+    modes = ("hybrid", "text", "image")
+    per: dict[str, dict[str, list[dict[str, float]]]] = {m: defaultdict(list) for m in modes}
+    lists: dict[str, dict[str, dict[str, list[str]]]] = {m: defaultdict(dict) for m in modes}
+    labels = {"in_catalogue": defaultdict(list), "not_sold": defaultdict(list)}
+    with TestClient(create_app(settings)) as client:
+        for kind, table in (("in_catalogue", spec["in_catalogue"]), ("not_sold", spec["not_sold"])):
+            for ptype, by_lang in table.items():
+                relevant = {pid for pid, t in types.items() if t == ptype}
+                for lang in languages:
+                    for mode in modes:
+                        body = client.post(
+                            "/v1/search", json={"query": by_lang[lang], "top_k": 20, "mode": mode}
+                        ).json()
+                        ids = [h["id"] for h in body["results"]]
+                        if kind == "in_catalogue":
+                            per[mode][lang].append(_metrics(ids, relevant))
+                            lists[mode][ptype][lang] = ids[:10]
+                        if mode == "hybrid":
+                            labels[kind][lang].append(body.get("match") == "none")
+        top1_visual = []
+        for pid, path in image_queries:
+            with open(path, "rb") as fh:
+                got = client.post(
+                    "/v1/search/image", files={"file": (path.name, fh, "image/jpeg")}, data={"top_k": "1"}
+                )
+            top1_visual.append(got.json()["results"][0]["id"] == pid)
+    out["modes"] = {}
+    for mode in modes:
+        by_lang = {
+            lang: {k: _mean([m[k] for m in ms]) for k in ms[0]} for lang, ms in per[mode].items() if ms
+        }
+        mrv = [consistency_report(lists[mode][t], 10)["mrv"] for t in lists[mode]]
+        out["modes"][mode] = {
+            "per_language": by_lang,
+            "mean_r_precision": _mean([v["r_precision"] for v in by_lang.values()]),
+            "min_r_precision": min(v["r_precision"] for v in by_lang.values()),
+            "mrv": _mean(mrv),
+        }
+    out["labels"] = {
+        "not_sold_labelled_none": _mean([float(x) for v in labels["not_sold"].values() for x in v]),
+        "in_catalogue_labelled_none": _mean([float(x) for v in labels["in_catalogue"].values() for x in v]),
+        "per_language_not_sold_none": {
+            k: _mean([float(x) for x in v]) for k, v in labels["not_sold"].items()
+        },
+        "per_language_in_catalogue_none": {
+            k: _mean([float(x) for x in v]) for k, v in labels["in_catalogue"].items()
+        },
+    }
+    # Channels alone and every fitted fusion, through the store with the build's recorded parameters.
+    encoder = load_encoder(model, threads=2)
+    with IndexVersion.open(settings.index_root, "grocery") as version:
+        channels = version.products
+        assert channels is not None
+        calibration = channels.info.calibration
+        fitted = calibration.get("fitted", {})
+        methods: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for ptype, by_lang in spec["in_catalogue"].items():
+            relevant = {pid for pid, t in types.items() if t == ptype}
+            for lang in languages:
+                text = by_lang[lang]
+                embed = encoder.encode_text([text]).embeds[0]
+                cands = gather(channels, HybridQuery(embed, analyze(text, lang)), 64, None)
+                ids = version.items(cands.rows.tolist())
+                names = [i["id"] for i in ids]
+
+                def rank_by(scores: np.ndarray, names: list[str] = names) -> list[str]:
+                    return [names[i] for i in np.argsort(-scores, kind="stable")]
+
+                methods["lexical_only"][lang].append(
+                    _metrics(rank_by(cands.features[:, 3]), relevant)["r_precision"]
+                )
+                methods["dense_text_only"][lang].append(
+                    _metrics(rank_by(cands.features[:, 1]), relevant)["r_precision"]
+                )
+                methods["image_only"][lang].append(
+                    _metrics(rank_by(cands.features[:, 0]), relevant)["r_precision"]
+                )
+                for method, tables in fitted.items():
+                    model_f = FusionModel.from_dict(
+                        {"method": method, **tables, "languages": channels.info.fusion.get("languages", [])}
+                    )
+                    group = model_f.group_of([lang])
+                    scores = fuse(method, cands, model_f.params("hybrid", group), "hybrid")
+                    methods[f"fusion_{method}"][lang].append(
+                        _metrics(rank_by(scores), relevant)["r_precision"]
+                    )
+        out["channels_and_fusions_r_precision"] = {
+            name: {
+                "mean": _mean([_mean(v) for v in by.values()]),
+                **{lang: _mean(v) for lang, v in by.items()},
+            }
+            for name, by in methods.items()
+        }
+        out["fusion_chosen"] = channels.info.fusion.get("method")
+        out["calibration_held_out"] = calibration.get("held_out")
+        # Search by photo: the cross-modal (ConSE) embedding, as before, for comparison.
+        top1_cross = []
+        from PIL import Image
+
+        for pid, path in image_queries:
+            with Image.open(path) as im:
+                emb = encoder.encode_images([im.convert("RGB")]).embeds[0]
+            best = channels.photos.search(emb, 1, None)
+            top1_cross.append(version.items([int(best.owners[0])])[0]["id"] == pid)
+    out["image_query_top1"] = {
+        "visual": _mean([float(x) for x in top1_visual]),
+        "cross_modal": _mean([float(x) for x in top1_cross]),
+    }
+    return out
+
+
+def _synthetic_channels(root: Path, products: int, dim: int, rng: np.random.Generator) -> ProductChannels:
+    vocab = [f"w{i}" for i in range(5000)]
+    owners = np.repeat(np.arange(products), 3).astype(np.int64)
+    photos = rng.normal(size=(owners.size, dim)).astype(np.float32)
+    photos /= np.linalg.norm(photos, axis=1, keepdims=True)
+    t_owners = np.repeat(np.arange(products), 2).astype(np.int64)
+    words = rng.integers(0, len(vocab), size=(t_owners.size, 6))
+    texts = [" ".join(vocab[w] for w in row) for row in words]
+    t_embeds = rng.normal(size=(t_owners.size, dim)).astype(np.float32)
+    t_embeds /= np.linalg.norm(t_embeds, axis=1, keepdims=True)
+    info = ProductInfo(
+        fields=["title"], text_languages=["en"], language_counts={"en": len(texts)}, photos=0, texts=0
+    )
+    write_product_channels(
+        root,
+        info,
+        PhotoRows(owners, [f"p{i}" for i in range(owners.size)], photos),
+        TextRows(
+            t_owners, ["title"] * len(texts), ["en"] * len(texts), texts, [t.split() for t in texts], t_embeds
+        ),
+    )
+    return ProductChannels(root, products)
+
+
+def hybrid_once(channels: ProductChannels, model: FusionModel, query: HybridQuery) -> np.ndarray:
+    return model.score(gather(channels, query, 64, None), "hybrid", "other")
+
+
+def cost(products: int, dim: int, queries: int = 200) -> dict[str, Any]:
+    import faiss
+
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        channels = _synthetic_channels(Path(tmp), products, dim, rng)
+        write_s = time.perf_counter() - started
+        main = faiss.IndexHNSWFlat(dim, 32, faiss.METRIC_INNER_PRODUCT)
+        main.hnsw.efConstruction = 80
+        main.add(np.asarray(channels.photos.vectors[channels.photos.start[:-1]], np.float32))
+        main.hnsw.efSearch = 64
+        qs = rng.normal(size=(queries, dim)).astype(np.float32)
+        qs /= np.linalg.norm(qs, axis=1, keepdims=True)
+        timings: dict[str, list[float]] = defaultdict(list)
+        model = FusionModel.from_dict(
+            {
+                "method": "logistic",
+                "languages": ["en"],
+                "hybrid": {"other": {"weights": [1] * 4}},
+                "text": {"other": {"weights": [1] * 3}},
+            }
+        )
+        for i, q in enumerate(qs):
+            terms = [f"w{rng.integers(0, 5000)}", f"w{rng.integers(0, 5000)}"]
+            steps: dict[str, Callable[[], object]] = {
+                "main_ann_only": partial(main.search, q[None, :], 20),
+                "photos": partial(channels.photos.search, q, 64, None),
+                "dense_text": partial(channels.texts.search, q, 64, None),
+                "lexical": partial(channels.lexical, terms, 64, None),
+                "hybrid_gather_and_fuse": partial(hybrid_once, channels, model, HybridQuery(q, terms)),
+            }
+            for name, step in steps.items():
+                t0 = time.perf_counter()
+                step()
+                if i >= 10:  # warm-up left out
+                    timings[name].append(time.perf_counter() - t0)
+        channels.close()
+    p50 = {k: round(1000 * statistics.median(v), 3) for k, v in timings.items()}
+    return {
+        "products": products,
+        "photos": 3 * products,
+        "texts": 2 * products,
+        "write_seconds": round(write_s, 2),
+        "p50_ms": p50,
+        "hybrid_added_ms": round(p50["hybrid_gather_and_fuse"] - p50["main_ann_only"], 3),
+    }
+
+
+def print_table(result: dict[str, Any]) -> None:
+    q = result.get("grocery")
+    if q:
+        print(
+            f"\nGrocery ({q['products']} products, {q['photos_indexed']} photos; build {q['build_seconds']} s)"
+        )
+        langs = list(q["modes"]["hybrid"]["per_language"])
+        print("| mode | " + " | ".join(langs) + " | mean | min | MRV |")
+        print("|---" * (len(langs) + 4) + "|")
+        for mode, m in q["modes"].items():
+            row = [f"{m['per_language'][lang]['r_precision']:.2f}" for lang in langs]
+            print(
+                f"| {mode} | "
+                + " | ".join(row)
+                + f" | {m['mean_r_precision']:.3f} | {m['min_r_precision']:.2f} | {m['mrv']:.2f} |"
+            )
+        for name, by in q["channels_and_fusions_r_precision"].items():
+            print(
+                f"| {name} | "
+                + " | ".join(f"{by.get(lang, float('nan')):.2f}" for lang in langs)
+                + f" | {by['mean']:.3f} | | |"
+            )
+        labels, top1 = q["labels"], q["image_query_top1"]
+        print(
+            f"labels: not sold -> none {labels['not_sold_labelled_none']:.2f}; "
+            f"in catalogue -> none {labels['in_catalogue_labelled_none']:.2f}"
+        )
+        print(f"image query top-1: visual {top1['visual']:.3f}, cross-modal {top1['cross_modal']:.3f}")
+    for c in result.get("cost", []):
+        print(f"\n{c['products']} products: p50 ms {c['p50_ms']}; hybrid adds {c['hybrid_added_ms']} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grocery", type=Path)
+    parser.add_argument("--model", type=Path, default=REPO / "artifacts" / "models" / "ccrk-starter")
+    parser.add_argument("--held-out", type=int, default=4)
+    parser.add_argument("--scale", default="")
+    parser.add_argument("--dim", type=int, default=512)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    result: dict[str, Any] = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv),
+    }
+    if args.grocery:
+        with tempfile.TemporaryDirectory() as tmp:
+            result["grocery"] = quality(args.grocery, args.model, args.held_out, Path(tmp))
+    if args.scale:
+        result["cost"] = [cost(int(n), args.dim) for n in args.scale.split(",")]
+    text = json.dumps(result, indent=2, ensure_ascii=False)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    print_table(result)
+
+
+if __name__ == "__main__":
+    main()
