@@ -314,9 +314,8 @@ def cost(products: int, dim: int, queries: int = 200) -> dict[str, Any]:
 def print_table(result: dict[str, Any]) -> None:
     q = result.get("grocery")
     if q:
-        print(
-            f"\nGrocery ({q['products']} products, {q['photos_indexed']} photos; build {q['build_seconds']} s)"
-        )
+        head = f"{q['products']} products, {q['photos_indexed']} photos; build {q['build_seconds']} s"
+        print(f"\nGrocery ({head})")
         langs = list(q["modes"]["hybrid"]["per_language"])
         print("| mode | " + " | ".join(langs) + " | mean | min | MRV |")
         print("|---" * (len(langs) + 4) + "|")
