@@ -35,8 +35,8 @@ DEPLOY_GUIDE = REPO / "deploy" / "README.md"
 DEPLOY_GUIDE_PAGE = "how-to/deploy-guide.md"
 
 # The command behind each recorded result whose JSON does not record it itself (older runs): as the README
-# gave it, or, marked so, rebuilt from the parameters the file records. A results file matching none of these and
-# recording no command fails the docs test.
+# gave it, or, marked so, rebuilt from the parameters the file records. A results file matching none of
+# these and recording no command fails the docs test.
 REBUILT = " (not recorded: rebuilt from the parameters in the file)"
 RESULT_COMMANDS = {
     "cluster_scaling-": "python bench/cluster_scaling.py",
@@ -91,14 +91,15 @@ def cli_commands() -> list[tuple[str, Any]]:
     return list(walk("ccrk", root))
 
 
-def cli_markdown() -> str:
-    """Every ``ccrk`` command with its usage, arguments and options, as typer's own docs generator writes
-    them (``typer ... utils docs``)."""
+def cli_markdown(app: Any = None) -> str:
+    """Every command of ``app`` (default: the ``ccrk`` app) with its usage, arguments and options, as
+    typer's own docs generator writes them (``typer ... utils docs``)."""
     import click
     import typer
     from typer.cli import get_docs_for_click
 
-    from ccrk_cli.main import app
+    if app is None:
+        from ccrk_cli.main import app
 
     root = typer.main.get_command(app)
     body = get_docs_for_click(obj=root, ctx=click.Context(root), name="ccrk")
@@ -246,7 +247,8 @@ def http_markdown(schema: dict[str, Any] | None = None) -> str:
     for method, path in http_operations(schema):
         op = schema["paths"][path][method.lower()]
         anchor = op.get("operationId", "").replace("_", "-")
-        lines.append(f"| {method} | [`{path}`](#{anchor}) | {_cell(op.get('summary', ''))} |")
+        what = op.get("description", "").split(". ")[0].rstrip(".") or op.get("summary", "")
+        lines.append(f"| {method} | [`{path}`](#{anchor}) | {_cell(what)} |")
     for method, path in http_operations(schema):
         op = schema["paths"][path][method.lower()]
         anchor = op.get("operationId", "").replace("_", "-")
