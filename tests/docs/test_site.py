@@ -7,6 +7,7 @@ Chromium (screenshot in artifacts/screenshots/)."""
 from __future__ import annotations
 
 import html
+import os
 import re
 import subprocess
 import threading
@@ -22,6 +23,7 @@ import typer
 from ccrk_settings import Settings
 from ccrk_settings.reference import env_name
 from docs.gen import reference as gen
+from tests.deploy.deployment import make_dry_run
 from tests.docs.runnable import REPO
 
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
@@ -45,13 +47,24 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
         text=True,
         timeout=300,
-        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "NO_MKDOCS_2_WARNING": "1"},
+        env={**os.environ, "PYTHONPATH": str(REPO), "NO_MKDOCS_2_WARNING": "1"},
     )
     assert proc.returncode == 0, (
         f"mkdocs build --strict failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     )
     assert "WARNING" not in proc.stderr
     return out
+
+
+def test_make_docs_builds_strictly_and_docs_serve_serves() -> None:
+    mkdocs = str(Path(".venv") / "bin" / "mkdocs")
+    assert make_dry_run("docs")[-1] == f"{mkdocs} build --strict"
+    assert make_dry_run("docs-serve")[-1].startswith(f"{mkdocs} serve --dev-addr 127.0.0.1:")
+    assert any("'.[dev,ray,docs]'" in line for line in make_dry_run("install")), (
+        "make install installs mkdocs"
+    )
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert ci.index(".venv/bin/mkdocs build --strict") > ci.index("make test")
 
 
 def text_of(page: Path) -> str:
