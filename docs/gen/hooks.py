@@ -27,3 +27,10 @@ def on_files(files: Any, config: Any) -> Any:
             files.remove(existing)
         files.append(File.generated(config, rel, content=content))
     return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """Generated tables inside written pages (``<!-- generated: NAME -->``, see ``MARKERS``)."""
+    from docs.gen.reference import fill_markers
+
+    return fill_markers(markdown)

@@ -363,6 +363,47 @@ def deploy_guide_markdown() -> str:
     return f"{title}\n\n{note}{LINK.sub(plain, rest)}"
 
 
+# ------------------------------------------------------------------------------------------- index format
+
+FIELD_LINE = re.compile(r"^    (?P<name>\w+): (?P<type>[^=#]+?)\s*(?:=[^#]*)?(?:#\s*(?P<note>.*))?$")
+
+
+def manifest_fields_markdown() -> str:
+    """The fields of a version's ``manifest.json``: the ``store.manifest.IndexManifest`` dataclass, with the
+    comments its source gives them (on the line, or on the lines just above)."""
+    import dataclasses
+    import inspect
+
+    from store.manifest import IndexManifest
+
+    notes: dict[str, str] = {}
+    above: list[str] = []
+    for line in inspect.getsource(IndexManifest).splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            above.append(stripped.lstrip("# "))
+            continue
+        match = FIELD_LINE.match(line)
+        if match:
+            notes[match["name"]] = " ".join([*above, match["note"] or ""]).strip()
+        above = []
+    lines = ["| field | type | note |", "| --- | --- | --- |"]
+    for f in dataclasses.fields(IndexManifest):
+        kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+        lines.append(f"| `{f.name}` | `{_cell(kind)}` | {_cell(notes.get(f.name, ''))} |")
+    return "\n".join(lines) + "\n"
+
+
+# Markers a written page may hold (``<!-- generated: NAME -->`` on a line of its own), replaced at build
+# time by the hook with the named generator's output.
+MARKERS = {"manifest-fields": manifest_fields_markdown}
+MARKER = re.compile(r"^<!-- generated: (?P<name>[\w-]+) -->$", re.M)
+
+
+def fill_markers(markdown: str) -> str:
+    return MARKER.sub(lambda m: MARKERS[m["name"]]().rstrip("\n"), markdown)
+
+
 # ------------------------------------------------------------------------------------------------ the lot
 
 

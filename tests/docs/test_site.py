@@ -158,6 +158,19 @@ def test_http_reference_names_every_route_and_schema(site: Path) -> None:
     assert (site / "reference" / "openapi.json").read_text(encoding="utf-8").count('"/v1/') >= 10
 
 
+def test_index_format_lists_every_manifest_field(site: Path) -> None:
+    import dataclasses
+
+    from store.manifest import IndexManifest
+
+    built = text_of(site / "reference" / "index-format" / "index.html")
+    assert "<!-- generated" not in (site / "reference" / "index-format" / "index.html").read_text(
+        encoding="utf-8"
+    )
+    for f in dataclasses.fields(IndexManifest):
+        assert f.name in built, f.name
+
+
 def test_every_recorded_result_is_listed_with_its_command(site: Path) -> None:
     built = text_of(site / "benchmarks" / "results" / "index.html")
     files = gen.result_files()
