@@ -33,9 +33,11 @@ TAG = re.compile(r"<[^>]+>")
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("site")
+    mkdocs = REPO / ".venv" / "bin" / "mkdocs"
+    assert mkdocs.is_file(), f"{mkdocs} is missing: `make install` installs the docs extra (mkdocs-material)"
     proc = subprocess.run(
         [
-            str(REPO / ".venv" / "bin" / "mkdocs"),
+            str(mkdocs),
             "build",
             "--strict",
             "-f",
