@@ -107,6 +107,7 @@ def test_cli_reference_names_every_command_and_option(site: Path) -> None:
     built = text_of(site / "reference" / "cli" / "index.html")
     commands = gen.cli_commands()
     assert len(commands) > 25
+    assert str(REPO) not in markdown, "no machine paths (defaults inside the checkout are shown relative)"
     for name, command in commands:
         section = by_heading[f"`{name}`"]
         assert name in built, name
