@@ -17,7 +17,7 @@ SERVE := CCRK_PROBE_SET=$(DEMO_DIR)/probes.jsonl $(VENV)/bin/ccrk serve --host $
 STARTER_MODEL ?= artifacts/models/ccrk-starter
 PHOTOS ?=
 
-.PHONY: install demo demo-index demo-eval serve photos train-demo test lint clean
+.PHONY: install demo demo-index demo-eval serve photos train-demo test lint docs docs-serve clean
 
 install: $(VENV)/.installed
 
@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet torch==2.14.1 torchvision==0.29.1
-	$(PIP) install --quiet -c constraints.txt -e '.[dev,ray]'
+	$(PIP) install --quiet -c constraints.txt -e '.[dev,ray,docs]'
 	touch $@
 
 # The demo: the embedded default model searching 1,000 freshly drawn products (captions in ten languages),
@@ -71,5 +71,15 @@ test: install
 lint: install
 	$(VENV)/bin/ruff check .
 
+# The documentation site (mkdocs-material, docs/ and mkdocs.yml): built into site/, strictly (a broken link or
+# anchor fails); the CLI, settings and HTTP API pages are generated from the code at each build.
+DOCS_PORT ?= 8001
+docs: install
+	$(VENV)/bin/mkdocs build --strict
+
+# The same, served on http://127.0.0.1:$(DOCS_PORT) and rebuilt on every change until Ctrl-C.
+docs-serve: install
+	$(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:$(DOCS_PORT)
+
 clean:
-	rm -rf $(VENV) artifacts .pytest_cache .ruff_cache
+	rm -rf $(VENV) artifacts site .pytest_cache .ruff_cache

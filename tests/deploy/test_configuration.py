@@ -29,6 +29,7 @@ SCANNED_DIRS = (
     "deploy",
     "bench",
     ".ci",
+    "docs",
 )
 SCANNED_FILES = (
     "Dockerfile",

@@ -30,8 +30,10 @@ def option(argv: list[str], name: str) -> str:
 
 def test_demo_draws_builds_then_serves() -> None:
     lines = make_dry_run("demo")
-    # The ray extra too, so that the tests of `--engine ray` always run (`make test` installs the same way).
-    assert any("pip install" in line and "-e '.[dev,ray]'" in line for line in lines), "demo installs first"
+    # The ray extra too, so that the tests of `--engine ray` always run, and the docs extra, so that the docs
+    # tests build the site (`make test` installs the same way).
+    installs = [line for line in lines if "pip install" in line and "-e '.[dev,ray,docs]'" in line]
+    assert installs, "demo installs first"
     calls = recipe("demo")
     expected = [["data", "synth"], ["probe", "make-set"], ["index", "build"], ["serve"]]
     assert [argv[: len(e)] for (_, argv), e in zip(calls, expected, strict=True)] == expected

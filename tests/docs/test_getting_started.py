@@ -1,0 +1,57 @@
+"""The getting-started page's runnable blocks, run as a reader runs them in a fresh clone: `make demo` builds
+a fresh demo index and serves it, then every curl and `ccrk` line must succeed against it, and the answers
+are the ones the page describes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.docs.runnable import REPO, Sandbox, json_values, runnable_blocks
+
+PAGE = REPO / "docs" / "getting-started.md"
+
+
+def test_the_page_marks_its_commands_runnable() -> None:
+    blocks = runnable_blocks(PAGE)
+    assert [b.code.strip() for b in blocks if b.background] == ["make demo"]
+    assert blocks[0].background, "the demo is started first"
+    code = "".join(b.code for b in blocks)
+    for route in (
+        "/v1/search",
+        "/v1/search/image",
+        "/v1/images/",
+        "/v1/consistency",
+        "/v1/index",
+        "/v1/model",
+    ):
+        assert route in code, route
+    assert "ccrk index verify" in code and "ccrk probe run" in code
+
+
+def test_getting_started_runs_against_a_fresh_demo_index(tmp_path: Path) -> None:
+    # 300 products instead of the page's 1,000 (DEMO_ITEMS, a variable of the Makefile): the same commands.
+    sandbox = Sandbox(tmp_path, extra_env={"DEMO_ITEMS": "300"})
+    if (why := sandbox.install_is_done()) is not None:
+        pytest.skip(why)
+    ran = sandbox.run_page(runnable_blocks(PAGE))
+    assert (tmp_path / "artifacts" / "indexes" / "demo" / "CURRENT").is_file(), "make demo built the index"
+
+    by_code = {r.block.code: r for r in ran}
+    search = next(r for c, r in by_code.items() if "drei gelbe Regenschirme" in c)
+    (answer,) = json_values(search.stdout)
+    assert answer["language"]["code"] == "de" and len(answer["results"]) == 5
+    filtered = next(r for c, r in by_code.items() if '"filters"' in c)
+    (answer,) = json_values(filtered.stdout)
+    assert answer["results"] and all(h["metadata"]["count"] >= 2 for h in answer["results"])
+    image = next(r for c, r in by_code.items() if "/v1/search/image" in c)
+    (answer,) = json_values(image.stdout)
+    assert answer["results"][0]["id"] == "test-000000", "the photo finds itself first"
+    assert (tmp_path / "thumb.jpg").read_bytes()[:2] == b"\xff\xd8", "a JPEG thumbnail"
+    consistency = next(r for c, r in by_code.items() if "/v1/consistency -H" in c)
+    (answer,) = json_values(consistency.stdout)
+    assert sorted(lang["lang"] for lang in answer["languages"]) == ["de", "en", "ja"]
+    assert answer["mrv"] >= 0
+    probe = ran[-1]
+    assert "ccrk probe run" in probe.block.code and "de" in probe.stdout
