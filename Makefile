@@ -38,9 +38,9 @@ demo: demo-index
 demo-index: $(INDEX_ROOT)/demo/CURRENT
 
 $(INDEX_ROOT)/demo/CURRENT: | install
-	$(VENV)/bin/ccrk data synth --out $(DEMO_DIR)/data --n-train 0 --n-val 0 --n-test $(DEMO_ITEMS)
+	$(VENV)/bin/ccrk data synth --out $(DEMO_DIR)/data --n-train 0 --n-val 0 --n-test $(DEMO_ITEMS) --shop-titles de
 	$(VENV)/bin/ccrk probe make-set --catalogue $(DEMO_DIR)/data/test.jsonl --out $(DEMO_DIR)/probes.jsonl --n 100
-	$(VENV)/bin/ccrk index build --name demo --index-root $(INDEX_ROOT) $(DEMO_DIR)/data/test.jsonl
+	$(VENV)/bin/ccrk index build --name demo --index-root $(INDEX_ROOT) --text-fields title $(DEMO_DIR)/data/test.jsonl
 
 # The demo service again, on the index built by `make demo-index`.
 serve: demo-index

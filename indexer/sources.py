@@ -158,7 +158,9 @@ def _item_from_object(obj: dict[str, Any], path: Path, lineno: int) -> SourceIte
         attributes = obj.get("attributes") or {}
         if not isinstance(attributes, dict):
             raise SourceError(f"{where}: field 'attributes' must be an object")
-        fields = dict(attributes)
+        # Its other top-level fields (a shop title, ``ccrk data synth --shop-titles``) are metadata too.
+        extra = {k: v for k, v in obj.items() if k not in ("id", "image", "captions", "attributes")}
+        fields = {**attributes, **extra}
         caps = {str(k): list(v) for k, v in captions.items() if v}
     else:
         image, extra = _photo_paths(obj, where)

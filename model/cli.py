@@ -47,6 +47,13 @@ def data_synth(
     n_test: Annotated[int, typer.Option(help="Test images (each attribute combination unique).")] = 1000,
     image_size: Annotated[int, typer.Option(help="Rendered image size in pixels.")] = 96,
     captions_per_language: Annotated[int, typer.Option(help="Aligned phrasings per image and language.")] = 2,
+    shop_titles: Annotated[
+        str | None,
+        typer.Option(
+            help="Also a shop-style product title per item in this language (de), the field `title` that "
+            "hybrid search reads (`ccrk index build --text-fields title`)."
+        ),
+    ] = None,
 ) -> None:
     """Generate the synthetic multilingual product catalogue (images + captions in ten languages)."""
     from tqdm.auto import tqdm
@@ -61,6 +68,7 @@ def data_synth(
             n_test=n_test,
             image_size=image_size,
             captions_per_language=captions_per_language,
+            shop_titles=shop_titles,
         )
     except ValueError as exc:
         raise fail(str(exc)) from exc

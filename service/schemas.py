@@ -232,6 +232,11 @@ class ConsistencyRequest(BaseModel):
     top_k: int = Field(10, ge=1, le=MAX_TOP_K)
     rerank: bool | None = None
     filters: Filters | None = None
+    mode: SearchMode | None = Field(
+        None,
+        description="What each language's query searches (see /v1/search): compare hybrid with image to see "
+        "what lexical matching, which is bound to a language, costs in consistency.",
+    )
 
 
 class LanguageResults(BaseModel):
@@ -258,6 +263,7 @@ class PairStats(BaseModel):
 
 class ConsistencyResponse(BaseModel):
     top_k: int
+    mode: SearchMode = Field("image", description="What was searched.")
     index_version: str
     model: str
     languages: list[LanguageResults]

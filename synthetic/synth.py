@@ -34,6 +34,7 @@ from synthetic.attributes import (
 )
 from synthetic.lexicons import LANGUAGES, LEXICONS
 from synthetic.render import render_image
+from synthetic.shop_titles import SHOP_LANGUAGES, shop_title
 
 SPLITS: tuple[str, ...] = ("train", "val", "test")
 FORMAT_VERSION = 1
@@ -57,6 +58,9 @@ class SynthConfig:
     image_size: int = 96
     captions_per_language: int = 2  # aligned phrasings per image
     languages: tuple[str, ...] = LANGUAGES
+    # A shop-style title per product in this language (``synthetic.shop_titles``), searched by hybrid
+    # search; None: no title (the catalogue as before).
+    shop_titles: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("n_train", "n_val", "n_test"):
@@ -73,6 +77,8 @@ class SynthConfig:
             raise ValueError(f"image_size must be >= 16, got {self.image_size}")
         if self.captions_per_language < 1:
             raise ValueError("captions_per_language must be >= 1")
+        if self.shop_titles is not None and self.shop_titles not in SHOP_LANGUAGES:
+            raise ValueError(f"shop titles exist in {', '.join(SHOP_LANGUAGES)}, not {self.shop_titles!r}")
         unknown = [lang for lang in self.languages if lang not in LEXICONS]
         if unknown or not self.languages or len(set(self.languages)) != len(self.languages):
             raise ValueError(f"languages must be distinct codes among {list(LEXICONS)}, got {self.languages}")
@@ -243,9 +249,12 @@ def _render_all(
 
 
 def _catalogue_json(config: SynthConfig, counts: dict[str, int]) -> dict[str, object]:
+    settings = {**asdict(config), "languages": list(config.languages)}
+    if config.shop_titles is None:  # written only when asked: catalogues without titles stay as they were
+        del settings["shop_titles"]
     return {
         "format_version": FORMAT_VERSION,
-        "config": {**asdict(config), "languages": list(config.languages)},
+        "config": settings,
         "counts": counts,
         "splits": {split: f"{split}.jsonl" for split in SPLITS},
         "images": "images",
@@ -290,7 +299,10 @@ def generate_catalogue(
             (tmp / "images" / split).mkdir(parents=True)
             lines = []
             for item in iter_items(split, config):
-                lines.append(json.dumps(item.to_json(), ensure_ascii=False) + "\n")
+                record = item.to_json()
+                if config.shop_titles:
+                    record["title"] = shop_title(item.attributes, config.shop_titles)
+                lines.append(json.dumps(record, ensure_ascii=False) + "\n")
                 tasks.append((item.image_path, item.attributes, item.image_seed))
             _write_text(tmp / f"{split}.jsonl", "".join(lines))
             counts[split] = len(lines)

@@ -203,7 +203,7 @@ class SearchPipeline:
         return TextOutcome(response, ranked=ranked, encode_s=encode_s)
 
     @staticmethod
-    def _mode(channels: ProductChannels | None, request: SearchRequest) -> str:
+    def _mode(channels: ProductChannels | None, request: SearchRequest | ConsistencyRequest) -> str:
         """The request's mode, else hybrid where the version has searched text fields, else image."""
         has_text = channels is not None and channels.info.texts > 0
         if request.mode is None:
@@ -330,9 +330,30 @@ class SearchPipeline:
         self.resolve_rerank(body.rerank)  # a request the model cannot honour is refused before any work
         allowed = allowed_rows(SearchFilters.of(body.filters), served)  # the same rows for every language
         rerank_k = max(body.top_k, self.default_rerank_k)
+        channels = channels_of(served)
+        mode = self._mode(channels, body)
         per_language, ranked_all = [], []
         for lang, raw in body.queries.items():
             text = normalise_query(raw)
+            if channels is not None and (mode != "image" or channels.info.photos > len(served.index)):
+                language = self.detector.resolve(text, lang)
+                page = self.hybrid.text(
+                    served,
+                    channels,
+                    self.ranker.encode_text(text, lang).embeds[0],
+                    text,
+                    language,
+                    mode=mode,
+                    top_k=body.top_k,
+                    offset=0,
+                    allowed_rows=allowed,
+                    min_score="auto",
+                    sort=None,
+                    explain=False,
+                )
+                ids = [hit.id for hit in page.hits]
+                per_language.append(LanguageResults(lang=lang, query=text, ids=ids, language=language))
+                continue
             ranked = self.ranker.text(
                 served,
                 self.ranker.encode_text(text, lang),
@@ -352,5 +373,7 @@ class SearchPipeline:
                 )
             )
         report = consistency_report({r.lang: r.ids for r in per_language}, body.top_k)
-        response = self.responses.consistency(served, top_k=body.top_k, languages=per_language, report=report)
+        response = self.responses.consistency(
+            served, top_k=body.top_k, languages=per_language, report=report, mode=mode
+        )
         return ConsistencyOutcome(response, ranked_all)

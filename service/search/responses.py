@@ -190,8 +190,19 @@ class ResponseBuilder:
         )
 
     def consistency(
-        self, served: Served, *, top_k: int, languages: list[LanguageResults], report: dict[str, Any]
+        self,
+        served: Served,
+        *,
+        top_k: int,
+        languages: list[LanguageResults],
+        report: dict[str, Any],
+        mode: str = "image",
     ) -> ConsistencyResponse:
         return ConsistencyResponse(
-            top_k=top_k, index_version=served.version, model=self.model_name, languages=languages, **report
+            top_k=top_k,
+            mode=mode,  # type: ignore[arg-type]
+            index_version=served.version,
+            model=self.model_name,
+            languages=languages,
+            **report,
         )

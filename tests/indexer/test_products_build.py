@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ccrk_settings import Settings
-from indexer.build import add, build
+from indexer.build import add, build, delete
 from indexer.errors import BuildError
 from indexer.fusion_calibration import calibrate
 from indexer.products import text_rows
@@ -22,6 +22,8 @@ from store.layout import index_dir
 from store.products import PRODUCTS_FILE, ProductChannels, has_product_channels
 from store.reader import IndexVersion
 from store.verify import verify_version
+from synthetic.attributes import ProductAttributes
+from synthetic.shop_titles import shop_title
 from store.versions import current_version
 from tests.fixtures import LiveServer, make_settings
 
@@ -141,6 +143,18 @@ def test_build_and_serve_products(
             )
         assert up.status_code == 200 and up.json()["results"][0]["id"] == "prod-5"
 
+    # A deleted product is gone from every channel (its photos and text stay in the files until a build).
+    delete("shop", ["prod-3"], settings=settings)
+    assert verify_version(settings.index_root, "shop") == []
+    with LiveServer(serve) as live, live.client() as client:
+        for mode in ("hybrid", "text", "image"):
+            body = client.post(
+                "/v1/search", json={"query": recs[3]["title"], "mode": mode, "top_k": 20}
+            ).json()
+            assert "prod-3" not in [h["id"] for h in body["results"]] and len(body["results"]) == PRODUCTS - 1
+        similar = client.post("/v1/items/prod-4/similar", json={"top_k": 20}).json()
+        assert "prod-3" not in [h["id"] for h in similar["results"]]
+
 
 def test_index_without_products_is_unchanged(settings: Settings, catalogue: Path) -> None:
     """One photo per item and no text fields: no product channels, searched exactly as before."""
@@ -153,6 +167,46 @@ def test_index_without_products_is_unchanged(settings: Settings, catalogue: Path
         assert body["mode"] == "image" and body["results"][0]["images"] is None
         bad = client.post("/v1/search", json={"query": "a red chair", "mode": "text"})
         assert bad.status_code == 422 and "mode" in json.dumps(bad.json())
+
+
+def test_shop_titles_leave_image_answers_unchanged(
+    settings: Settings, catalogue: Path, tmp_path: Path
+) -> None:
+    """The demo's shop titles (``ccrk data synth --shop-titles de``) make it hybrid; mode image answers exactly
+    as the same catalogue built without them; consistency compares hybrid and image."""
+    titled = tmp_path / "titled.jsonl"
+    lines = []
+    for line in (catalogue / "test.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        rec["image"] = str(catalogue / rec["image"])
+        rec["title"] = shop_title(ProductAttributes.from_dict(rec["attributes"]))
+        lines.append(json.dumps(rec, ensure_ascii=False) + "\n")
+    titled.write_text("".join(lines))
+    build("plain", [catalogue / "test.jsonl"], settings=settings)
+    build("titled", [titled], settings=settings.model_copy(update={"text_fields": ["title"]}))
+    queries = ["a red mug", "drei gelbe Regenschirme", "un chapeau bleu", "赤いカップ", "striped bag"]
+    answers = {}
+    for name in ("plain", "titled"):
+        with LiveServer(make_settings(settings.index_root, index_name=name)) as live, live.client() as client:
+            answers[name] = [
+                [
+                    (h["id"], round(h["score"], 5))
+                    for h in client.post(
+                        "/v1/search", json={"query": q, "mode": "image", "top_k": 10}
+                    ).json()["results"]
+                ]
+                for q in queries
+            ]
+            if name == "titled":
+                hybrid = client.post("/v1/search", json={"query": "Stockschirm gestreift", "top_k": 3}).json()
+                assert (
+                    hybrid["mode"] == "hybrid" and "Stockschirm" in hybrid["results"][0]["metadata"]["title"]
+                )
+                for mode in ("hybrid", "image"):
+                    body = {"queries": {"en": "yellow umbrella", "de": "gelber Regenschirm"}, "mode": mode}
+                    report = client.post("/v1/consistency", json=body).json()
+                    assert report["mode"] == mode and len(report["languages"]) == 2
+    assert answers["titled"] == answers["plain"]
 
 
 def test_useless_channel_gets_a_weight_near_zero(
