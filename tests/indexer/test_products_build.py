@@ -22,9 +22,9 @@ from store.layout import index_dir
 from store.products import PRODUCTS_FILE, ProductChannels, has_product_channels
 from store.reader import IndexVersion
 from store.verify import verify_version
+from store.versions import current_version
 from synthetic.attributes import ProductAttributes
 from synthetic.shop_titles import shop_title
-from store.versions import current_version
 from tests.fixtures import LiveServer, make_settings
 
 PRODUCTS = 20
