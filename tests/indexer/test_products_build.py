@@ -172,8 +172,8 @@ def test_index_without_products_is_unchanged(settings: Settings, catalogue: Path
 def test_shop_titles_leave_image_answers_unchanged(
     settings: Settings, catalogue: Path, tmp_path: Path
 ) -> None:
-    """The demo's shop titles (``ccrk data synth --shop-titles de``) make it hybrid; mode image answers exactly
-    as the same catalogue built without them; consistency compares hybrid and image."""
+    """The demo's shop titles (``ccrk data synth --shop-titles de``) make it hybrid; mode image answers
+    exactly as the same catalogue built without them; consistency compares hybrid and image."""
     titled = tmp_path / "titled.jsonl"
     lines = []
     for line in (catalogue / "test.jsonl").read_text().splitlines():
