@@ -46,7 +46,10 @@ async def search_page(
             f"language {lang!r} is not one of the model's: {', '.join(runtime.languages)}",
             loc=("query", "lang"),
         )
+    served = runtime.search.holder.served  # an attribute read: no lease, no I/O
+    products = getattr(served.index, "products", None) if served is not None else None
     context = {
+        "has_text": bool(products is not None and products.info.texts),
         "languages": runtime.languages,
         "rerank_default": runtime.pipeline.default_rerank,
         "can_rerank": runtime.pipeline.can_rerank,

@@ -21,6 +21,10 @@
   async function search(query, lang) {
     const body = { query: query, top_k: Number($("top-k").value) || 24, rerank: $("rerank").checked };
     if (lang) body.lang = lang;
+    const mode = $("mode") ? $("mode").value : "";
+    if (mode) body.mode = mode;
+    // Products (an index with text fields): say why each product matched.
+    if ($("mode") && mode !== "image") body.explain = true;
     const response = await fetch("/v1/search", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
@@ -45,7 +49,9 @@
     meta.append(" · ", el("span", { class: "timings" },
       "encode " + t.encode + " ms · search " + t.search + " ms · re-rank " + t.rerank + " ms · total " + t.total + " ms" +
       (data.cached ? " (cached)" : "")));
-    meta.append(" · ", el("span", { class: "reranked" }, data.reranked ? "re-ranked" : "dual encoder"));
+    const searched = data.mode && data.mode !== "image" ? data.mode + " (photos, text and words fused)" : null;
+    meta.append(" · ", el("span", { class: "reranked" },
+      data.reranked ? "re-ranked" : (searched || "dual encoder")));
     section.append(meta);
     // The query's match quality (calibrated on the index): nothing in the catalogue matches it well.
     if (data.match === "none") {
@@ -59,13 +65,29 @@
       const thumb = new URL(hit.image_url, location.href);  // the link may carry the id as a query already
       thumb.searchParams.set("size", "160");
       card.append(el("img", { src: thumb.pathname + thumb.search, alt: hit.id, loading: "lazy" }));
+      const fused = data.mode && data.mode !== "image";
       const score = hit.rerank_score !== null && hit.rerank_score !== undefined
         ? "re-rank " + hit.rerank_score.toFixed(2) + " · cos " + hit.score.toFixed(3)
-        : "cos " + hit.score.toFixed(3);
+        : (fused ? "fused " : "cos ") + hit.score.toFixed(3);
       const cap = el("figcaption");
       cap.append(el("span", { class: "rank" }, "#" + (hit.rank + 1)), " ", el("span", { class: "id" }, hit.id));
+      // A product card: the shop's title, its price, how many photos it has, and why it matched.
+      const md = hit.metadata || {};
+      if (typeof md.title === "string") cap.append(el("br"), el("span", { class: "title" }, md.title));
+      if (typeof md.price === "number") cap.append(el("br"), el("span", { class: "price" }, md.price.toFixed(2)));
+      if (hit.images && hit.images.length > 1) cap.append(" ", el("span", { class: "photos" }, hit.images.length + " photos"));
       cap.append(el("br"), el("span", { class: "score" }, score));
       if (hit.match) cap.append(" ", el("span", { class: "match", title: "match quality" }, hit.match));
+      if (hit.explain) {
+        const why = [];
+        if (hit.explain.terms && hit.explain.terms.length) {
+          why.push("words in " + hit.explain.lexical_field + ": " + hit.explain.terms.join(", "));
+        }
+        if (hit.explain.text_field) why.push("meaning of " + hit.explain.text_field);
+        const ch = hit.explain.channels || {};
+        if (ch.image && ch.image.rank !== null && ch.image.rank < 10) why.push("photo");
+        if (why.length) cap.append(el("br"), el("span", { class: "why" }, "matched: " + why.join(" · ")));
+      }
       card.append(cap);
       grid.append(card);
     }
