@@ -86,6 +86,10 @@ def run_command(
     rerank: Annotated[
         bool | None, typer.Option("--rerank/--no-rerank", help="HTTP mode: re-rank (default: the service's).")
     ] = None,
+    mode: Annotated[
+        str,
+        typer.Option(help="image, or hybrid / text on a version built with --text-fields (see /v1/search)."),
+    ] = "image",
     store: Annotated[bool, typer.Option(help="Keep the run in the history (Redis or SQLite).")] = True,
     json_out: Annotated[Path | None, typer.Option(help="Also write the run record as JSON here.")] = None,
 ) -> None:
@@ -111,7 +115,7 @@ def run_command(
     try:
         probes = load_probe_set(settings.probe_set)
         if url is not None:
-            searcher = HttpSearcher(url, rerank=rerank)
+            searcher = HttpSearcher(url, rerank=rerank, mode=None if mode == "image" else mode)
             try:
                 metrics = run_probes(probes, searcher, depth=settings.probe_depth)
             finally:
@@ -126,11 +130,11 @@ def run_command(
                 version,
                 expect_fingerprint=model_fingerprint(settings.model_dir),
             ) as index:
-                search = index_searcher(index, encoder, model_name_of(settings.model_dir))
+                search = index_searcher(index, encoder, model_name_of(settings.model_dir), mode=mode)
                 metrics = run_probes(probes, search, depth=settings.probe_depth)
     except (ProbeSetError, ProbeError, IndexFormatError) as exc:
         raise _fail(str(exc)) from None
-    record = run_record(metrics, source="cli")
+    record = run_record(metrics, source="cli", **({"mode": mode} if mode != "image" else {}))
     console.print(_table(record))
     if json_out is not None:
         json_out.write_text(json.dumps(record, indent=2, ensure_ascii=False), encoding="utf-8")

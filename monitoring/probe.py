@@ -22,6 +22,8 @@ from model.metrics import mrv, mrv_std, recall_at_k
 from model.runtime import Encoder
 from monitoring.consistency import consistency_report
 from monitoring.probe_set import Probe
+from store.hybrid import FusionModel, HybridQuery, gather
+from store.lexical import analyze
 from store.reader import SearchableIndex
 
 RECALL_KS = (1, 5, 10)
@@ -44,9 +46,21 @@ class Answer:
 SearchFn = Callable[[str, str, int], Answer]  # (lang, text, depth) -> answer
 
 
-def index_searcher(index: SearchableIndex, encoder: Encoder, model: str | None = None) -> SearchFn:
-    """Dual-encoder search of one opened version, as the service's first stage does it (no re-ranking)."""
+def has_text_channels(index: SearchableIndex) -> bool:
+    """Whether a version holds searched text fields (``store.products``): hybrid search applies."""
+    products = getattr(index, "products", None)
+    return bool(products is not None and products.info.texts and products.info.fusion)
+
+
+def index_searcher(
+    index: SearchableIndex, encoder: Encoder, model: str | None = None, mode: str = "image"
+) -> SearchFn:
+    """Dual-encoder search of one opened version, as the service's first stage does it (no re-ranking);
+    ``mode`` hybrid or text: the version's product channels fused as calibrated (``store.hybrid``), the
+    probe's language taken as known."""
     version = index.manifest.version
+    if mode != "image":
+        return _hybrid_searcher(index, encoder, model, mode)
 
     def search(lang: str, text: str, depth: int) -> Answer:
         embeds = encoder.encode_text([text], languages=[lang]).embeds  # an acquired language: its acquirer
@@ -57,20 +71,50 @@ def index_searcher(index: SearchableIndex, encoder: Encoder, model: str | None =
     return search
 
 
+def _hybrid_searcher(index: SearchableIndex, encoder: Encoder, model: str | None, mode: str) -> SearchFn:
+    if not has_text_channels(index):
+        raise ProbeError(f"mode {mode!r} needs a version built with text fields (--text-fields)")
+    channels = index.products  # type: ignore[attr-defined]
+    fusion = FusionModel.from_dict(channels.info.fusion)
+    live = index.live_mask() if hasattr(index, "live_mask") else None
+    version = index.manifest.version
+
+    def search(lang: str, text: str, depth: int) -> Answer:
+        embed = encoder.encode_text([text], languages=[lang]).embeds[0]
+        group = fusion.group_of([lang])
+        cands = gather(
+            channels,
+            HybridQuery(embed, analyze(text, lang), group),
+            depth,
+            live,
+            use_image=mode != "text",
+        )
+        order = np.argsort(-fusion.score(cands, mode, group), kind="stable")[:depth]
+        rows = [int(cands.rows[i]) for i in order]
+        return Answer([item["id"] for item in index.items(rows)], version, model)
+
+    return search
+
+
 class HttpSearcher:
     """Searches a running service through ``POST /v1/search`` (the path shoppers use)."""
 
-    def __init__(self, base_url: str, *, rerank: bool | None = None, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, base_url: str, *, rerank: bool | None = None, timeout_s: float = 30.0, mode: str | None = None
+    ) -> None:
         import httpx  # only the HTTP mode needs it
 
         self._httpx = httpx
         self.client = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s)
         self.rerank = rerank
+        self.mode = mode
 
     def __call__(self, lang: str, text: str, depth: int) -> Answer:
         body: dict[str, Any] = {"query": text, "lang": lang, "top_k": depth}
         if self.rerank is not None:
             body["rerank"] = self.rerank
+        if self.mode is not None:
+            body["mode"] = self.mode
         try:
             response = self.client.post("/v1/search", json=body)
         except self._httpx.HTTPError as exc:

@@ -30,7 +30,7 @@ import numpy as np
 
 from ccrk_settings import Settings
 from monitoring.history import HistoryError, HistoryStore, open_history
-from monitoring.probe import ProbeError, index_searcher, run_probes, run_record
+from monitoring.probe import ProbeError, has_text_channels, index_searcher, run_probes, run_record
 from monitoring.probe_set import Probe, ProbeSetError, load_probe_set
 from monitoring.traffic import TrafficAggregator
 from service.errors import IndexUnavailableError
@@ -213,6 +213,19 @@ class Monitor:
                     pause_s=self.settings.probe_pause_s,
                     should_stop=self._stop.is_set,
                 )
+                if has_text_channels(served.index):
+                    # Hybrid beside image-only: what the language-bound lexical channel gains in recall
+                    # and costs in consistency (the dashboard shows both).
+                    hybrid = run_probes(
+                        self.probes,
+                        index_searcher(served.index, pipeline.encoder, pipeline.model_name, mode="hybrid"),
+                        depth=self.settings.probe_depth,
+                        pause_s=self.settings.probe_pause_s,
+                        should_stop=self._stop.is_set,
+                    )
+                    metrics["hybrid"] = {
+                        key: hybrid[key] for key in ("mrv", "mrv_std", "recall_at_10_mean", "per_language")
+                    }
         except IndexUnavailableError:
             return None  # nothing served yet: the first swap will probe
         except ProbeError as exc:

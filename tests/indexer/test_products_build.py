@@ -5,6 +5,7 @@ explanations, sort and "more like this". The shipped demo model, real files, rea
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,8 @@ from indexer.fusion_calibration import calibrate
 from indexer.products import text_rows
 from indexer.sources import read_sources
 from model.runtime import Encoder
+from monitoring.probe import ProbeError, index_searcher, run_probes
+from monitoring.probe_set import probes_from_captions, save_probe_set
 from store.hybrid import FEATURES, OTHER
 from store.layout import index_dir
 from store.products import PRODUCTS_FILE, ProductChannels, has_product_channels
@@ -170,7 +173,7 @@ def test_index_without_products_is_unchanged(settings: Settings, catalogue: Path
 
 
 def test_shop_titles_leave_image_answers_unchanged(
-    settings: Settings, catalogue: Path, tmp_path: Path
+    settings: Settings, catalogue: Path, tmp_path: Path, encoder: Encoder
 ) -> None:
     """The demo's shop titles (``ccrk data synth --shop-titles de``) make it hybrid; mode image answers
     exactly as the same catalogue built without them; consistency compares hybrid and image."""
@@ -207,6 +210,26 @@ def test_shop_titles_leave_image_answers_unchanged(
                     report = client.post("/v1/consistency", json=body).json()
                     assert report["mode"] == mode and len(report["languages"]) == 2
     assert answers["titled"] == answers["plain"]
+    # Probes: hybrid beside image-only (the service's background probes and the dashboard record both).
+    recs = [json.loads(line) for line in titled.read_text().splitlines()]
+    probes = probes_from_captions(
+        [(r["id"], r["captions"]) for r in recs], n=10, languages=["en", "de", "fr"]
+    )
+    with IndexVersion.open(settings.index_root, "titled") as opened:
+        image = run_probes(probes, index_searcher(opened, encoder), depth=20)
+        hybrid = run_probes(probes, index_searcher(opened, encoder, mode="hybrid"), depth=20)
+        assert set(hybrid["per_language"]) == {"en", "de", "fr"} and hybrid["mrv"] >= 0
+        assert image["recall_at_10_mean"] > 0.5 and hybrid["recall_at_10_mean"] > 0.5
+    with IndexVersion.open(settings.index_root, "plain") as opened, pytest.raises(ProbeError, match="text"):
+        index_searcher(opened, encoder, mode="hybrid")
+    probe_file = tmp_path / "probes.jsonl"
+    save_probe_set(probes, probe_file)
+    serve = make_settings(settings.index_root, index_name="titled", probe_set=probe_file, probe_depth=20)
+    with LiveServer(serve) as live, live.client() as client:
+        deadline = time.monotonic() + 60
+        while "hybrid-table" not in (page := client.get("/dashboard").text) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert "hybrid-table" in page and "Hybrid and image-only" in page
 
 
 def test_useless_channel_gets_a_weight_near_zero(
