@@ -10,6 +10,7 @@ Blocking (faiss, SQLite); runs in the facade's worker thread like the rest of th
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,9 @@ from store.lexical import analyze, readings_of
 from store.products import ProductChannels
 
 CANDIDATES = 64  # each channel's candidates per query (more when a page reaches further)
+RRF_K = 60.0
+# (product rows, their best image cosines) -> re-rank scores (``service.search.ranking.Ranker.rerank_head``).
+Reranker = Callable[[np.ndarray, np.ndarray], np.ndarray]
 CONFIDENT = 0.9  # below this detection confidence a query is analysed for each likely language
 
 
@@ -73,6 +77,8 @@ class HybridPage:
     top_score: float | None
     search_s: float
     candidates: int
+    rerank_s: float = 0.0
+    reranked: int = 0  # products the fusion encoder scored; 0 when not re-ranked
 
 
 def label_of(score: float, params: GroupParams | None) -> MatchLabel | None:
@@ -114,7 +120,13 @@ class HybridRanker:
         min_score: MinScore,
         sort: SortBy | None,
         explain: bool,
+        rerank: Reranker | None = None,
+        rerank_k: int = 128,
     ) -> HybridPage:
+        """One page of products for a text query. ``rerank`` (a CCRk model, re-ranking on): the head of the
+        fused order (``rerank_k`` products) is ordered again by reciprocal-rank fusion of the fused order
+        and the fusion encoder's re-rank scores of the products' first photos: the fusion encoder still
+        re-ranks on top, without overruling the text channels it cannot see."""
         start = time.perf_counter()
         fusion = self.fusion(channels)
         lang = language.code if language.code != "und" else None
@@ -140,6 +152,19 @@ class HybridRanker:
             scores, params = fusion.score(cands, mode, group), fusion.params(mode, group)
         order = np.argsort(-scores, kind="stable")
         search_s = time.perf_counter() - start
+        rerank_scores = np.full(order.size, np.nan, np.float32)
+        rerank_s, head = 0.0, 0
+        if rerank is not None and mode != "text" and order.size:
+            t0 = time.perf_counter()
+            head = min(rerank_k, order.size)
+            top_rows = order[:head]
+            combined = rerank(cands.rows[top_rows], cands.features[top_rows, 0])
+            rerank_scores[top_rows] = combined
+            by_rerank = np.empty(head, np.int64)
+            by_rerank[np.argsort(-combined, kind="stable")] = np.arange(head)
+            fused_rrf = 1.0 / (RRF_K + 1.0 + np.arange(head)) + 1.0 / (RRF_K + 1.0 + by_rerank)
+            order = np.concatenate([top_rows[np.argsort(-fused_rrf, kind="stable")], order[head:]])
+            rerank_s = time.perf_counter() - t0
         quality = match_scores(cands, params, mode, scores) if params is not None else scores
         top = float(quality[order[0]]) if order.size else None
         labels = [label_of(float(quality[i]), params) for i in order.tolist()]
@@ -163,6 +188,7 @@ class HybridRanker:
             channels,
             cands,
             scores,
+            rerank_scores,
             quality,
             chosen[page],
             items[page],
@@ -173,13 +199,14 @@ class HybridRanker:
             explain,
         )
         label = label_of(top, params) if top is not None else None
-        return HybridPage(hits, label, params, top, search_s, len(cands))
+        return HybridPage(hits, label, params, top, search_s, len(cands), rerank_s, head)
 
     def _hits(
         self,
         channels: ProductChannels,
         cands: Candidates,
         scores: np.ndarray,
+        rerank_scores: np.ndarray,
         quality: np.ndarray,
         chosen: list[int],
         items: list[dict[str, Any]],
@@ -204,6 +231,7 @@ class HybridRanker:
             hit = SearchHit(
                 id=item_id,
                 score=score,
+                rerank_score=None if np.isnan(rerank_scores[i]) else float(rerank_scores[i]),
                 rank=offset + n,
                 match=label_of(float(quality[i]), params),
                 metadata=item,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -134,6 +135,9 @@ class SearchPipeline:
         encode_s = time.perf_counter() - t0
         channels = channels_of(served)
         mode = self._mode(channels, request)
+        reranker = None
+        if rerank and mode != "text":
+            reranker = partial(self.ranker.rerank_head, served, query)
         if channels is not None and (
             mode != "image" or channels.info.photos > len(served.index) or request.sort or request.explain
         ):
@@ -150,6 +154,8 @@ class SearchPipeline:
                 min_score=request.min_score,
                 sort=request.sort,
                 explain=request.explain,
+                rerank=reranker,
+                rerank_k=request.rerank_k,
             )
             response = self.responses.hybrid(
                 served,
@@ -157,6 +163,8 @@ class SearchPipeline:
                 label=page.label,
                 params=page.thresholds,
                 search_s=page.search_s,
+                rerank_s=page.rerank_s,
+                reranked=page.reranked > 0,
                 mode=mode,
                 language=language,
                 encode_s=encode_s,

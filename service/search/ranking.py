@@ -117,11 +117,7 @@ class Ranker:
             return self._page(shortlist, top_k, offset)  # nothing to re-rank
         start = time.perf_counter()
         head = min(rerank_k, rows.size)
-        tokens = served.index.rerank_tokens(rows[:head])
-        match = self.encoder.score_pairs(query, tokens, MATCH_OUTPUT[self.rerank_score]).astype(np.float32)
-        # By default the project's score: dual logit (similarity / temperature) + match log-odds.
-        combined = rerank_scores(scores[:head], match, self.encoder.temperature, self.rerank_score)
-        combined = combined.astype(np.float32)
+        combined = self.rerank_head(served, query, rows[:head], scores[:head])
         order = np.argsort(-combined, kind="stable")  # ties keep the dual encoder's order
         rows = np.concatenate([rows[:head][order], rows[head:]])
         scores = np.concatenate([scores[:head][order], scores[head:]])
@@ -137,6 +133,17 @@ class Ranker:
             rerank_s=time.perf_counter() - start,
             rerank_candidates=head,
         )
+
+    def rerank_head(
+        self, served: Served, query: EncodedTexts, rows: np.ndarray, scores: np.ndarray
+    ) -> np.ndarray:
+        """The re-rank scores of ``rows`` (their dual cosines ``scores``) by the fusion encoder over their
+        stored tokens: by default the project's score, dual logit (similarity / temperature) + match
+        log-odds."""
+        tokens = served.index.rerank_tokens(rows)
+        match = self.encoder.score_pairs(query, tokens, MATCH_OUTPUT[self.rerank_score]).astype(np.float32)
+        combined = rerank_scores(scores, match, self.encoder.temperature, self.rerank_score)
+        return combined.astype(np.float32)
 
     def _shortlist(
         self, served: Served, embeds: np.ndarray, n: int, allowed: np.ndarray | None

@@ -110,6 +110,8 @@ class ResponseBuilder:
         params: GroupParams | None,
         search_s: float,
         mode: str,
+        rerank_s: float = 0.0,
+        reranked: bool = False,
         language: LanguageInfo,
         encode_s: float,
         start: float,
@@ -127,8 +129,10 @@ class ResponseBuilder:
             language=language,
             index_version=served.version,
             model=self.model_name,
-            reranked=False,
-            timings_ms=Timings(encode=ms(encode_s), search=ms(search_s), rerank=0.0, total=since_ms(start)),
+            reranked=reranked,
+            timings_ms=Timings(
+                encode=ms(encode_s), search=ms(search_s), rerank=ms(rerank_s), total=since_ms(start)
+            ),
             cached=False,
             match=label,
             match_thresholds=thresholds,

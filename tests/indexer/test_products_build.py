@@ -205,6 +205,13 @@ def test_shop_titles_leave_image_answers_unchanged(
                 assert (
                     hybrid["mode"] == "hybrid" and "Stockschirm" in hybrid["results"][0]["metadata"]["title"]
                 )
+                # The CCRk fusion encoder still re-ranks on top (the head of the fused order).
+                body = {"query": "Stockschirm gestreift", "top_k": 5, "rerank": True, "rerank_k": 8}
+                reranked = client.post("/v1/search", json=body).json()
+                assert reranked["reranked"] is True and reranked["timings_ms"]["rerank"] > 0
+                assert all(h["rerank_score"] is not None for h in reranked["results"])
+                plain = client.post("/v1/search", json={**body, "rerank": False, "top_k": 8}).json()
+                assert {h["id"] for h in reranked["results"]} <= {h["id"] for h in plain["results"]}
                 for mode in ("hybrid", "image"):
                     body = {"queries": {"en": "yellow umbrella", "de": "gelber Regenschirm"}, "mode": mode}
                     report = client.post("/v1/consistency", json=body).json()
