@@ -21,7 +21,12 @@ few words from a 5,000-word vocabulary each) written through ``store.products``;
 channel and of the whole hybrid gather + fusion, against the main index's ANN search alone.
 
     python bench/products.py --grocery ../shared/data/grocery --model artifacts/models/ccrk-starter \\
+        --demo --photos ../shared/data/photos --babel ../shared/data/babel-imagenet \\
         --scale 1000,100000 --out bench/results/products-DATE.json
+
+Also: the demo catalogue (1,000 synthetic items with German shop titles, the embedded demo model; each
+item's caption in ten languages as the query) and the 1,000 shared photos (class name as English title;
+the class names in de/es/fr/ja/zh as queries), R@1 per language and MRV for hybrid and image-only.
 
 Prints JSON and a table; not a test.
 """
@@ -234,6 +239,98 @@ def quality(grocery: Path, model: Path, held_out: int, work: Path) -> dict[str, 
     return out
 
 
+def _served(model: Path, work: Path, name: str, source: Path, text_fields: list[str]) -> tuple[Any, float]:
+    """Build ``name`` from ``source`` and a test client of the service over it; the build's seconds."""
+    from fastapi.testclient import TestClient
+
+    from indexer.build import build
+    from service.app import create_app
+
+    settings = Settings(
+        model_dir=model,
+        index_root=work / "indexes",
+        index_name=name,
+        threads=2,
+        index_workers=2,
+        text_fields=text_fields,
+        rerank=False,
+        redis_url=None,
+        history_db=work / f"history-{name}.sqlite",
+    )
+    started = time.perf_counter()
+    build(name, [source], settings=settings)
+    return TestClient(create_app(settings)), time.perf_counter() - started
+
+
+def _top1_by_mode(client: Any, queries: list[tuple[str, str, str]], modes: tuple[str, ...]) -> dict[str, Any]:
+    """Per mode and language: the share of (lang, query, target id) whose target is first, and R@10; MRV
+    over the languages of each target (top 10)."""
+    out: dict[str, Any] = {}
+    for mode in modes:
+        hits: dict[str, list[float]] = defaultdict(list)
+        at10: dict[str, list[float]] = defaultdict(list)
+        lists: dict[str, dict[str, list[str]]] = defaultdict(dict)
+        for lang, text, target in queries:
+            body = client.post("/v1/search", json={"query": text, "top_k": 10, "mode": mode}).json()
+            ids = [h["id"] for h in body["results"]]
+            hits[lang].append(float(bool(ids) and ids[0] == target))
+            at10[lang].append(float(target in ids))
+            lists[target][lang] = ids
+        mrv = [consistency_report(by_lang, 10)["mrv"] for by_lang in lists.values() if len(by_lang) > 1]
+        out[mode] = {
+            "r_at_1": {lang: _mean(v) for lang, v in hits.items()},
+            "r_at_10": {lang: _mean(v) for lang, v in at10.items()},
+            "mean_r_at_1": _mean([_mean(v) for v in hits.values()]),
+            "mrv": _mean(mrv),
+        }
+    return out
+
+
+def demo_catalogue(work: Path, n: int = 1000, queries_per_language: int = 100) -> dict[str, Any]:
+    """The demo catalogue with its German shop titles (``--shop-titles de``), the embedded demo model: each
+    item's first caption in each of the ten languages as the query, the item the target."""
+    from ccrk_settings import DEFAULT_MODEL_DIR
+    from synthetic.synth import SynthConfig, generate_catalogue
+
+    data = work / "demo"
+    generate_catalogue(data, SynthConfig(seed=0, n_train=0, n_val=0, n_test=n, shop_titles="de"), workers=2)
+    records = [json.loads(line) for line in (data / "test.jsonl").read_text().splitlines()]
+    rng = np.random.default_rng(0)
+    chosen = rng.choice(len(records), size=min(queries_per_language, len(records)), replace=False)
+    queries = [
+        (lang, records[i]["captions"][lang][0], records[i]["id"])
+        for i in chosen.tolist()
+        for lang in sorted(records[i]["captions"])
+    ]
+    client, build_s = _served(DEFAULT_MODEL_DIR, work, "demo", data / "test.jsonl", ["title"])
+    with client:
+        result = _top1_by_mode(client, queries, ("hybrid", "image"))
+    return {"items": n, "queries": len(queries), "build_seconds": round(build_s, 2), "modes": result}
+
+
+def shared_photos(photos: Path, babel: Path, model: Path, work: Path) -> dict[str, Any]:
+    """The 1,000 shared photos (one per ImageNet class) with the class name as their English title; queries:
+    the class names in de/es/fr/ja/zh (babel-imagenet), the class's photo the target."""
+    files = sorted(p for p in photos.iterdir() if p.suffix.lower() in (".jpeg", ".jpg", ".png"))
+    manifest = work / "photos.jsonl"
+    rows = []
+    for f in files:
+        stem = f.stem
+        title = stem.split("_", 1)[1].replace("_", " ") if "_" in stem else stem
+        rows.append({"id": stem, "path": str(f.resolve()), "title": title})
+    manifest.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    queries = []
+    for path in sorted(babel.glob("labels.*.json")):
+        spec = json.loads(path.read_text())
+        for index, label in spec["labels"].items():
+            if int(index) < len(rows):
+                queries.append((spec["language"], label, rows[int(index)]["id"]))
+    client, build_s = _served(model, work, "photos", manifest, ["title"])
+    with client:
+        result = _top1_by_mode(client, queries, ("hybrid", "image"))
+    return {"photos": len(rows), "queries": len(queries), "build_seconds": round(build_s, 2), "modes": result}
+
+
 def _synthetic_channels(root: Path, products: int, dim: int, rng: np.random.Generator) -> ProductChannels:
     vocab = [f"w{i}" for i in range(5000)]
     owners = np.repeat(np.arange(products), 3).astype(np.int64)
@@ -338,6 +435,12 @@ def print_table(result: dict[str, Any]) -> None:
             f"in catalogue -> none {labels['in_catalogue_labelled_none']:.2f}"
         )
         print(f"image query top-1: visual {top1['visual']:.3f}, cross-modal {top1['cross_modal']:.3f}")
+    for name in ("demo", "photos"):
+        if name in result:
+            for mode, m in result[name]["modes"].items():
+                print(
+                    f"{name} {mode}: mean R@1 {m['mean_r_at_1']:.3f}, MRV {m['mrv']:.3f}, R@1 {m['r_at_1']}"
+                )
     for c in result.get("cost", []):
         print(f"\n{c['products']} products: p50 ms {c['p50_ms']}; hybrid adds {c['hybrid_added_ms']} ms")
 
@@ -348,6 +451,9 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=REPO / "artifacts" / "models" / "ccrk-starter")
     parser.add_argument("--held-out", type=int, default=4)
     parser.add_argument("--scale", default="")
+    parser.add_argument("--demo", action="store_true", help="also the demo catalogue with shop titles")
+    parser.add_argument("--photos", type=Path, help="the shared photos folder (with --babel)")
+    parser.add_argument("--babel", type=Path, help="the shared babel-imagenet labels folder")
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -358,6 +464,12 @@ def main() -> None:
     if args.grocery:
         with tempfile.TemporaryDirectory() as tmp:
             result["grocery"] = quality(args.grocery, args.model, args.held_out, Path(tmp))
+    if args.demo:
+        with tempfile.TemporaryDirectory() as tmp:
+            result["demo"] = demo_catalogue(Path(tmp))
+    if args.photos and args.babel:
+        with tempfile.TemporaryDirectory() as tmp:
+            result["photos"] = shared_photos(args.photos, args.babel, args.model, Path(tmp))
     if args.scale:
         result["cost"] = [cost(int(n), args.dim) for n in args.scale.split(",")]
     text = json.dumps(result, indent=2, ensure_ascii=False)

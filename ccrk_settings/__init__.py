@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, ValidationError
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -31,7 +31,16 @@ def _comma_list(value: object) -> object:
     return value
 
 
+def _field_names(names: list[str]) -> list[str]:
+    """Manifest field names (base names: ``title``, not ``title@de``)."""
+    for name in names:
+        if not name or '"' in name or "@" in name or any(ord(c) < 32 for c in name):
+            raise ValueError(f"{name!r} is not a field name (no quotes, '@' or control characters)")
+    return names
+
+
 CommaList = Annotated[list[str], NoDecode, BeforeValidator(_comma_list)]
+FieldNames = Annotated[CommaList, AfterValidator(_field_names)]
 
 # The embedded default model shipped inside the ``model`` package.
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "model" / "pretrained" / "ccrk-demo"
@@ -94,7 +103,7 @@ class Settings(BaseSettings):
     max_image_pixels: int = Field(
         89_478_485, ge=1, description="Images with more pixels are skipped as decompression bombs."
     )
-    text_fields: CommaList = Field(
+    text_fields: FieldNames = Field(
         default_factory=list,
         description="Manifest fields whose text is searched (products and hybrid search), comma-separated:"
         " `title` covers `title` and its language-tagged variants (`title@de`); every field still comes back"

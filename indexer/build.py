@@ -81,6 +81,11 @@ def build(
     items = scan.items
     if not items:
         raise BuildError(f"the sources hold no images: {', '.join(map(str, sources))}")
+    if settings.index_shards > 1 and wants_products(items, settings):
+        raise BuildError(
+            "products with several photos or searched text fields (--text-fields) are not supported in "
+            "sharded versions yet; build with --shards 1"
+        )
     cfg = load_model_config(model_dir)
     fingerprint = model_fingerprint(model_dir)
     report = BuildReport(
@@ -168,11 +173,6 @@ def build(
             build_params={PLAN_HASH: key, BUILD_KEY: result_key},
         )
         if settings.index_shards > 1:
-            if wants_products(encoded.ok_items, settings):
-                raise BuildError(
-                    "products with several photos or searched text fields (--text-fields) are not supported "
-                    "in sharded versions yet; build with --shards 1"
-                )
             return build_sharded(
                 op,
                 encoded,
