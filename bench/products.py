@@ -471,7 +471,10 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             result["photos"] = shared_photos(args.photos, args.babel, args.model, Path(tmp))
     if args.scale:
-        result["cost"] = [cost(int(n), args.dim) for n in args.scale.split(",")]
+        result["cost"] = []
+        for n in args.scale.split(","):
+            result["cost"].append(cost(int(n), args.dim))
+            print(json.dumps(result["cost"][-1]), file=sys.stderr, flush=True)  # progress of a long run
     text = json.dumps(result, indent=2, ensure_ascii=False)
     print(text)
     if args.out:

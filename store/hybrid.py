@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from store.products import ChannelHits, ProductChannels
+from store.product_vectors import ChannelHits
+from store.products import ProductChannels
 
 FEATURES = ("image", "text", "lexical", "bm25")
 TEXT_FEATURES = ("text", "lexical", "bm25")  # mode "text": the image channel left out

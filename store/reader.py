@@ -1,7 +1,10 @@
 """Reading one version: the query engine ``IndexVersion`` (ANN and exact search, filtered search, exact
 re-scoring, deleted rows, re-rank tokens, item metadata) and ``SearchableIndex``, the surface the service,
 monitoring and the indexer's tuning search through (``store.sharded.ShardedIndex`` implements it over the
-shards of a sharded version; ``store.opening.open_version`` opens either kind)."""
+shards of a sharded version; ``store.opening.open_version`` opens either kind).
+
+A little over 400 lines: the one reader of a version's files, its product channels opened beside them
+(``store.products``)."""
 
 from __future__ import annotations
 

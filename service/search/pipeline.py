@@ -2,6 +2,9 @@
 -> ANN, filtered -> re-rank -> page -> metadata -> match labels), image (decode -> encode -> ANN, filtered
 -> page -> metadata) and consistency (one intent in several languages, compared).
 
+Over 400 lines: one method per kind of search, each the whole of that search's path (the products path of a
+text query beside the dual encoder's, which it leaves as it was), so each reads in one place.
+
 Everything here is blocking (ONNX Runtime, faiss, sqlite, Redis) and runs in a worker thread
 (``service.search.facade``). It records no metrics: each method returns what it did with its answer, and
 the facade hands that to the telemetry.
@@ -16,7 +19,7 @@ from functools import partial
 import numpy as np
 
 from model.reranking import RerankScore
-from model.runtime import Encoder
+from model.runtime import EncodedTexts, Encoder
 from monitoring.consistency import consistency_report
 from service.cache import RESULT, Cache
 from service.errors import InvalidInputError, NotFoundError
@@ -135,80 +138,104 @@ class SearchPipeline:
         encode_s = time.perf_counter() - t0
         channels = channels_of(served)
         mode = self._mode(channels, request)
-        reranker = None
-        if rerank and mode != "text":
-            reranker = partial(self.ranker.rerank_head, served, query)
-        if channels is not None and (
-            mode != "image" or channels.info.photos > len(served.index) or request.sort or request.explain
-        ):
-            page = self.hybrid.text(
+        ranked: Ranked | None = None
+        if channels is not None and self._products_path(served, channels, mode, request):
+            response = self._products_text(
+                served, channels, request, query, text, language, mode, rerank, allowed, encode_s, start
+            )
+        else:
+            if request.sort is not None:
+                raise InvalidInputError(
+                    "sort needs an index built with products (--text-fields or photos lists); this version "
+                    "has none",
+                    loc=("body", "sort"),
+                )
+            ranked = self.ranker.text(
                 served,
-                channels,
-                query.embeds[0],
-                text,
-                language,
-                mode=mode,
+                query,
                 top_k=request.top_k,
                 offset=request.offset,
-                allowed_rows=allowed,
-                min_score=request.min_score,
-                sort=request.sort,
-                explain=request.explain,
-                rerank=reranker,
+                rerank=rerank,
                 rerank_k=request.rerank_k,
+                allowed=allowed,
             )
-            response = self.responses.hybrid(
+            judged = self.judge.judge(
                 served,
-                page.hits,
-                label=page.label,
-                params=page.thresholds,
-                search_s=page.search_s,
-                rerank_s=page.rerank_s,
-                reranked=page.reranked > 0,
-                mode=mode,
+                language.code if language.supported else None,
+                self.responses.hits(served, ranked),
+                ranked.top_score,
+                request.min_score,
+            )
+            response = self.responses.text(
+                served,
+                hits=judged.hits,
+                label=judged.label,
+                thresholds=MatchThresholdsInfo(**vars(judged.thresholds)),
                 language=language,
+                ranked=ranked,
                 encode_s=encode_s,
                 start=start,
             )
-            if result_key is not None:
-                self.cache.set(RESULT, result_key, self.responses.cache_entry(response))
-            return TextOutcome(response, ranked=None, encode_s=encode_s)
-        if request.sort is not None:
-            raise InvalidInputError(
-                "sort needs an index built with products (--text-fields or photos lists); this version has "
-                "none",
-                loc=("body", "sort"),
-            )
-        ranked = self.ranker.text(
-            served,
-            query,
-            top_k=request.top_k,
-            offset=request.offset,
-            rerank=rerank,
-            rerank_k=request.rerank_k,
-            allowed=allowed,
-        )
-        judged = self.judge.judge(
-            served,
-            language.code if language.supported else None,
-            self.responses.hits(served, ranked),
-            ranked.top_score,
-            request.min_score,
-        )
-        response = self.responses.text(
-            served,
-            hits=judged.hits,
-            label=judged.label,
-            thresholds=MatchThresholdsInfo(**vars(judged.thresholds)),
-            language=language,
-            ranked=ranked,
-            encode_s=encode_s,
-            start=start,
-        )
         if result_key is not None:
             self.cache.set(RESULT, result_key, self.responses.cache_entry(response))
             response.timings_ms.total = since_ms(start)  # the total includes the cache write
         return TextOutcome(response, ranked=ranked, encode_s=encode_s)
+
+    @staticmethod
+    def _products_path(
+        served: Served, channels: ProductChannels, mode: str, request: SearchRequest | ConsistencyRequest
+    ) -> bool:
+        """Whether a query goes through the product channels: hybrid and text always; image too where a
+        product has several photos (best photo wins) or the request sorts or explains. A one-photo catalogue
+        in mode image keeps the dual encoder's own path (its answers exactly as without text fields)."""
+        extras = isinstance(request, SearchRequest) and (request.sort is not None or request.explain)
+        return mode != "image" or channels.info.photos > len(served.index) or extras
+
+    def _products_text(
+        self,
+        served: Served,
+        channels: ProductChannels,
+        request: SearchRequest,
+        query: EncodedTexts,
+        text: str,
+        language: LanguageInfo,
+        mode: str,
+        rerank: bool,
+        allowed: np.ndarray | None,
+        encode_s: float,
+        start: float,
+    ) -> SearchResponse:
+        """A text query's products (``service.search.hybrid``), the CCRk fusion encoder re-ranking on top."""
+        reranker = partial(self.ranker.rerank_head, served, query) if rerank and mode != "text" else None
+        page = self.hybrid.text(
+            served,
+            channels,
+            query.embeds[0],
+            text,
+            language,
+            mode=mode,
+            top_k=request.top_k,
+            offset=request.offset,
+            allowed_rows=allowed,
+            min_score=request.min_score,
+            sort=request.sort,
+            explain=request.explain,
+            rerank=reranker,
+            rerank_k=request.rerank_k,
+        )
+        return self.responses.hybrid(
+            served,
+            page.hits,
+            label=page.label,
+            params=page.thresholds,
+            search_s=page.search_s,
+            rerank_s=page.rerank_s,
+            reranked=page.reranked > 0,
+            mode=mode,
+            language=language,
+            encode_s=encode_s,
+            start=start,
+        )
 
     @staticmethod
     def _mode(channels: ProductChannels | None, request: SearchRequest | ConsistencyRequest) -> str:
@@ -343,7 +370,7 @@ class SearchPipeline:
         per_language, ranked_all = [], []
         for lang, raw in body.queries.items():
             text = normalise_query(raw)
-            if channels is not None and (mode != "image" or channels.info.photos > len(served.index)):
+            if channels is not None and self._products_path(served, channels, mode, body):
                 language = self.detector.resolve(text, lang)
                 page = self.hybrid.text(
                     served,

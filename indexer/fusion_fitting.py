@@ -1,0 +1,181 @@
+"""Fitting the fusion of one language group on asked pseudo-queries (``indexer.fusion_calibration``): the
+ranking methods (a weighted sum of standardised features on a simplex grid, logistic regression; reciprocal-
+rank fusion needs nothing), their held-out R-precision, and the match model behind the labels with its
+thresholds. numpy only."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from store.hybrid import FEATURES, TEXT_FEATURES, Candidates, GroupParams, fuse, match_columns
+
+
+@dataclass
+class Sample:
+    """One asked pseudo-query: its candidates and which are relevant."""
+
+    group: str
+    candidates: Candidates
+    labels: np.ndarray  # (n,) bool
+    relevant: int  # R, the number of relevant products (some may be missing from the candidates)
+
+
+def r_precision(scores: np.ndarray, labels: np.ndarray, relevant: int) -> float:
+    if relevant == 0:
+        return 0.0
+    top = np.argsort(-scores, kind="stable")[:relevant]
+    return float(labels[top].sum()) / relevant
+
+
+def _columns(mode: str) -> list[int]:
+    names = TEXT_FEATURES if mode == "text" else FEATURES
+    return [FEATURES.index(n) for n in names]
+
+
+def _standardise(samples: Sequence[Sample], mode: str) -> tuple[np.ndarray, np.ndarray]:
+    x = np.concatenate([s.candidates.features[:, _columns(mode)] for s in samples]).astype(np.float64)
+    mean, std = x.mean(axis=0), x.std(axis=0)
+    return mean, np.where(std > 1e-6, std, 1.0)
+
+
+def fit_logistic(samples: Sequence[Sample], mode: str, l2: float = 1e-2, steps: int = 400) -> GroupParams:
+    """Logistic regression (balanced classes, L2) on standardised features by gradient descent."""
+    mean, std = _standardise(samples, mode)
+    x = (np.concatenate([s.candidates.features[:, _columns(mode)] for s in samples]) - mean) / std
+    y = np.concatenate([s.labels for s in samples]).astype(np.float64)
+    pos = max(y.sum(), 1.0)
+    neg = max(len(y) - y.sum(), 1.0)
+    weight = np.where(y > 0, 0.5 / pos, 0.5 / neg)
+    w = np.zeros(x.shape[1])
+    b = 0.0
+    lr = 1.0
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-(x @ w + b)))
+        g = (p - y) * weight
+        w -= lr * (x.T @ g + l2 * w)
+        b -= lr * float(g.sum())
+    return GroupParams(weights=w.tolist(), bias=b, mean=mean.tolist(), std=std.tolist())
+
+
+def fit_weighted(samples: Sequence[Sample], mode: str, step: float = 0.1) -> GroupParams:
+    """A weighted sum of standardised features, weights on the simplex grid, best training R-precision."""
+    mean, std = _standardise(samples, mode)
+    k = len(_columns(mode))
+    step = step if k <= 4 else 2 * step  # 6 features: 252 grid points instead of 3,003
+    ticks = round(1 / step)
+    best: tuple[float, list[float]] = (-1.0, [1.0 / k] * k)
+    xs = [(s.candidates.features[:, _columns(mode)] - mean) / std for s in samples]
+    for combo in itertools.product(range(ticks + 1), repeat=k - 1):
+        if sum(combo) > ticks:
+            continue
+        weights = [c * step for c in combo] + [(ticks - sum(combo)) * step]
+        w = np.asarray(weights)
+        score = float(
+            np.mean([r_precision(x @ w, s.labels, s.relevant) for x, s in zip(xs, samples, strict=True)])
+        )
+        if score > best[0] + 1e-9:
+            best = (score, weights)
+    return GroupParams(weights=best[1], mean=mean.tolist(), std=std.tolist())
+
+
+def evaluate(method: str, params: GroupParams, samples: Sequence[Sample], mode: str) -> float:
+    if not samples:
+        return 0.0
+    return float(
+        np.mean(
+            [r_precision(fuse(method, s.candidates, params, mode), s.labels, s.relevant) for s in samples]
+        )
+    )
+
+
+def _top_features(
+    method: str, params: GroupParams, samples: Sequence[Sample], mode: str, no_match: Sequence[Candidates]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The match features of what a query's label reads (its top-fused candidate): for each pseudo-query
+    its best relevant candidate (a match) and its best irrelevant one (what a query for a product the shop
+    does not sell would meet), and each other-domain query's top candidate (no match)."""
+    cols = match_columns(mode)
+    pos, neg = [], []
+    for s in samples:
+        fused = fuse(method, s.candidates, params, mode)
+        x = s.candidates.features[:, cols]
+        for mask, out in ((s.labels, pos), (~s.labels, neg)):
+            idx = np.flatnonzero(mask)
+            if idx.size:
+                out.append(x[idx[np.argmax(fused[idx])]])
+    for cands in no_match:
+        fused = fuse(method, cands, params, mode)
+        if fused.size:
+            neg.append(cands.features[int(np.argmax(fused)), cols])
+    width = len(cols)
+    return np.asarray(pos, np.float64).reshape(-1, width), np.asarray(neg, np.float64).reshape(-1, width)
+
+
+def _cut(ins: np.ndarray, outs: np.ndarray) -> float:
+    """The boundary with the largest sum of both rates, halfway between neighbouring scores (a cut on a score
+    itself would call a real query just below a tie of pseudo-queries "none")."""
+    values = np.unique(np.concatenate([ins, outs]))
+    cuts = np.concatenate([[values[0] - 1e-6], (values[:-1] + values[1:]) / 2, [values[-1] + 1e-6]])
+    return float(max(cuts, key=lambda t: (ins >= t).mean() + (outs < t).mean()))
+
+
+def fit_match(
+    method: str, params: GroupParams, samples: Sequence[Sample], mode: str, no_match: Sequence[Candidates]
+) -> None:
+    """The match model of a group (logistic, balanced, on the raw match features of ``_top_features``) and
+    the thresholds of its probability, set on ``params``."""
+    pos, neg = _top_features(method, params, samples, mode, no_match)
+    if not len(pos) or not len(neg):
+        return
+    x = np.concatenate([pos, neg])
+    y = np.concatenate([np.ones(len(pos)), np.zeros(len(neg))])
+    weight = np.where(y > 0, 0.5 / len(pos), 0.5 / len(neg))
+    w, b = np.zeros(x.shape[1]), 0.0
+    for _ in range(2000):
+        p = 1.0 / (1.0 + np.exp(-(x @ w + b)))
+        g = (p - y) * weight
+        w -= 4.0 * (x.T @ g + 1e-3 * w)
+        b -= 4.0 * float(g.sum())
+    params.match = [*w.tolist(), b]
+    prob = 1.0 / (1.0 + np.exp(-(x @ w + b)))
+    ins, outs = prob[: len(pos)], prob[len(pos) :]
+    params.none_below = _cut(ins, outs)
+    above = ins[ins >= params.none_below]
+    params.strong_from = max(float(np.median(above)) if above.size else params.none_below, params.none_below)
+
+
+def thresholds(
+    method: str,
+    params: GroupParams,
+    samples: Sequence[Sample],
+    mode: str,
+    no_match: Sequence[Candidates] = (),
+) -> dict[str, float]:
+    """How the group's labels do on ``samples`` (held out) and the no-match queries: the share of pseudo-
+    queries labelled "none" and of no-match ones (their best irrelevant candidate, other-domain queries)."""
+    if params.none_below is None:
+        return {}
+    pos, neg = _top_features(method, params, samples, mode, no_match)
+    if not len(pos) or not params.match:
+        return {}
+    w = np.asarray(params.match)
+    ins = 1.0 / (1.0 + np.exp(-(pos @ w[:-1] + w[-1])))
+    outs = 1.0 / (1.0 + np.exp(-(neg @ w[:-1] + w[-1])))
+    return {
+        "none_below": float(params.none_below),
+        "strong_from": float(params.strong_from or params.none_below),
+        "in_catalogue_labelled_none": round(float((ins < params.none_below).mean()), 4),
+        "no_match_labelled_none": round(float((outs < params.none_below).mean()), 4),
+    }
+
+
+def fit(method: str, samples: Sequence[Sample], mode: str) -> GroupParams:
+    if method == "logistic":
+        return fit_logistic(samples, mode)
+    if method == "weighted":
+        return fit_weighted(samples, mode)
+    return GroupParams(weights=[])

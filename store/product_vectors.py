@@ -1,0 +1,118 @@
+"""Searching one grouped vector set of a version's product channels (``store.products``): every photo of
+every product, their visual embeddings, or every text value, each row owned by a product row. A channel
+answers with each product's best row (``ChannelHits``); candidates another channel found get their exact
+best score here too (``GroupedVectors.best_of``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import faiss
+import numpy as np
+
+
+@dataclass
+class ChannelHits:
+    """One channel's best match per product: product rows, their scores, and which photo or text row made
+    each score (for "the image that matched" and explanations)."""
+
+    owners: np.ndarray  # (n,) int64 product rows, best first
+    scores: np.ndarray  # (n,) float32
+    via: np.ndarray  # (n,) int64 photo or text rows
+
+    @staticmethod
+    def empty() -> ChannelHits:
+        return ChannelHits(np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.int64))
+
+
+def best_per_owner(owners: np.ndarray, scores: np.ndarray, via: np.ndarray) -> ChannelHits:
+    """Keep each owner's best (scores may come in any order); best first."""
+    if owners.size == 0:
+        return ChannelHits.empty()
+    order = np.lexsort((-scores, owners))  # by owner, best first within each
+    owners, scores, via = owners[order], scores[order], via[order]
+    first = np.ones(owners.size, bool)
+    first[1:] = owners[1:] != owners[:-1]
+    owners, scores, via = owners[first], scores[first], via[first]
+    best = np.argsort(-scores, kind="stable")
+    return ChannelHits(owners[best], scores[best].astype(np.float32), via[best])
+
+
+class GroupedVectors:
+    """One grouped vector set (photos, their visual embeddings, or text values) with its ANN index."""
+
+    def __init__(self, vectors: np.ndarray, owners: np.ndarray, index: Any | None, products: int) -> None:
+        self.vectors = vectors
+        self.owners = owners
+        self.index = index
+        # Product p's rows are start[p]:start[p + 1] (owners ascending).
+        self.start = np.searchsorted(owners, np.arange(products + 1), side="left").astype(np.int64)
+
+    def __len__(self) -> int:
+        return int(self.owners.size)
+
+    def rows_of(self, products: np.ndarray) -> np.ndarray:
+        """Every row of the given products (in their order)."""
+        lo, hi = self.start[products], self.start[products + 1]
+        counts = hi - lo
+        if counts.sum() == 0:
+            return np.zeros(0, np.int64)
+        offsets = np.repeat(lo - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+        return np.arange(int(counts.sum()), dtype=np.int64) + offsets
+
+    def best_of(
+        self, query: np.ndarray, products: np.ndarray, row_mask: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Exact best score and row per given product (-inf / -1 for a product with no row): the features
+        of candidates that another channel found."""
+        rows = self.rows_of(products)
+        if row_mask is not None and rows.size:
+            rows = rows[row_mask[rows]]
+        scores = np.full(products.size, -np.inf, np.float32)
+        via = np.full(products.size, -1, np.int64)
+        if rows.size == 0:
+            return scores, via
+        sims = np.asarray(self.vectors[rows], np.float32) @ query
+        hits = best_per_owner(self.owners[rows], sims, rows)
+        pos = {int(p): i for i, p in enumerate(products.tolist())}
+        for owner, score, row in zip(
+            hits.owners.tolist(), hits.scores.tolist(), hits.via.tolist(), strict=True
+        ):
+            scores[pos[owner]], via[pos[owner]] = score, row
+        return scores, via
+
+    def search(
+        self, query: np.ndarray, n: int, allowed: np.ndarray | None, row_mask: np.ndarray | None = None
+    ) -> ChannelHits:
+        """The ``n`` best products by their best row; ``allowed``: a boolean mask over product rows (live
+        and matching the filters), ``row_mask``: over this set's rows (calibration leaves fields out)."""
+        total = len(self)
+        if total == 0 or n < 1:
+            return ChannelHits.empty()
+        if self.index is None or isinstance(self.index, faiss.IndexFlat) or row_mask is not None:
+            sims = np.asarray(self.vectors, np.float32) @ query
+            keep = np.ones(total, bool) if allowed is None else allowed[self.owners]
+            if row_mask is not None:
+                keep &= row_mask
+            rows = np.flatnonzero(keep)
+            if rows.size > 4 * n:
+                rows = rows[np.argpartition(-sims[rows], 4 * n)[: 4 * n]]
+            hits = best_per_owner(self.owners[rows], sims[rows], rows)
+            while len(hits.owners) < n and rows.size < keep.sum():  # many rows of few products
+                rows = np.flatnonzero(keep)
+                hits = best_per_owner(self.owners[rows], sims[rows], rows)
+            return ChannelHits(hits.owners[:n], hits.scores[:n], hits.via[:n])
+        fetch = min(total, max(4 * n, 64))
+        while True:
+            scores, rows = self.index.search(query[None, :].astype(np.float32), fetch)
+            rows, scores = rows[0], scores[0]
+            ok = rows >= 0
+            rows, scores = rows[ok].astype(np.int64), scores[ok]
+            if allowed is not None:
+                keep = allowed[self.owners[rows]]
+                rows, scores = rows[keep], scores[keep]
+            hits = best_per_owner(self.owners[rows], scores, rows)
+            if len(hits.owners) >= n or fetch >= total:
+                return ChannelHits(hits.owners[:n], hits.scores[:n], hits.via[:n])
+            fetch = min(total, fetch * 4)
