@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -79,6 +79,8 @@ class HybridPage:
     candidates: int
     rerank_s: float = 0.0
     reranked: int = 0  # products the fusion encoder scored; 0 when not re-ranked
+    image_scores: list[float] = field(default_factory=list)  # each hit's best photo cosine
+    top_image_score: float | None = None  # the best photo cosine among all candidates
 
 
 def label_of(score: float, params: GroupParams | None) -> MatchLabel | None:
@@ -199,7 +201,11 @@ class HybridRanker:
             explain,
         )
         label = label_of(top, params) if top is not None else None
-        return HybridPage(hits, label, params, top, search_s, len(cands), rerank_s, head)
+        image_scores = [float(cands.features[i, 0]) for i in chosen[page]]
+        top_image = float(cands.features[:, 0].max()) if len(cands) and mode != "text" else None
+        return HybridPage(
+            hits, label, params, top, search_s, len(cands), rerank_s, head, image_scores, top_image
+        )
 
     def _hits(
         self,

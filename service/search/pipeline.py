@@ -43,6 +43,7 @@ from service.search.query import digest, normalise_query
 from service.search.ranking import Ranked, Ranker
 from service.search.responses import ResponseBuilder, since_ms
 from service.uploads import decode_upload
+from store.hybrid import GroupParams
 from store.products import ProductChannels
 
 
@@ -223,11 +224,23 @@ class SearchPipeline:
             rerank=reranker,
             rerank_k=request.rerank_k,
         )
+        label, params = page.label, page.thresholds
+        if (params is None or params.none_below is None) and page.top_image_score is not None:
+            # Nothing calibrated for the fused score (image mode, or too little text to calibrate on):
+            # the photos' cosines labelled as by the dual encoder's own calibration.
+            cosine = self.judge.calibration(served).thresholds(language.code if language.supported else None)
+            for hit, score in zip(page.hits, page.image_scores, strict=True):
+                hit.match = cosine.label(score)
+            label = cosine.label(page.top_image_score)
+            params = GroupParams(weights=[], none_below=cosine.none_below, strong_from=cosine.strong_from)
+            if request.min_score in ("weak", "strong"):  # this page's hits, as labelled here
+                wanted = ("strong",) if request.min_score == "strong" else ("strong", "weak")
+                page.hits = [hit for hit in page.hits if hit.match in wanted]
         return self.responses.hybrid(
             served,
             page.hits,
-            label=page.label,
-            params=page.thresholds,
+            label=label,
+            params=params,
             search_s=page.search_s,
             rerank_s=page.rerank_s,
             reranked=page.reranked > 0,
