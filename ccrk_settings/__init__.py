@@ -213,6 +213,12 @@ class Settings(BaseSettings):
         ge=1,
         description="Image searches decoding at once per process; more wait (up to 10 s, then 503).",
     )
+    upload_memory_mb: int = Field(
+        384,
+        ge=16,
+        description="Memory image searches may hold at once per process (uploads' bytes and their decodes,"
+        " estimated from the header before decoding); more wait (up to 10 s, then 503 with Retry-After).",
+    )
     cache_prefix: str = Field("ccrk:", description="Prefix of every Redis key the service writes.")
     redis_retry_s: float = Field(
         1.0, gt=0.0, description="After a Redis error, serve without cache this long before trying again."

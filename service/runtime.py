@@ -24,11 +24,13 @@ from service.cache import Cache
 from service.errors import IndexUnavailableError, ReloadFailedError
 from service.index_holder import IndexHolder, Served
 from service.language import LanguageDetector
+from service.memory import map_large_allocations
 from service.metrics import Metrics
 from service.monitor import Monitor
 from service.search.facade import SearchFacade
 from service.search.pipeline import SearchPipeline
 from service.search.telemetry import SearchTelemetry
+from service.upload_budget import UploadBudget
 from store.manifest import model_fingerprint, model_name_of
 from store.opening import OpenedIndex
 
@@ -93,6 +95,7 @@ class Runtime:
         # query; its idle threads spin-wait. Measured on 2 cores, 2 processes: 3.8 -> 2.3 ms of server CPU
         # per query. (OpenMP limits, faiss's, hold per thread: faiss runs no OpenMP region per query.)
         threadpool_limits(limits=s.blas_threads)
+        map_large_allocations()  # decoded uploads' memory goes back to the system (service.memory)
         fingerprint = model_fingerprint(s.model_dir)
         encoder = load_encoder(
             s.model_dir,
@@ -173,6 +176,7 @@ class Runtime:
             telemetry=SearchTelemetry(self.metrics, self.monitor, self.languages),
             limiter=self.limiter,
             image_slots=self.settings.image_search_concurrency,
+            upload_budget=UploadBudget(self.settings.upload_memory_mb * 2**20),
         )
         # What startup built (libraries, model, index) lives as long as the process: moved out of the
         # collector's way, collections under load scan only request garbage (longest pause at 1M items,

@@ -31,8 +31,12 @@ from service.schemas import (
 from service.search.filters import SearchFilters
 from service.search.pipeline import SearchPipeline
 from service.search.telemetry import SearchTelemetry
+from service.upload_budget import UploadBudget
+from service.uploads import decode_cost
 
 IMAGE_SLOT_WAIT_S = 10.0  # how long an image search waits for a decoding slot before a 503
+# Uploads' headers read at once (to learn a decode's cost; WebP's reader takes the whole file).
+HEADER_READERS = 2
 
 
 class TextAnswer(NamedTuple):
@@ -51,6 +55,7 @@ class SearchFacade:
         telemetry: SearchTelemetry,
         limiter: anyio.CapacityLimiter,
         image_slots: int,
+        upload_budget: UploadBudget,
     ) -> None:
         self.holder = holder
         self.pipeline = pipeline
@@ -60,6 +65,10 @@ class SearchFacade:
         # event loop (holding no worker thread, so text searches are not queued behind them).
         self.image_slots = anyio.Semaphore(image_slots)
         self.image_slot_wait_s = IMAGE_SLOT_WAIT_S
+        # What uploads may hold at once, bytes and decodes (service.upload_budget): reserved before the
+        # upload is read, so 40 clients cannot take the process past its memory limit.
+        self.upload_budget = upload_budget
+        self.header_readers = anyio.CapacityLimiter(HEADER_READERS)
 
     # -- searches --------------------------------------------------------------------------------------------
 
@@ -80,21 +89,34 @@ class SearchFacade:
         # image_slot_wait_s for a slot (a lease taken and returned: a lock, no I/O).
         with self.holder.lease():
             pass
-        data = await upload.read(self.pipeline.max_upload_bytes + 1)  # one byte over: too large, a 413
-        try:
-            with anyio.fail_after(self.image_slot_wait_s):
-                await self.image_slots.acquire()
-        except TimeoutError:
-            raise BusyError(
-                f"too many image searches at once; retry in a moment (waited {self.image_slot_wait_s:.0f} s)",
-                loc=("body", "file"),
-            ) from None
-        try:
-            return await anyio.to_thread.run_sync(
-                self._image, data, upload.content_type, top_k, offset, parsed, limiter=self.limiter
-            )
-        finally:
-            self.image_slots.release()
+        cost = await anyio.to_thread.run_sync(self._upload_cost, upload, limiter=self.header_readers)
+        async with self.upload_budget.reserve(cost, wait_s=self.image_slot_wait_s):
+            data = await upload.read(self.pipeline.max_upload_bytes + 1)  # one byte over: too large, a 413
+            try:
+                with anyio.fail_after(self.image_slot_wait_s):
+                    await self.image_slots.acquire()
+            except TimeoutError:
+                raise BusyError(
+                    "too many image searches at once; retry in a moment "
+                    f"(waited {self.image_slot_wait_s:.0f} s)",
+                    loc=("body", "file"),
+                ) from None
+            try:
+                return await anyio.to_thread.run_sync(
+                    self._image, data, upload.content_type, top_k, offset, parsed, limiter=self.limiter
+                )
+            finally:
+                self.image_slots.release()
+
+    def _upload_cost(self, upload: UploadFile) -> int:
+        """The upload's bytes once read, and its decode's, known from its header (``service.uploads``)."""
+        size = upload.size
+        if size is None or size > self.pipeline.max_upload_bytes:
+            return min(size or 0, self.pipeline.max_upload_bytes + 1)  # read no further: a 413
+        vision = self.pipeline.encoder.config.vision
+        return size + decode_cost(
+            upload.file, max_pixels=self.pipeline.max_query_pixels, image_size=vision.image_size
+        )
 
     def _image(
         self, data: bytes, content_type: str | None, top_k: int, offset: int, filters: SearchFilters | None

@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 import httpx
+import numpy as np
 from PIL import Image
 
 from service.search.pipeline import ImageOutcome
@@ -114,3 +115,63 @@ def test_concurrent_large_uploads_stay_within_a_memory_bound(index_root: Path) -
         assert statuses == [200] * 4, statuses
         growth = peak_rss_mb(served.pid) - before
         assert growth < PEAK_GROWTH_BOUND_MB, f"peak RSS grew by {growth:.0f} MB"
+
+
+def grey16_png(side: int) -> bytes:
+    """A 16-bit greyscale PNG (mode I;16 when opened): ~57 KB on the wire for 4898 x 4898."""
+    buffer = io.BytesIO()
+    Image.fromarray(np.full((side, side), 30_000, dtype=np.uint16)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def rss_mb(pid: int, field: str = "VmRSS:") -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no {field}")
+
+
+def test_forty_concurrent_16_bit_uploads_stay_within_the_memory_budget(index_root: Path) -> None:
+    """40 clients each upload a 4898 x 4898 16-bit PNG (just under the 24 MP limit) at once: a fresh
+    server's peak RSS grows by at most 300 MB (it grew by ~1.2 GB: full-frame float64 copies per decode),
+    and what the budget cannot hold in time is a 503 with Retry-After."""
+    large = grey16_png(4898)
+    with ServeProcess("--index-root", str(index_root), "--index-name", "shop") as served:
+        url = served.url
+        small = {"file": ("s.png", png((64, 64)), "image/png")}
+        assert httpx.post(url + "/v1/search/image", files=small, timeout=60).status_code == 200
+        before = rss_mb(served.pid, "VmHWM:")
+        answers: list[httpx.Response] = []
+
+        def upload() -> None:
+            files = {"file": ("g.png", large, "image/png")}
+            answers.append(httpx.post(url + "/v1/search/image", files=files, timeout=120))
+
+        threads = [threading.Thread(target=upload) for _ in range(40)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=180)
+        growth = rss_mb(served.pid, "VmHWM:") - before
+        statuses = sorted(answer.status_code for answer in answers)
+        assert len(statuses) == 40 and set(statuses) <= {200, 503}, statuses
+        assert statuses.count(200) >= 2, statuses
+        for answer in answers:
+            if answer.status_code == 503:
+                assert answer.headers["retry-after"] == "1" and answer.json()["detail"][0]["type"] == "busy"
+        assert growth <= 300, f"peak RSS grew by {growth:.0f} MB ({statuses.count(200)} answered)"
+
+
+def test_an_upload_over_the_whole_budget_is_a_503_at_once(index_root: Path) -> None:
+    with LiveServer(make_settings(index_root, upload_memory_mb=16)) as live, live.client() as client:
+        answer = client.post("/v1/search/image", files={"file": ("g.png", grey16_png(3000), "image/png")})
+        assert answer.status_code == 503, answer.text
+        assert answer.headers["retry-after"] == "1"
+        (error,) = answer.json()["detail"]
+        assert error["loc"] == ["body", "file"] and error["type"] == "busy"
+        assert error["msg"] == (
+            "this image needs ~37 MB to decode; this server decodes uploads within 16 MB"
+            " (send a smaller image)"
+        )
+        small = client.post("/v1/search/image", files={"file": ("s.png", png((64, 64)), "image/png")})
+        assert small.status_code == 200, small.text
