@@ -58,6 +58,13 @@ class NotFoundError(ServiceError):
     error_type = "not_found"
 
 
+class ForbiddenError(ServiceError):
+    """The resource exists but is not served (e.g. an item's image file became a link out of its folder)."""
+
+    status_code = 403
+    error_type = "forbidden"
+
+
 class UnauthorizedError(ServiceError):
     status_code = 401
     error_type = "unauthorized"

@@ -12,7 +12,6 @@ always did; the image search checks for an index before it reads the upload or w
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import NamedTuple
 
 import anyio
@@ -20,7 +19,7 @@ from fastapi import UploadFile
 
 from service.errors import BusyError
 from service.index_holder import IndexHolder
-from service.item_images import image_path, item_thumbnail
+from service.item_images import ItemFile, item_thumbnail, open_item_file
 from service.schemas import (
     ConsistencyRequest,
     ConsistencyResponse,
@@ -139,13 +138,14 @@ class SearchFacade:
 
     # -- catalogue images ---------------------------------------------------------------------------------
 
-    async def image_file(self, item_id: str) -> Path:
-        """Where an item's image is on disk. A lookup, not CPU work: no slot of the CPU limiter."""
+    async def image_file(self, item_id: str) -> ItemFile:
+        """An item's image file, opened and checked (``service.item_images``); the caller closes it. A lookup
+        and an open, not CPU work: no slot of the CPU limiter."""
         return await anyio.to_thread.run_sync(self._image_file, item_id)
 
-    def _image_file(self, item_id: str) -> Path:
+    def _image_file(self, item_id: str) -> ItemFile:
         with self.holder.lease() as served:
-            return image_path(served, item_id)
+            return open_item_file(served, item_id)
 
     async def thumbnail(self, item_id: str, size: int) -> bytes:
         """A JPEG thumbnail of an item's image (decoding: a slot of the CPU limiter)."""
