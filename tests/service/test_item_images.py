@@ -69,3 +69,23 @@ def test_a_16_bit_greyscale_thumbnail_keeps_its_grey(tmp_path: Path, catalogue: 
     assert thumb.size == (43, 64)
     grey = np.asarray(thumb.convert("RGB"), dtype=np.int32)
     assert np.abs(grey - round(30_000 / 257)).max() <= 2  # 117, not white
+
+
+def test_ids_dot_and_long_ids_get_working_image_links(tmp_path: Path, catalogue: Catalogue) -> None:
+    """Ids the indexer takes: ``.`` and ``..`` (clients drop such path segments) and a 600-character id
+    (over the routes' old 512 limit) were indexed, but their image links answered 422."""
+    long_id = "x" * 600
+    records = list(catalogue.records[:4])
+    for n, item_id in enumerate((".", "..", long_id)):
+        records[n] = dataclasses.replace(records[n], id=item_id)
+    write_version(tmp_path, dataclasses.replace(catalogue, records=records))
+    with LiveServer(make_settings(tmp_path)) as live, live.client() as client:
+        hits = client.post("/v1/search", json={"query": records[0].captions["en"][0], "top_k": 60}).json()
+        urls = {hit["id"]: hit["image_url"] for hit in hits["results"]}
+        assert urls["."] == "/v1/images?id=." and urls[".."] == "/v1/images?id=.."
+        assert urls[long_id] == f"/v1/images/{long_id}"
+        for n, item_id in enumerate((".", "..", long_id)):
+            for url in (urls[item_id], f"{urls[item_id]}{'&' if '?' in urls[item_id] else '?'}size=32"):
+                answer = client.get(url)
+                assert answer.status_code == 200, (item_id[:10], url[:40], answer.text[:200])
+            assert client.get(urls[item_id]).content == Path(records[n].image).read_bytes()

@@ -19,7 +19,9 @@ from service.runtime import Runtime
 router = APIRouter(prefix="/v1/images", tags=["images"])
 CACHE_CONTROL = {"Cache-Control": "public, max-age=3600"}
 
-ItemId = Annotated[str, PathParam(min_length=1, max_length=512)]
+# No length limit of its own: the indexer takes ids of any length, and a 600-character id was indexed but
+# its image link answered 422. The request head limit (CCRK_HTTP_MAX_HEAD_BYTES) bounds the URL.
+ItemId = Annotated[str, PathParam(min_length=1)]
 Size = Annotated[int | None, Query(ge=16, le=1024, description="Longest side of a JPEG thumbnail.")]
 
 
@@ -75,12 +77,12 @@ IMAGE_RESPONSES: dict[int | str, dict] = {
 
 @router.get("", response_class=Response, responses=IMAGE_RESPONSES)
 async def get_image_by_query(
-    item_id: Annotated[str, Query(alias="id", min_length=1, max_length=512)],
+    item_id: Annotated[str, Query(alias="id", min_length=1)],
     runtime: RuntimeDep,
     size: Size = None,
 ) -> Response:
-    """The same as ``/v1/images/{id}`` for any id: a path segment cannot hold a line break, a query can
-    (search results link here for such ids)."""
+    """The same as ``/v1/images/{id}`` for any id: a path segment cannot hold a line break, and ``.`` or
+    ``..`` as a segment is removed by clients; a query can (search results link here for such ids)."""
     return await _image(item_id, runtime, size)
 
 
