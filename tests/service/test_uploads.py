@@ -175,3 +175,19 @@ def test_an_upload_over_the_whole_budget_is_a_503_at_once(index_root: Path) -> N
         )
         small = client.post("/v1/search/image", files={"file": ("s.png", png((64, 64)), "image/png")})
         assert small.status_code == 200, small.text
+
+
+def test_the_decode_cost_comes_from_the_header_alone() -> None:
+    """The first 4 KB of a 4898 x 4898 16-bit PNG are enough (nothing is decoded: Pillow's PNG reader
+    decoded the whole image when asked for its EXIF), and the file is left at its start."""
+    from model.preprocessing import decode_bytes
+    from service.uploads import decode_cost
+
+    head = io.BytesIO(grey16_png(4898)[:4096])
+    assert decode_cost(head, max_pixels=24_000_000, image_size=64) == decode_bytes(
+        "I;16", (4898, 4898), turned=False
+    )
+    assert head.tell() == 0
+    assert decode_cost(io.BytesIO(b"not an image"), max_pixels=24_000_000, image_size=64) == 0
+    huge = io.BytesIO(png((9400, 9400)))  # over the pixel limit: refused from the header, costs nothing
+    assert decode_cost(huge, max_pixels=24_000_000, image_size=64) == 0
