@@ -28,6 +28,7 @@ from service.metrics import Metrics
 from service.middleware import LastResortMiddleware, MetricsMiddleware
 from service.runtime import Runtime
 from service.security import Redactor, SecurityHeadersMiddleware
+from service.upload_budget import UploadBodyMiddleware
 
 # Multipart framing around the largest accepted image.
 UPLOAD_OVERHEAD = 64 * 1024
@@ -69,6 +70,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_methods=["GET", "POST"],
             allow_headers=["Content-Type", "X-API-Key"],
         )
+    app.add_middleware(
+        UploadBodyMiddleware,
+        paths=frozenset({"/v1/search/image"}),
+        max_body=max_body_size,
+        budget=runtime.upload_budget,
+    )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     for module in (
         search,

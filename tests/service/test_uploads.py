@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -191,3 +192,25 @@ def test_the_decode_cost_comes_from_the_header_alone() -> None:
     assert decode_cost(io.BytesIO(b"not an image"), max_pixels=24_000_000, image_size=64) == 0
     huge = io.BytesIO(png((9400, 9400)))  # over the pixel limit: refused from the header, costs nothing
     assert decode_cost(huge, max_pixels=24_000_000, image_size=64) == 0
+
+
+def test_a_request_body_waits_for_its_bytes_of_the_budget(index_root: Path) -> None:
+    """The body is reserved before the framework reads it: with 15 of 16 MB held by another request, a
+    2 MB upload is a 503 with Retry-After once its bounded wait is over; with the bytes given back, the
+    same upload is answered."""
+    with LiveServer(make_settings(index_root, upload_memory_mb=16)) as live, live.client() as client:
+        budget = live.app.state.runtime.upload_budget
+        budget.wait_s = 0.5  # 10 s when serving, shortened for the test
+        upload = {"file": ("s.png", png((64, 64)) + b"\0" * (2 << 20), "image/png")}
+        budget.used_bytes = 15 << 20  # another request's reservation, held
+        busy = client.post("/v1/search/image", files=upload)
+        assert busy.status_code == 503, busy.text
+        assert busy.headers["retry-after"] == "1" and busy.headers["x-frame-options"] == "DENY"
+        assert busy.json()["detail"][0]["type"] == "busy"
+        budget.used_bytes = 0  # given back
+        answer = client.post("/v1/search/image", files=upload)
+        assert answer.status_code == 200, answer.text
+        deadline = time.monotonic() + 5  # given back once the answer is sent, just after the client has it
+        while budget.used_bytes and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert budget.used_bytes == 0 and budget.peak_bytes > 2 << 20
