@@ -24,6 +24,8 @@ from model.preprocessing import to_rgb
 from service.errors import ForbiddenError, NotFoundError
 from service.index_holder import Served
 
+# Modes Pillow reduces without mixing transparent pixels' colours in (I;16 and P it does not reduce).
+REDUCIBLE_MODES = frozenset({"L", "RGB", "CMYK", "I", "F"})
 OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO does not hang
 
 
@@ -98,6 +100,9 @@ def thumbnail(file: BinaryIO, size: int) -> bytes:
     with Image.open(file) as image:
         image.seek(0)
         image.draft("RGB", (size, size))  # JPEG: decoded at a reduced scale
+        factor = min(image.size) // (2 * size)
+        if factor >= 2 and image.mode in REDUCIBLE_MODES:  # a box average in the native mode first: the
+            image = image.reduce(factor)  # 8-bit frame of a large image is not made whole (alpha: it is)
         rgb = to_rgb(image)
         rgb.thumbnail((size, size))
         buffer = io.BytesIO()

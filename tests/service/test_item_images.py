@@ -89,3 +89,14 @@ def test_ids_dot_and_long_ids_get_working_image_links(tmp_path: Path, catalogue:
                 answer = client.get(url)
                 assert answer.status_code == 200, (item_id[:10], url[:40], answer.text[:200])
             assert client.get(urls[item_id]).content == Path(records[n].image).read_bytes()
+
+
+def test_a_large_thumbnail_is_reduced_first_and_keeps_its_colour(tmp_path: Path) -> None:
+    from service.item_images import thumbnail
+
+    path = tmp_path / "large.png"
+    Image.new("RGB", (1000, 800), (200, 30, 90)).save(path)
+    with open(path, "rb") as file:
+        thumb = Image.open(io.BytesIO(thumbnail(file, 64)))
+    assert thumb.size == (64, 51)
+    assert np.abs(np.asarray(thumb, dtype=np.int32) - (200, 30, 90)).max() <= 3
