@@ -24,7 +24,6 @@ from service.cache import Cache
 from service.errors import IndexUnavailableError, ReloadFailedError
 from service.index_holder import IndexHolder, Served
 from service.language import LanguageDetector
-from service.memory import map_large_allocations
 from service.metrics import Metrics
 from service.monitor import Monitor
 from service.search.facade import IMAGE_SLOT_WAIT_S, SearchFacade
@@ -97,7 +96,6 @@ class Runtime:
         # query; its idle threads spin-wait. Measured on 2 cores, 2 processes: 3.8 -> 2.3 ms of server CPU
         # per query. (OpenMP limits, faiss's, hold per thread: faiss runs no OpenMP region per query.)
         threadpool_limits(limits=s.blas_threads)
-        map_large_allocations()  # decoded uploads' memory goes back to the system (service.memory)
         fingerprint = model_fingerprint(s.model_dir)
         encoder = load_encoder(
             s.model_dir,

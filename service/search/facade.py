@@ -20,6 +20,7 @@ from fastapi import UploadFile
 from service.errors import BusyError
 from service.index_holder import IndexHolder
 from service.item_images import ItemFile, item_thumbnail, open_item_file
+from service.memory import trim_freed_memory
 from service.schemas import (
     ConsistencyRequest,
     ConsistencyResponse,
@@ -120,10 +121,13 @@ class SearchFacade:
     def _image(
         self, data: bytes, content_type: str | None, top_k: int, offset: int, filters: SearchFilters | None
     ) -> ImageSearchResponse:
-        with self.holder.lease() as served:
-            outcome = self.pipeline.image(
-                served, data, content_type, top_k=top_k, offset=offset, filters=filters
-            )
+        try:
+            with self.holder.lease() as served:
+                outcome = self.pipeline.image(
+                    served, data, content_type, top_k=top_k, offset=offset, filters=filters
+                )
+        finally:
+            trim_freed_memory()  # the decode's frames back to the system (service.memory)
         self.telemetry.image(outcome)
         return outcome.response
 
@@ -152,5 +156,8 @@ class SearchFacade:
         return await anyio.to_thread.run_sync(self._thumbnail, item_id, size, limiter=self.limiter)
 
     def _thumbnail(self, item_id: str, size: int) -> bytes:
-        with self.holder.lease() as served:
-            return item_thumbnail(served, item_id, size)
+        try:
+            with self.holder.lease() as served:
+                return item_thumbnail(served, item_id, size)
+        finally:
+            trim_freed_memory()
