@@ -110,9 +110,9 @@ class SearchFacade:
 
     def _upload_cost(self, upload: UploadFile) -> int:
         """The upload's bytes once read, and its decode's, known from its header (``service.uploads``)."""
-        size = upload.size
-        if size is None or size > self.pipeline.max_upload_bytes:
-            return min(size or 0, self.pipeline.max_upload_bytes + 1)  # read no further: a 413
+        size, limit = upload.size, self.pipeline.max_upload_bytes
+        if size is None or size > limit:
+            return limit + 1  # what is read of it: one byte over the limit (a 413)
         vision = self.pipeline.encoder.config.vision
         return size + decode_cost(
             upload.file, max_pixels=self.pipeline.max_query_pixels, image_size=vision.image_size
