@@ -16,6 +16,8 @@ SERVE := CCRK_PROBE_SET=$(DEMO_DIR)/probes.jsonl $(VENV)/bin/ccrk serve --host $
 
 STARTER_MODEL ?= artifacts/models/ccrk-starter
 PHOTOS ?=
+# A make value as one shell word (single quotes; a quote inside written '\''): folder names with spaces.
+shell_word = '$(subst ','\'',$(1))'
 
 .PHONY: install demo demo-index demo-eval serve photos train-demo test lint docs docs-serve clean
 
@@ -53,11 +55,13 @@ demo-eval: demo-index
 # Your own photos: the starter model (built once from installed packages), the folder indexed as `photos`
 # (a new version on each run; unchanged files are encoded again), served on http://127.0.0.1:8000.
 photos: install
-	@test -n "$(PHOTOS)" || { echo "usage: make photos PHOTOS=path/to/a/folder/of/photos"; exit 2; }
-	test -f $(STARTER_MODEL)/config.json || $(VENV)/bin/ccrk model build-starter --out $(STARTER_MODEL)
-	$(VENV)/bin/ccrk index build --name photos --index-root $(INDEX_ROOT) --model $(STARTER_MODEL) $(PHOTOS)
-	$(VENV)/bin/ccrk serve --host $(DEMO_HOST) --port $(DEMO_PORT) --index-root $(INDEX_ROOT) \
-		--index-name photos --model $(STARTER_MODEL)
+	@test -n $(call shell_word,$(PHOTOS)) || { echo "usage: make photos PHOTOS=path/to/a/folder/of/photos"; exit 2; }
+	test -f $(call shell_word,$(STARTER_MODEL))/config.json || \
+		$(VENV)/bin/ccrk model build-starter --out $(call shell_word,$(STARTER_MODEL))
+	$(VENV)/bin/ccrk index build --name photos --index-root $(call shell_word,$(INDEX_ROOT)) \
+		--model $(call shell_word,$(STARTER_MODEL)) $(call shell_word,$(PHOTOS))
+	$(VENV)/bin/ccrk serve --host $(DEMO_HOST) --port $(DEMO_PORT) --index-root $(call shell_word,$(INDEX_ROOT)) \
+		--index-name photos --model $(call shell_word,$(STARTER_MODEL))
 
 # Reproduces the shipped default model from scratch (seeded; about 45 minutes on 2 cores).
 train-demo: install

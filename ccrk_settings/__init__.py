@@ -231,9 +231,24 @@ class Settings(BaseSettings):
     http_body_timeout_s: float = Field(
         30.0, gt=0.0, description="Longest pause in a request body's bytes (else the connection is closed)."
     )
+    http_body_total_s: float = Field(
+        120.0,
+        gt=0.0,
+        description="Longest time a request body may take in all, pauses or not (else the connection is"
+        " closed): 10 MB in 120 s is ~85 kB/s.",
+    )
+    http_max_head_bytes: int = Field(
+        32 * 1024, ge=1024, description="Largest request line and headers together; larger ones get 431."
+    )
     http_keep_alive_s: float = Field(5.0, gt=0.0, description="Idle keep-alive connections close after this.")
     max_connections: int = Field(
         1000, ge=1, description="Open connections and requests per process; beyond it new ones get 503."
+    )
+    max_connections_per_client: int = Field(
+        100,
+        ge=1,
+        description="Open connections per process from one client address; beyond it new ones get 503."
+        " Behind a proxy every client has the proxy's address: set it to max_connections there.",
     )
     max_query_pixels: int = Field(
         24_000_000,
@@ -244,6 +259,12 @@ class Settings(BaseSettings):
         2,
         ge=1,
         description="Image searches decoding at once per process; more wait (up to 10 s, then 503).",
+    )
+    upload_memory_mb: int = Field(
+        384,
+        ge=16,
+        description="Memory image searches may hold at once per process (uploads' bytes and their decodes,"
+        " estimated from the header before decoding); more wait (up to 10 s, then 503 with Retry-After).",
     )
     cache_prefix: str = Field("ccrk:", description="Prefix of every Redis key the service writes.")
     redis_retry_s: float = Field(

@@ -39,6 +39,7 @@ from indexer.sharded import add_to_shards, build_sharded
 from indexer.shards import ProgressFn, ShardStore, plan_hash
 from indexer.sources import SourceItem, read_sources
 from indexer.staging import index_lock
+from model.model_check import check_model_dir
 from model.model_dir import load_model_config
 from model.runtime import Encoder
 from store import versions
@@ -86,6 +87,8 @@ def build(
             "products with several photos or searched text fields (--text-fields) are not supported in "
             "sharded versions yet; build with --shards 1"
         )
+    # The whole model directory, before anything is created under the index root (model.model_check).
+    check_model_dir(model_dir, backend=settings.backend, int8=settings.int8)
     cfg = load_model_config(model_dir)
     fingerprint = model_fingerprint(model_dir)
     report = BuildReport(
@@ -238,6 +241,8 @@ def add(
     root = settings.index_root
     model_dir = Path(model_dir or settings.model_dir)
     scan = read_sources(sources, follow_external_links=settings.follow_external_links)
+    # The whole model directory, before anything is created under the index root (model.model_check).
+    check_model_dir(model_dir, backend=settings.backend, int8=settings.int8)
     fingerprint = model_fingerprint(model_dir)
     base = index_dir(root, name)
     with index_lock(root, name) as guard:

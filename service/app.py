@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from ccrk_settings import Settings, get_settings
 from service.api.routes import (
@@ -25,19 +26,29 @@ from service.api.routes import (
 from service.api.routes import metrics as metrics_route
 from service.errors import install_error_handlers
 from service.metrics import Metrics
-from service.middleware import MetricsMiddleware
+from service.middleware import LastResortMiddleware, MetricsMiddleware
 from service.runtime import Runtime
 from service.security import Redactor, SecurityHeadersMiddleware
+from service.upload_budget import UploadBodyMiddleware
 
 # Multipart framing around the largest accepted image.
 UPLOAD_OVERHEAD = 64 * 1024
+
+
+class ServiceApp(FastAPI):
+    """FastAPI with two layers outside Starlette's own error handler (``ServerErrorMiddleware``, whose 500s
+    no user middleware sees): the security headers, so a 500 carries them too, and the last-resort handler
+    (``service.middleware.LastResortMiddleware``), so the connection stays usable after one."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return LastResortMiddleware(SecurityHeadersMiddleware(super().build_middleware_stack()))
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     metrics = Metrics(settings.worker_dir)
     runtime = Runtime(settings, metrics)
-    app = FastAPI(
+    app = ServiceApp(
         # The API docs are served from local copies of their assets (service.api.routes.docs).
         docs_url=None,
         redoc_url=None,
@@ -60,8 +71,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_methods=["GET", "POST"],
             allow_headers=["Content-Type", "X-API-Key"],
         )
+    app.add_middleware(
+        UploadBodyMiddleware,
+        paths=frozenset({"/v1/search/image"}),
+        max_body=max_body_size,
+        budget=runtime.upload_budget,
+    )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
-    app.add_middleware(SecurityHeadersMiddleware)
     for module in (
         search,
         consistency,

@@ -91,6 +91,13 @@ def serve_command(
         raise typer.BadParameter(exc.describe({"model_dir": "--model"})) from None
     if not settings.model_dir.is_dir():
         raise typer.BadParameter(f"model directory {settings.model_dir} does not exist")
+    from model.model_check import ModelDirError, check_model_dir
+
+    try:  # the whole model directory, before a port is bound or a worker started
+        check_model_dir(settings.model_dir, backend=settings.backend, int8=settings.int8)
+    except ModelDirError as exc:
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(2) from None
     if settings.serve_engine == "ray":
         from service.cluster.serving import serve_on_ray
         from store.errors import IndexNotFoundError

@@ -58,6 +58,13 @@ class NotFoundError(ServiceError):
     error_type = "not_found"
 
 
+class ForbiddenError(ServiceError):
+    """The resource exists but is not served (e.g. an item's image file became a link out of its folder)."""
+
+    status_code = 403
+    error_type = "forbidden"
+
+
 class UnauthorizedError(ServiceError):
     status_code = 401
     error_type = "unauthorized"
@@ -160,7 +167,14 @@ def install_error_handlers(app: FastAPI) -> None:
         body = IndexUnavailableError(f"index unavailable: {exc}").body()
         return JSONResponse(_redacted(request, body), status_code=503)
 
+    async def internal_error(_: Request, exc: Exception) -> JSONResponse:
+        # A bug behind a request: the client learns nothing of it but that it was not its fault. (Starlette
+        # calls this from its outermost error layer and re-raises; service.middleware.LastResortMiddleware
+        # logs the exception with its traceback.)
+        return JSONResponse({"detail": [{"loc": [], "msg": "internal error", "type": "internal"}]}, 500)
+
     app.add_exception_handler(RequestValidationError, request_invalid)
+    app.add_exception_handler(Exception, internal_error)
     app.add_exception_handler(ServiceError, service_error)
     app.add_exception_handler(FilterError, filter_error)
     app.add_exception_handler(IndexFormatError, index_error)

@@ -1,33 +1,91 @@
-"""Connections that hold a process without sending a request: time limits for the request head and body,
-and a cap on open connections, for uvicorn's httptools protocol.
+"""Connections that hold a process without sending a request: time limits for the request head and body, a
+size limit for the head, and caps on open connections (per process, and per client address), for uvicorn's
+httptools protocol.
 
 uvicorn times out idle keep-alive connections only after a response; a connection that never sends a full
 request head (silent, or trickling a byte at a time) was held until the fd limit (an outside test kept 410
 for 45 s). Here every connection must deliver its request head within ``http_header_timeout_s`` of
 connecting (or of the previous response), and its body must keep arriving: no more than
 ``http_body_timeout_s`` without body bytes (an inactivity limit, so a large upload on a slow link is fine;
-the clock stops while the server itself has paused reading); otherwise it is closed. ``max_connections``
-is uvicorn's ``limit_concurrency`` (503 beyond it).
+the clock stops while the server itself has paused reading), and all of it within ``http_body_total_s`` of
+its head (a body sending a byte every 20 s never paused long enough, and was still open at 69 s); otherwise
+the connection is closed. A head over ``http_max_head_bytes`` (request line and headers) gets a 431.
+
+``max_connections`` is uvicorn's ``limit_concurrency`` (503 beyond it). One client address may hold at most
+``max_connections_per_client`` of them; beyond it a new connection gets a 503 and is closed at once, so a few
+slow clients from one address cannot fill the process's cap (25 such bodies made every other client's
+search a 503 with the cap at 20). Behind a proxy every client has the proxy's address: raise it there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ccrk_settings import Settings
 
 log = logging.getLogger("uvicorn.error")
+REFUSAL_LINGER_S = 1.0
 
 
-def guarded_protocol(header_timeout_s: float, body_timeout_s: float) -> type[asyncio.Protocol]:
-    """An httptools protocol class closing connections that are slow to send a request."""
+def _answer(status: bytes, message: str, error_type: str, loc: list[str]) -> bytes:
+    """A complete HTTP/1.1 answer that closes the connection, with the service's error body and the
+    security headers (it is sent from here, outside the app)."""
+    body = json.dumps({"detail": [{"loc": loc, "msg": message, "type": error_type}]}).encode()
+    head = [
+        b"HTTP/1.1 " + status,
+        b"content-type: application/json",
+        b"content-length: " + str(len(body)).encode(),
+        b"connection: close",
+        b"x-content-type-options: nosniff",
+        b"x-frame-options: DENY",
+        b"referrer-policy: no-referrer",
+    ]
+    if status.startswith(b"503"):
+        head.append(b"retry-after: 1")
+    return b"\r\n".join(head) + b"\r\n\r\n" + body
+
+
+def guarded_protocol(
+    header_timeout_s: float,
+    body_timeout_s: float,
+    body_total_s: float = float("inf"),
+    max_head_bytes: int = 1 << 30,
+    max_per_client: int = 1 << 30,
+) -> type[asyncio.Protocol]:
+    """An httptools protocol class closing connections that are slow to send a request, refusing heads
+    over ``max_head_bytes`` and connections over ``max_per_client`` from one address. Each call makes a
+    class with its own count of connections per address (one per server)."""
+    per_client: dict[str, int] = {}
+    too_many = _answer(
+        b"503 Service Unavailable",
+        f"too many connections from your address (at most {max_per_client}); retry in a moment",
+        "busy",
+        ["connection"],
+    )
+    head_too_large = _answer(
+        b"431 Request Header Fields Too Large",
+        f"the request line and headers are over {max_head_bytes} bytes",
+        "header_too_large",
+        ["header"],
+    )
+
+    class HeadTooLarge(Exception):
+        pass
 
     class GuardedHttpToolsProtocol(HttpToolsProtocol):
         _deadline: asyncio.TimerHandle | None = None
+        _total: asyncio.TimerHandle | None = None
+        _address: str | None = None  # counted in per_client while set
+        _head_bytes = 0  # of the request line and headers, as parsed
+        _head_raw = 0  # bytes received while the head is incomplete (a header still growing included)
+        _in_head = True
+        _refused = False
 
         def _arm(self, seconds: float, what: str) -> None:
             self._disarm()
@@ -38,6 +96,30 @@ def guarded_protocol(header_timeout_s: float, body_timeout_s: float) -> type[asy
                 self._deadline.cancel()
                 self._deadline = None
 
+        def _disarm_total(self) -> None:
+            if self._total is not None:
+                self._total.cancel()
+                self._total = None
+
+        def _refuse(self, answer: bytes) -> None:
+            """Send ``answer``, then close gently: the write side at once (the client reads the answer
+            to its end), the connection after ``REFUSAL_LINGER_S`` (what the client still sends meanwhile
+            is read and dropped; closing with unread bytes would reset the connection, and the client could
+            lose the answer). It no longer counts toward the process's connection cap."""
+            self._refused = True
+            self._disarm()
+            self._disarm_total()
+            self.connections.discard(self)
+            self.transport.write(answer)
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self.loop.call_later(REFUSAL_LINGER_S, self.transport.close)
+
+        def _close(self, reason: str) -> None:
+            if not self.transport.is_closing():
+                log.info("closing a connection from %s: %s", self.client, reason)
+                self.transport.close()
+
         def _expire(self, what: str) -> None:
             self._deadline = None
             if (
@@ -45,22 +127,79 @@ def guarded_protocol(header_timeout_s: float, body_timeout_s: float) -> type[asy
             ):  # waiting on us (a pipelined request), not the client
                 self._arm(body_timeout_s, what)
                 return
-            if not self.transport.is_closing():
-                log.info("closing a connection from %s: no complete request %s in time", self.client, what)
-                self.transport.close()
+            self._close(f"no complete request {what} in time")
+
+        def _expire_total(self) -> None:
+            self._total = None
+            if self.flow.read_paused:  # the server is not reading: not the client's time
+                self._total = self.loop.call_later(1.0, self._expire_total)
+                return
+            self._close(f"request body not complete within {body_total_s:g} s")
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            address = self.client[0] if self.client else ""
+            count = per_client.get(address, 0) + 1
+            per_client[address] = count
+            self._address = address
+            if count > max_per_client:
+                self._refused = True
+                log.warning("refusing a connection from %s: %d open from that address", address, count - 1)
+                self._refuse(too_many)
+                return
             self._arm(header_timeout_s, "head")
+
+        def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return
+            self._unset_keepalive_if_required()
+            if self._in_head:
+                self._head_raw += len(data)
+            try:
+                self.parser.feed_data(data)
+                if self._in_head and self._head_raw > max_head_bytes:  # one header growing without end
+                    self._refused = True
+                    raise httptools.HttpParserError
+            except httptools.HttpParserUpgrade:
+                if self._should_upgrade():
+                    self.handle_websocket_upgrade()
+                else:
+                    self._unsupported_upgrade_warning()
+            except httptools.HttpParserError:
+                if self._refused:  # the head grew over the limit (HeadTooLarge inside the parser's error)
+                    self._refuse(head_too_large)
+                    return
+                msg = "Invalid HTTP request received."
+                self.logger.warning(msg)
+                self.send_400_response(msg)
+
+        def _count_head(self, size: int) -> None:
+            self._head_bytes += size
+            if self._head_bytes > max_head_bytes:
+                self._refused = True
+                raise HeadTooLarge
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
+            self._head_bytes = 0
             if self._deadline is None:  # a next request on a kept-alive connection
                 self._arm(header_timeout_s, "head")
 
+        def on_url(self, url: bytes) -> None:
+            self._count_head(len(url))
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._count_head(len(name) + len(value) + 4)
+            super().on_header(name, value)
+
         def on_headers_complete(self) -> None:
+            self._in_head = False
             super().on_headers_complete()
             self._arm(body_timeout_s, "body")
+            self._disarm_total()
+            if body_total_s != float("inf"):
+                self._total = self.loop.call_later(body_total_s, self._expire_total)
 
         def on_body(self, body: bytes) -> None:
             super().on_body(body)
@@ -68,10 +207,20 @@ def guarded_protocol(header_timeout_s: float, body_timeout_s: float) -> type[asy
 
         def on_message_complete(self) -> None:
             self._disarm()
+            self._disarm_total()
+            self._in_head, self._head_raw = True, 0  # what follows is the next request's head
             super().on_message_complete()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            self._disarm_total()
+            if self._address is not None:
+                left = per_client.get(self._address, 1) - 1
+                if left > 0:
+                    per_client[self._address] = left
+                else:
+                    per_client.pop(self._address, None)
+                self._address = None
             super().connection_lost(exc)
 
     return GuardedHttpToolsProtocol
@@ -80,7 +229,13 @@ def guarded_protocol(header_timeout_s: float, body_timeout_s: float) -> type[asy
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
     """Keyword arguments of ``uvicorn.Config`` / ``uvicorn.run`` for the connection limits."""
     return {
-        "http": guarded_protocol(settings.http_header_timeout_s, settings.http_body_timeout_s),
+        "http": guarded_protocol(
+            settings.http_header_timeout_s,
+            settings.http_body_timeout_s,
+            body_total_s=settings.http_body_total_s,
+            max_head_bytes=settings.http_max_head_bytes,
+            max_per_client=settings.max_connections_per_client,
+        ),
         "timeout_keep_alive": settings.http_keep_alive_s,
         "limit_concurrency": settings.max_connections,
         "timeout_graceful_shutdown": 10,

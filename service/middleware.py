@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from time import perf_counter
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.metrics import Metrics
+
+log = logging.getLogger(__name__)
 
 
 class MetricsMiddleware:
@@ -42,3 +45,46 @@ class MetricsMiddleware:
             self.metrics.request_seconds.labels(route, scope["method"], f"{status // 100}xx", lang).observe(
                 perf_counter() - start
             )
+
+
+INTERNAL_ERROR_BODY = b'{"detail":[{"loc":[],"msg":"internal error","type":"internal"}]}'
+
+
+class LastResortMiddleware:
+    """Outside every other layer (Starlette's error handler included): an exception that escaped the app is
+    logged here and swallowed. Starlette answers it with a 500 and then re-raises; uvicorn, seeing an
+    exception after the response, closed the connection, so the client's next request on it was reset. When
+    no response has started yet, the 500 is sent from here."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_tracked(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_tracked)
+        except Exception:
+            log.exception("unhandled error answering %s %s", scope.get("method"), scope.get("path"))
+            if started:
+                return  # the 500 was sent (Starlette's handler); the connection stays usable
+            await send_tracked(
+                {
+                    "type": "http.response.start",
+                    "status": 500,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(INTERNAL_ERROR_BODY)).encode()),
+                    ],
+                }
+            )
+            await send_tracked({"type": "http.response.body", "body": INTERNAL_ERROR_BODY})

@@ -26,9 +26,10 @@ from service.index_holder import IndexHolder, Served
 from service.language import LanguageDetector
 from service.metrics import Metrics
 from service.monitor import Monitor
-from service.search.facade import SearchFacade
+from service.search.facade import IMAGE_SLOT_WAIT_S, SearchFacade
 from service.search.pipeline import SearchPipeline
 from service.search.telemetry import SearchTelemetry
+from service.upload_budget import UploadBudget
 from store.manifest import model_fingerprint, model_name_of
 from store.opening import OpenedIndex
 
@@ -46,6 +47,8 @@ class Runtime:
         self.languages: tuple[str, ...] = ()
         # Bounds the worker threads doing CPU work at once: more than a few only adds contention.
         self.limiter = anyio.CapacityLimiter(settings.search_workers)
+        # What image searches hold at once, their request bodies and decodes (service.upload_budget).
+        self.upload_budget = UploadBudget(settings.upload_memory_mb * 2**20, wait_s=IMAGE_SLOT_WAIT_S)
         self.monitor = Monitor(settings)  # probes, traffic, ANN recall (started in the lifespan)
         # How the index holder opens a version (None: ``store.opening.open_version``); set before the
         # lifespan starts, e.g. by ``service.cluster`` to search a sharded version's shards on Ray Serve.
@@ -173,6 +176,7 @@ class Runtime:
             telemetry=SearchTelemetry(self.metrics, self.monitor, self.languages),
             limiter=self.limiter,
             image_slots=self.settings.image_search_concurrency,
+            upload_budget=self.upload_budget,
         )
         # What startup built (libraries, model, index) lives as long as the process: moved out of the
         # collector's way, collections under load scan only request garbage (longest pause at 1M items,

@@ -4,10 +4,11 @@ mode-by-mode conversion in the encoder's preprocessor)."""
 from __future__ import annotations
 
 import io
+from typing import BinaryIO
 
 from PIL import Image, UnidentifiedImageError
 
-from model.preprocessing import draft_for
+from model.preprocessing import EXIF_ORIENTATION, decode_bytes, draft_for
 from service.errors import InvalidInputError, PayloadTooLargeError, UnsupportedMediaTypeError
 
 # MPO: the multi-picture JPEG many phones write (served as image/jpeg); its first picture is searched.
@@ -58,3 +59,23 @@ def decode_upload(
     except (OSError, SyntaxError, ValueError) as exc:
         raise InvalidInputError(f"the image cannot be decoded: {exc}", loc=("body", "file")) from None
     return image  # converted to RGB (mode by mode, as the indexer does) by the encoder's preprocessor
+
+
+def decode_cost(file: BinaryIO, *, max_pixels: int, image_size: int) -> int:
+    """Bytes an upload's decode holds (``decode_bytes``), from its header: mode, size after the JPEG draft,
+    orientation. The file is read from where it is (memory or disk) and left at its start. An upload that is
+    not an image it can read, or is over the pixel limit, costs nothing: its decode ends at the header (a
+    4xx)."""
+    try:
+        with Image.open(file) as image:  # a file object of the caller's: not closed here
+            if image.format not in IMAGE_FORMATS or image.size[0] * image.size[1] > max_pixels:
+                return 0
+            draft_for(image, image_size)  # the size the decode will have (JPEG/MPO: reduced)
+            # Only EXIF read with the header: Pillow's PNG reader decodes the whole image to look for an
+            # eXIf chunk after the pixels (one that is there is not counted: a turned copy under-counted).
+            turned = "exif" in image.info and image.getexif().get(EXIF_ORIENTATION, 1) != 1
+            return decode_bytes(image.mode, image.size, turned=turned)
+    except Exception:  # anything the header parser raises: decode_upload answers it with a 4xx
+        return 0
+    finally:
+        file.seek(0)

@@ -12,7 +12,6 @@ always did; the image search checks for an index before it reads the upload or w
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import NamedTuple
 
 import anyio
@@ -20,7 +19,8 @@ from fastapi import UploadFile
 
 from service.errors import BusyError
 from service.index_holder import IndexHolder
-from service.item_images import image_path, item_thumbnail
+from service.item_images import ItemFile, item_thumbnail, open_item_file
+from service.memory import trim_freed_memory
 from service.schemas import (
     ConsistencyRequest,
     ConsistencyResponse,
@@ -32,8 +32,12 @@ from service.schemas import (
 from service.search.filters import SearchFilters
 from service.search.pipeline import SearchPipeline
 from service.search.telemetry import SearchTelemetry
+from service.upload_budget import UploadBudget
+from service.uploads import decode_cost
 
 IMAGE_SLOT_WAIT_S = 10.0  # how long an image search waits for a decoding slot before a 503
+# Uploads' headers read at once (to learn a decode's cost; WebP's reader takes the whole file).
+HEADER_READERS = 2
 
 
 class TextAnswer(NamedTuple):
@@ -52,6 +56,7 @@ class SearchFacade:
         telemetry: SearchTelemetry,
         limiter: anyio.CapacityLimiter,
         image_slots: int,
+        upload_budget: UploadBudget,
     ) -> None:
         self.holder = holder
         self.pipeline = pipeline
@@ -61,6 +66,10 @@ class SearchFacade:
         # event loop (holding no worker thread, so text searches are not queued behind them).
         self.image_slots = anyio.Semaphore(image_slots)
         self.image_slot_wait_s = IMAGE_SLOT_WAIT_S
+        # What uploads may hold at once, bytes and decodes (service.upload_budget): reserved before the
+        # upload is read, so 40 clients cannot take the process past its memory limit.
+        self.upload_budget = upload_budget
+        self.header_readers = anyio.CapacityLimiter(HEADER_READERS)
 
     # -- searches --------------------------------------------------------------------------------------------
 
@@ -81,29 +90,45 @@ class SearchFacade:
         # image_slot_wait_s for a slot (a lease taken and returned: a lock, no I/O).
         with self.holder.lease():
             pass
-        data = await upload.read(self.pipeline.max_upload_bytes + 1)  # one byte over: too large, a 413
-        try:
-            with anyio.fail_after(self.image_slot_wait_s):
-                await self.image_slots.acquire()
-        except TimeoutError:
-            raise BusyError(
-                f"too many image searches at once; retry in a moment (waited {self.image_slot_wait_s:.0f} s)",
-                loc=("body", "file"),
-            ) from None
-        try:
-            return await anyio.to_thread.run_sync(
-                self._image, data, upload.content_type, top_k, offset, parsed, limiter=self.limiter
-            )
-        finally:
-            self.image_slots.release()
+        cost = await anyio.to_thread.run_sync(self._upload_cost, upload, limiter=self.header_readers)
+        async with self.upload_budget.reserve(cost, wait_s=self.image_slot_wait_s):
+            data = await upload.read(self.pipeline.max_upload_bytes + 1)  # one byte over: too large, a 413
+            try:
+                with anyio.fail_after(self.image_slot_wait_s):
+                    await self.image_slots.acquire()
+            except TimeoutError:
+                raise BusyError(
+                    "too many image searches at once; retry in a moment "
+                    f"(waited {self.image_slot_wait_s:.0f} s)",
+                    loc=("body", "file"),
+                ) from None
+            try:
+                return await anyio.to_thread.run_sync(
+                    self._image, data, upload.content_type, top_k, offset, parsed, limiter=self.limiter
+                )
+            finally:
+                self.image_slots.release()
+
+    def _upload_cost(self, upload: UploadFile) -> int:
+        """The upload's bytes once read, and its decode's, known from its header (``service.uploads``)."""
+        size, limit = upload.size, self.pipeline.max_upload_bytes
+        if size is None or size > limit:
+            return limit + 1  # what is read of it: one byte over the limit (a 413)
+        vision = self.pipeline.encoder.config.vision
+        return size + decode_cost(
+            upload.file, max_pixels=self.pipeline.max_query_pixels, image_size=vision.image_size
+        )
 
     def _image(
         self, data: bytes, content_type: str | None, top_k: int, offset: int, filters: SearchFilters | None
     ) -> ImageSearchResponse:
-        with self.holder.lease() as served:
-            outcome = self.pipeline.image(
-                served, data, content_type, top_k=top_k, offset=offset, filters=filters
-            )
+        try:
+            with self.holder.lease() as served:
+                outcome = self.pipeline.image(
+                    served, data, content_type, top_k=top_k, offset=offset, filters=filters
+                )
+        finally:
+            trim_freed_memory()  # the decode's frames back to the system (service.memory)
         self.telemetry.image(outcome)
         return outcome.response
 
@@ -125,19 +150,22 @@ class SearchFacade:
 
     # -- catalogue images ---------------------------------------------------------------------------------
 
-    async def image_file(self, item_id: str, photo: int = 0) -> Path:
-        """Where an item's image (a product's ``photo``-th) is on disk. A lookup, not CPU work: no slot of
-        the CPU limiter."""
+    async def image_file(self, item_id: str, photo: int = 0) -> ItemFile:
+        """An item's image file (a product's ``photo``-th), opened and checked (``service.item_images``); the
+        caller closes it. A lookup and an open, not CPU work: no slot of the CPU limiter."""
         return await anyio.to_thread.run_sync(self._image_file, item_id, photo)
 
-    def _image_file(self, item_id: str, photo: int) -> Path:
+    def _image_file(self, item_id: str, photo: int) -> ItemFile:
         with self.holder.lease() as served:
-            return image_path(served, item_id, photo)
+            return open_item_file(served, item_id, photo)
 
     async def thumbnail(self, item_id: str, size: int, photo: int = 0) -> bytes:
         """A JPEG thumbnail of an item's image (decoding: a slot of the CPU limiter)."""
         return await anyio.to_thread.run_sync(self._thumbnail, item_id, size, photo, limiter=self.limiter)
 
     def _thumbnail(self, item_id: str, size: int, photo: int) -> bytes:
-        with self.holder.lease() as served:
-            return item_thumbnail(served, item_id, size, photo)
+        try:
+            with self.holder.lease() as served:
+                return item_thumbnail(served, item_id, size, photo)
+        finally:
+            trim_freed_memory()

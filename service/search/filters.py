@@ -9,7 +9,6 @@ names again: that is the engine's own guard for every caller, not a second check
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from service.errors import InvalidInputError
 from service.index_holder import Served
+from service.json_limits import JsonLimitError, parse_json
 from service.schemas import Filters, FilterValue
 
 _FILTERS = TypeAdapter(Filters)
@@ -49,10 +49,14 @@ class SearchFilters:
         if not text:
             return None
         try:
-            parsed = _FILTERS.validate_python(json.loads(text))
-        except (ValueError, ValidationError) as exc:
+            parsed = _FILTERS.validate_python(parse_json(text))
+        except JsonLimitError as exc:
             raise InvalidInputError(
                 f"filters must be a JSON object of filters: {exc}", loc=("body", "filters")
+            ) from None
+        except ValidationError as exc:
+            raise InvalidInputError(
+                f"filters must be a JSON object of filters: {describe(exc)}", loc=("body", "filters")
             ) from None
         return cls.of(parsed)
 
@@ -67,6 +71,19 @@ class SearchFilters:
                     loc=("body", "filters", name),
                 )
         return served.index.filter_rows(self.plain)
+
+
+def describe(exc: ValidationError, most: int = 3) -> str:
+    """A validation error in a sentence: where and what, without pydantic's internals (its class names,
+    input echoes, documentation links)."""
+    parts = []
+    for error in exc.errors(include_url=False, include_input=False, include_context=False)[:most]:
+        where = ".".join(
+            str(part) for part in error["loc"] if not str(part).startswith(("function-", "json-"))
+        )
+        parts.append(f"{where or 'value'}: {error['msg']}")
+    more = exc.error_count() - len(parts)
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
 
 
 def allowed_rows(filters: SearchFilters | None, served: Served) -> np.ndarray | None:

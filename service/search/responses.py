@@ -28,8 +28,9 @@ from store.hybrid import GroupParams
 
 def image_url(item_id: str) -> str:
     """Where a result's image is served: ``/v1/images/{id}``, or ``/v1/images?id=...`` for an id with a line
-    break (a URL path cannot match one: it got a link that answered 404)."""
-    if "\n" in item_id or "\r" in item_id:
+    break (a URL path cannot match one: it got a link that answered 404) and for ``.`` and ``..`` (clients
+    remove such path segments: the link answered 422)."""
+    if "\n" in item_id or "\r" in item_id or item_id in (".", ".."):
         return f"/v1/images?id={quote(item_id, safe='')}"
     return f"/v1/images/{quote(item_id, safe='')}"
 

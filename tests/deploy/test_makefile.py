@@ -7,6 +7,8 @@ import re
 import shlex
 import subprocess
 
+import pytest
+
 from tests.deploy.deployment import REPO, check_ccrk, check_settings_env, make_dry_run
 
 
@@ -62,3 +64,20 @@ def test_demo_index_is_built_once() -> None:
     ).stdout
     assert re.search(rf"^demo-index: {re.escape(current)}$", database, re.M)
     assert re.search(rf"^{re.escape(current)}: \| install$", database, re.M), "order-only on install"
+
+
+@pytest.mark.parametrize("folder", ["dir with space", "it's mine/photos", "a  b\tc"])
+def test_make_photos_passes_a_folder_name_as_one_argument(folder: str) -> None:
+    """`make photos "PHOTOS=dir with space"` failed: the folder (and the index root) went to the shell
+    unquoted."""
+    printed = subprocess.run(
+        ["make", "-n", "-B", "photos", f"PHOTOS={folder}", "INDEX_ROOT=my indexes"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    commands = [
+        shlex.split(line) for line in printed.replace("\\\n", " ").splitlines() if "/bin/ccrk " in line
+    ]
+    build = next(argv for argv in commands if argv[1:3] == ["index", "build"])
+    serve = next(argv for argv in commands if argv[1] == "serve")
+    assert build[-1] == folder
+    assert option(build, "--index-root") == option(serve, "--index-root") == "my indexes"

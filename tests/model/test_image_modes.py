@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from indexer.decode import Decoder
+from model import preprocessing
 from model.configs import VisionConfig
 from model.preprocessing import ImagePreprocessor, to_rgb
 from service.uploads import decode_upload
@@ -101,3 +102,54 @@ def test_mpo_is_decoded_for_queries_and_indexing(tmp_path: Path) -> None:
     assert kind is None
     np.testing.assert_array_equal(query, indexed)
     assert query[0].mean() > 150 and query[2].mean() < 80  # the first picture (red), not the second
+
+
+def full_frame_rgb(image: Image.Image) -> Image.Image:
+    """The reference: the full-frame conversion (float64 copies of the whole frame) the strips replaced."""
+    if image.mode in ("I;16", "I"):
+        values = np.asarray(image, dtype=np.float64)
+        if image.mode != "I" or values.max(initial=0) > 255:
+            values = values / 257.0
+        return Image.fromarray(np.clip(np.rint(values), 0, 255).astype(np.uint8)).convert("RGB")
+    if image.mode == "F":
+        values = np.asarray(image, dtype=np.float64)
+        scale = 255.0 if values.max() <= 1.0 else 1.0
+        return Image.fromarray(np.clip(np.rint(values * scale), 0, 255).astype(np.uint8)).convert("RGB")
+    if image.mode == "RGBA":
+        background = Image.new("RGBA", image.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, image).convert("RGB")
+    return image.convert("RGB")
+
+
+def random_images() -> dict[str, Image.Image]:
+    rng = np.random.default_rng(0)
+    shape = (217, 301)
+    return {
+        "I;16": Image.fromarray(rng.integers(0, 65536, shape, dtype=np.uint16)),
+        "I": Image.fromarray(rng.integers(-500, 70_000, shape).astype(np.int32), "I"),
+        "F": Image.fromarray(rng.random(shape, dtype=np.float32)),
+        "RGBA": Image.fromarray(rng.integers(0, 256, (*shape, 4), dtype=np.uint8), "RGBA"),
+        "CMYK": Image.fromarray(rng.integers(0, 256, (*shape, 4), dtype=np.uint8), "CMYK"),
+        "L": Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8)),
+    }
+
+
+@pytest.mark.parametrize("orientation", [1, 6])
+@pytest.mark.parametrize("crop_pct", [None, 0.875])
+def test_strips_give_the_full_frame_pixels(
+    monkeypatch: pytest.MonkeyPatch, orientation: int, crop_pct: float | None
+) -> None:
+    """Converted in strips of 1,000 pixels (many strips, a short last one), turned after the 8-bit
+    conversion, greyscale resized as one band: the very pixels of the full-frame path."""
+    monkeypatch.setattr(preprocessing, "STRIP_PIXELS", 1000)
+    preprocessor = ImagePreprocessor(VisionConfig(image_size=64, crop_pct=crop_pct))
+    for name, image in random_images().items():
+        exif = image.getexif()
+        exif[0x0112] = orientation
+        image.info["exif"] = exif.tobytes()
+        reference = full_frame_rgb(image)
+        if orientation != 1:
+            reference = reference.transpose(Image.Transpose.ROTATE_270)
+        reference.info.pop("exif", None)
+        expected = preprocessor.to_uint8(reference)  # RGB, upright: resized as before
+        assert np.array_equal(preprocessor.to_uint8(image), expected), name

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 from PIL import Image
 
 from service.search.pipeline import ImageOutcome
@@ -114,3 +116,105 @@ def test_concurrent_large_uploads_stay_within_a_memory_bound(index_root: Path) -
         assert statuses == [200] * 4, statuses
         growth = peak_rss_mb(served.pid) - before
         assert growth < PEAK_GROWTH_BOUND_MB, f"peak RSS grew by {growth:.0f} MB"
+
+
+def grey16_png(side: int) -> bytes:
+    """A 16-bit greyscale PNG (mode I;16 when opened): ~57 KB on the wire for 4898 x 4898."""
+    buffer = io.BytesIO()
+    Image.fromarray(np.full((side, side), 30_000, dtype=np.uint16)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def rss_mb(pid: int, field: str = "VmRSS:") -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no {field}")
+
+
+def test_forty_concurrent_16_bit_uploads_stay_within_the_memory_budget(index_root: Path) -> None:
+    """40 clients each upload a 4898 x 4898 16-bit PNG (just under the 24 MP limit) at once: a fresh
+    server's peak RSS grows by at most 300 MB (it grew by ~1.2 GB: full-frame float64 copies per decode),
+    what the budget cannot hold in time is a 503 with Retry-After, and the RSS comes back down."""
+    large = grey16_png(4898)
+    with ServeProcess("--index-root", str(index_root), "--index-name", "shop") as served:
+        url = served.url
+        small = {"file": ("s.png", png((64, 64)), "image/png")}
+        assert httpx.post(url + "/v1/search/image", files=small, timeout=60).status_code == 200
+        before = rss_mb(served.pid, "VmHWM:")
+        resident = rss_mb(served.pid)
+        answers: list[httpx.Response] = []
+
+        def upload() -> None:
+            files = {"file": ("g.png", large, "image/png")}
+            answers.append(httpx.post(url + "/v1/search/image", files=files, timeout=120))
+
+        threads = [threading.Thread(target=upload) for _ in range(40)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=180)
+        growth = rss_mb(served.pid, "VmHWM:") - before
+        statuses = sorted(answer.status_code for answer in answers)
+        assert len(statuses) == 40 and set(statuses) <= {200, 503}, statuses
+        assert statuses.count(200) >= 2, statuses
+        for answer in answers:
+            if answer.status_code == 503:
+                assert answer.headers["retry-after"] == "1" and answer.json()["detail"][0]["type"] == "busy"
+        assert growth <= 300, f"peak RSS grew by {growth:.0f} MB ({statuses.count(200)} answered)"
+        # The decodes' memory went back to the system (it stayed: +173 to +465 MB in the bench before).
+        kept = rss_mb(served.pid) - resident
+        assert kept <= 120, f"RSS stayed {kept:.0f} MB above where it was"
+
+
+def test_an_upload_over_the_whole_budget_is_a_503_at_once(index_root: Path) -> None:
+    with LiveServer(make_settings(index_root, upload_memory_mb=16)) as live, live.client() as client:
+        answer = client.post("/v1/search/image", files={"file": ("g.png", grey16_png(3000), "image/png")})
+        assert answer.status_code == 503, answer.text
+        assert answer.headers["retry-after"] == "1"
+        (error,) = answer.json()["detail"]
+        assert error["loc"] == ["body", "file"] and error["type"] == "busy"
+        assert error["msg"] == (
+            "this image needs ~37 MB to decode; this server decodes uploads within 16 MB"
+            " (send a smaller image)"
+        )
+        small = client.post("/v1/search/image", files={"file": ("s.png", png((64, 64)), "image/png")})
+        assert small.status_code == 200, small.text
+
+
+def test_the_decode_cost_comes_from_the_header_alone() -> None:
+    """The first 4 KB of a 4898 x 4898 16-bit PNG are enough (nothing is decoded: Pillow's PNG reader
+    decoded the whole image when asked for its EXIF), and the file is left at its start."""
+    from model.preprocessing import decode_bytes
+    from service.uploads import decode_cost
+
+    head = io.BytesIO(grey16_png(4898)[:4096])
+    assert decode_cost(head, max_pixels=24_000_000, image_size=64) == decode_bytes(
+        "I;16", (4898, 4898), turned=False
+    )
+    assert head.tell() == 0
+    assert decode_cost(io.BytesIO(b"not an image"), max_pixels=24_000_000, image_size=64) == 0
+    huge = io.BytesIO(png((9400, 9400)))  # over the pixel limit: refused from the header, costs nothing
+    assert decode_cost(huge, max_pixels=24_000_000, image_size=64) == 0
+
+
+def test_a_request_body_waits_for_its_bytes_of_the_budget(index_root: Path) -> None:
+    """The body is reserved before the framework reads it: with 15 of 16 MB held by another request, a
+    2 MB upload is a 503 with Retry-After once its bounded wait is over; with the bytes given back, the
+    same upload is answered."""
+    with LiveServer(make_settings(index_root, upload_memory_mb=16)) as live, live.client() as client:
+        budget = live.app.state.runtime.upload_budget
+        budget.wait_s = 0.5  # 10 s when serving, shortened for the test
+        upload = {"file": ("s.png", png((64, 64)) + b"\0" * (2 << 20), "image/png")}
+        budget.used_bytes = 15 << 20  # another request's reservation, held
+        busy = client.post("/v1/search/image", files=upload)
+        assert busy.status_code == 503, busy.text
+        assert busy.headers["retry-after"] == "1" and busy.headers["x-frame-options"] == "DENY"
+        assert busy.json()["detail"][0]["type"] == "busy"
+        budget.used_bytes = 0  # given back
+        answer = client.post("/v1/search/image", files=upload)
+        assert answer.status_code == 200, answer.text
+        deadline = time.monotonic() + 5  # given back once the answer is sent, just after the client has it
+        while budget.used_bytes and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert budget.used_bytes == 0 and budget.peak_bytes > 2 << 20

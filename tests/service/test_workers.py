@@ -221,15 +221,29 @@ def test_two_processes_share_port_metrics_probes_and_swaps(catalogue: Catalogue,
     assert not list((db.parent / "tmp").glob("ccrk-workers-*")), "the worker folder was left behind"
 
 
-def test_a_process_failing_at_startup_stops_the_group(tmp_path: Path) -> None:
-    """A model folder without a model: every process would fail again, so the group exits, non-zero."""
+def test_a_process_failing_at_startup_stops_the_group(tmp_path: Path, index_root: Path) -> None:
+    """Every process fails at startup (a CUDA device asked of an ONNX Runtime without CUDA): it would fail
+    again, so the group exits, non-zero. A model folder without a model never gets that far: the model
+    check refuses it before any process starts (exit 2, naming the file)."""
+    import onnxruntime
+
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("this onnxruntime has CUDA: the processes would start")
     (tmp_path / "empty-model").mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CCRK_")} | {"TMPDIR": str(tmp_path)}
     ccrk = Path(sys.executable).parent / "ccrk"
     command = [str(ccrk), "serve", "--workers", "2", "--port", str(free_port()), "--log-level", "warning"]
-    done = subprocess.run(
+    refused = subprocess.run(
         [*command, "--index-root", str(tmp_path), "--model", str(tmp_path / "empty-model")],
         env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2
+    assert f"{tmp_path / 'empty-model' / 'config.json'}: not found" in refused.stderr.decode()
+    done = subprocess.run(
+        [*command, "--index-root", str(index_root), "--index-name", "shop"],
+        env=env | {"CCRK_DEVICE": "cuda"},
         capture_output=True,
         timeout=120,
     )

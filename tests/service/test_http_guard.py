@@ -1,0 +1,108 @@
+"""The HTTP edge against slow and oversized requests (a real `ccrk serve` process, bounded loopback
+traffic): a body trickling in is closed at the total body limit however short its pauses; clients of one
+address cannot fill the process's connection cap; an oversized request head is a 431."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.service.conftest import ServeProcess
+
+HEAD = (
+    b"POST /v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+)
+
+
+def read_all(conn: socket.socket) -> bytes:
+    data = b""
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := conn.recv(65536):
+            data += chunk
+    return data
+
+
+def test_a_trickling_body_is_closed_at_the_total_limit(index_root: Path) -> None:
+    """One byte a second never pauses past the 30 s pause limit; the 3 s total limit closes it."""
+    index = ("--index-root", str(index_root), "--index-name", "shop")
+    with ServeProcess(*index, env={"CCRK_HTTP_BODY_TOTAL_S": "3"}) as served:
+        with socket.create_connection(("127.0.0.1", served.port), timeout=10) as slow:
+            slow.sendall(HEAD)
+            started = time.monotonic()
+            closed_after = None
+            for _ in range(10):  # bounded: 10 bytes, 1 s apart
+                try:
+                    slow.sendall(b" ")
+                except (BrokenPipeError, ConnectionResetError):
+                    closed_after = time.monotonic() - started
+                    break
+                slow.settimeout(1.0)
+                try:
+                    if slow.recv(1024) == b"":
+                        closed_after = time.monotonic() - started
+                        break
+                except TimeoutError:
+                    pass
+            assert closed_after is not None, "a body trickling for 10 s was still open"
+            assert 2.5 <= closed_after <= 5.0, closed_after
+        # A normal search meanwhile and after: answered.
+        assert (
+            httpx.post(served.url + "/v1/search", json={"query": "a red mug"}, timeout=10).status_code == 200
+        )
+
+
+def test_slow_clients_of_one_address_do_not_block_another(index_root: Path) -> None:
+    """25 slow bodies from 127.0.0.2, with the cap at 20 and 10 per address: 10 are held, 15 refused with a
+    503 at once, and a search from 127.0.0.1 is answered (with the cap alone, it was a 503)."""
+    index = ("--index-root", str(index_root), "--index-name", "shop")
+    env = {"CCRK_MAX_CONNECTIONS": "20", "CCRK_MAX_CONNECTIONS_PER_CLIENT": "10"}
+    sockets: list[socket.socket] = []
+    with ServeProcess(*index, env=env) as served:
+        try:
+            for _ in range(25):
+                conn = socket.socket()
+                conn.bind(("127.0.0.2", 0))
+                conn.settimeout(5)
+                conn.connect(("127.0.0.1", served.port))
+                sockets.append(conn)
+                with contextlib.suppress(OSError):
+                    conn.sendall(HEAD + b" ")
+            time.sleep(0.5)
+            refused = []
+            for conn in sockets[10:]:
+                answer = read_all(conn)
+                refused.append(answer.split(b"\r\n")[0])
+                assert b"retry-after: 1" in answer and b"too many connections from your address" in answer
+            assert refused == [b"HTTP/1.1 503 Service Unavailable"] * 15
+            for _ in range(5):
+                answer = httpx.post(served.url + "/v1/search", json={"query": "a red mug"}, timeout=10)
+                assert answer.status_code == 200, answer.text
+            for conn in sockets[:10]:  # still held open by the server, waiting for their bodies
+                conn.settimeout(0.2)
+                with contextlib.suppress(TimeoutError):
+                    assert conn.recv(1) != b"", "a held connection was closed"
+        finally:
+            for conn in sockets:
+                conn.close()
+
+
+def test_an_oversized_request_head_is_a_431(index_root: Path) -> None:
+    index = ("--index-root", str(index_root), "--index-name", "shop")
+    with ServeProcess(*index) as served:
+        fine = httpx.get(served.url + "/healthz", headers={"X-Pad": "a" * 20_000}, timeout=10)
+        assert fine.status_code == 200
+        for head in (
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 65_000 + b"\r\n\r\n",  # one large header
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: aaaaaaaaaa\r\n" * 4000 + b"\r\n",  # many
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 100_000,  # a header that never ends
+        ):
+            with socket.create_connection(("127.0.0.1", served.port), timeout=10) as conn:
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    conn.sendall(head)
+                answer = read_all(conn)
+            assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large"), answer[:100]
+            assert b"over 32768 bytes" in answer and b"x-content-type-options: nosniff" in answer
