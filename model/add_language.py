@@ -119,15 +119,26 @@ def load_language_data(
             raise AddLanguageError(f"cannot read parallel corpus {parallel}: {exc}") from exc
         sources["parallel"] = str(parallel)
     images = None
+    native_captions = None
     if captions is not None:
         split = _catalogue_split(Path(captions))
         records = _load_records(split)
         images = _captioned_images(records, lang, split, preprocessor)
         sources["captions"] = str(split)
+        picked = [r for r in records if r.captions.get(lang)]
+        if all(r.captions.get(native) for r in picked):  # CL2CM's teacher reads the native side
+            native_captions = [list(r.captions[native]) for r in picked]
         if parallel is None:
             pairs = pairs_from_catalogue(records, pairs_per_record, seed, source=native, target=lang)
             sources["parallel"] = f"{split} ({native} and {lang} captions of the same records)"
-    return LanguageData(lang=lang, native=(native,), pairs=pairs, captions=images, sources=sources)
+    return LanguageData(
+        lang=lang,
+        native=(native,),
+        pairs=pairs,
+        captions=images,
+        sources=sources,
+        native_captions=native_captions,
+    )
 
 
 def _check_out(model_dir: Path, out: Path | None) -> Path:

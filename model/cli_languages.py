@@ -44,6 +44,15 @@ def add_language_command(
     ] = 4000,
     seed: int = 0,
     threads: Annotated[int, typer.Option(min=1, help="CPU threads.")] = 2,
+    objective: Annotated[
+        str,
+        typer.Option(
+            help="mla (NLT then LE), cl2cm (CL2CM: cross-lingual stage with word alignment, then LE with "
+            "relational distillation) or mla+cl2cm (both); see docs/how-to/add-language-objectives.md."
+        ),
+    ] = "mla",
+    word_weight: Annotated[float, typer.Option(min=0.0, help="CL2CM word-alignment weight.")] = 1.0,
+    kd_weight: Annotated[float, typer.Option(min=0.0, help="CL2CM relational distillation weight.")] = 0.1,
 ) -> None:
     """Add a language to a frozen model without re-embedding any image: a language acquisition encoder
     (own tokenizer, new embeddings, adapters after the frozen text layers) trained by NLT on parallel
@@ -64,6 +73,9 @@ def add_language_command(
             vocab_size=vocab_size,
             seed=seed,
             threads=threads,
+            objective=objective,
+            word_weight=word_weight,
+            kd_weight=kd_weight,
         )
         result = add_language(
             model,
@@ -85,4 +97,4 @@ def add_language_command(
         f"{tok['tokens_per_text_own']:.1f} tokens a text with its own vocabulary "
         f"({tok['vocab_size']}), {tok['tokens_per_text_shared']:.1f} with the model's"
     )
-    console.print(f"model directory with {lang} written to {result.out}")
+    console.print(f"model directory with {lang} written to {result.out} (objective {objective})")
