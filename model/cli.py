@@ -90,27 +90,72 @@ def pairs_command(
         str | None, typer.Option(help="Only (SOURCE, TARGET) pairs, e.g. --source en --target ko.")
     ] = None,
     target: Annotated[str | None, typer.Option(help="With --source: the pairs' second language.")] = None,
+    noise: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Share of the TARGET captions given a machine-translation-like error (wrong attribute "
+            "word, agreement, dropped word, copied source word); logged per pair in OUT.noise.jsonl.",
+        ),
+    ] = 0.0,
+    noise_seed: Annotated[int | None, typer.Option(help="Seed of the noise (default: --seed).")] = None,
+    captions_out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also write the split with the same noisy TARGET captions (a catalogue jsonl for "
+            "`ccrk model add-language --captions`, LE)."
+        ),
+    ] = None,
 ) -> None:
     """Translation pairs (one image's captions in two languages) for MURAL's text-text term
     (`ccrk train --translation-weight W --parallel-data OUT`), or, with --source/--target, (native, new)
-    pairs for `ccrk model add-language --parallel OUT`."""
+    pairs for `ccrk model add-language --parallel OUT`, optionally with dialled translation noise."""
     from model.parallel_corpus import pairs_from_catalogue, write_pairs_tsv
     from synthetic.catalogue import CatalogueFormatError, load_split
+    from synthetic.noise import NoiseError, corrupt_records, summarise, write_log, write_records
 
     if (source is None) != (target is None):
         raise fail("--source and --target go together")
+    if (noise > 0 or captions_out is not None) and target is None:
+        raise fail("--noise and --captions-out need --source and --target (the noisy side is TARGET)")
     split = data / "train.jsonl" if data.is_dir() else data
     if not split.is_file():
         raise fail(f"catalogue split not found: {split}")
     try:
-        pairs = pairs_from_catalogue(load_split(split), per_record, seed, source=source, target=target)
-    except CatalogueFormatError as exc:
-        raise fail(str(exc)) from exc
+        records = load_split(split)
+        log = None
+        if target is not None and source is not None and (noise > 0 or captions_out is not None):
+            records, log = corrupt_records(
+                records, target, source, noise, seed if noise_seed is None else noise_seed
+            )
+        pairs = pairs_from_catalogue(records, per_record, seed, source=source, target=target)
+    except (CatalogueFormatError, NoiseError) as exc:
+        raise fail(f"{split}: {exc}") from exc
     if len(pairs) < 2:
         needs = f"captions in {source!r} and {target!r}" if source else "captions in at least two languages"
         raise fail(f"{split} yields {len(pairs)} pairs: records need {needs}")
     write_pairs_tsv(pairs, out)
     console.print(f"wrote {len(pairs)} translation pairs to {out}")
+    if log is not None:
+        # pairs_from_catalogue's order: records in order, slots 0.. of those with both languages.
+        lines: dict[tuple[str, int], int] = {}
+        for record in records:
+            if source is not None and record.captions.get(source) and target and record.captions.get(target):
+                slots = min(len(record.captions[source]), len(record.captions[target]), per_record)
+                for j in range(slots):
+                    lines[(record.id, j)] = len(lines) + 1
+        in_pairs = [e for e in log if (e.id, e.slot) in lines]
+        noise_log = out.with_name(out.name + ".noise.jsonl")
+        write_log(in_pairs, noise_log, lines={(e.id, e.slot): lines[(e.id, e.slot)] for e in in_pairs})
+        stats = summarise(in_pairs)
+        console.print(
+            f"noise: {stats['corrupted']} of {stats['slots']} pairs corrupted ({stats['rate']:.1%}), "
+            f"{stats['kinds']}; per pair in {noise_log}"
+        )
+    if captions_out is not None:
+        write_records(records, captions_out)
+        console.print(f"wrote the split with noisy {target} captions to {captions_out}")
 
 
 def train_command(

@@ -308,12 +308,16 @@ def write_records(records: Sequence[CatalogueRecord], path: Path) -> None:
     tmp.replace(path)
 
 
-def write_log(log: Sequence[Corruption], path: Path) -> None:
-    """One JSON object per slot (``Corruption.to_json``)."""
+def write_log(log: Sequence[Corruption], path: Path, lines: dict[tuple[str, int], int] | None = None) -> None:
+    """One JSON object per slot (``Corruption.to_json``), with ``line`` (the pair's 1-based line in the
+    TSV) when ``lines`` maps (id, slot) to it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as handle:
         for entry in log:
-            handle.write(json.dumps(entry.to_json(), ensure_ascii=False) + "\n")
+            row = entry.to_json()
+            if lines is not None:
+                row = {"line": lines[(entry.id, entry.slot)], **row}
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
 def summarise(log: Sequence[Corruption]) -> dict[str, object]:
