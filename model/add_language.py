@@ -11,7 +11,8 @@ Data: ``parallel``, a TSV ``native<TAB>new`` (or ``ParallelCorpus``'s jsonl) for
 catalogue jsonl (or a folder: its ``train.jsonl``) whose records have ``captions[lang]`` and ``image``, for
 LE.
 Without ``parallel``, NLT pairs come from the catalogue when its records also have captions in ``native``
-(the same phrasing slot in both languages says the same thing).
+(the same phrasing slot in both languages says the same thing). The LE records' ``native`` captions are kept
+too (``LanguageData.native_captions``): CL2CM's distillation (``LanguageTrainConfig.objective``) reads them.
 """
 
 from __future__ import annotations

@@ -34,7 +34,9 @@ def add_language_command(
         typer.Option(help="Catalogue jsonl (or folder: train.jsonl) with captions[LANG] and image (LE)."),
     ] = None,
     native: Annotated[str, typer.Option(help="The language of the pairs' first column.")] = "en",
-    steps_nlt: Annotated[int, typer.Option(min=0, help="Native Language Transfer steps.")] = 600,
+    steps_nlt: Annotated[
+        int, typer.Option(min=0, help="NLT steps (the CL stage's with --objective cl2cm).")
+    ] = 600,
     steps_le: Annotated[int, typer.Option(min=0, help="Language Exposure steps (with --captions).")] = 300,
     batch_size: Annotated[int, typer.Option(min=2)] = 64,
     lr: Annotated[float, typer.Option("--lr", help="Peak learning rate of the new parameters.")] = 2e-3,
@@ -57,7 +59,9 @@ def add_language_command(
     """Add a language to a frozen model without re-embedding any image: a language acquisition encoder
     (own tokenizer, new embeddings, adapters after the frozen text layers) trained by NLT on parallel
     sentences and, with --captions, LE on captioned images. The model's files are copied unchanged, so
-    every index built with it still fits."""
+    every index built with it still fits. --objective cl2cm trains CL2CM's cross-lingual stage instead of
+    NLT and adds its relational distillation to LE (measured no better than mla on noisy synthetic
+    translations: docs/how-to/add-language-objectives.md)."""
     from model.add_language import AddLanguageError, add_language
     from model.language_training import LanguageTrainConfig
 

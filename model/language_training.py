@@ -61,7 +61,8 @@ class LanguageTrainConfig:
     """Options of one ``add-language`` run.
 
     Attributes:
-        steps_nlt, steps_le: optimizer steps of each stage (LE runs only with captioned images).
+        steps_nlt, steps_le: optimizer steps of each stage (LE runs only with captioned images); with a CL2CM
+            objective ``steps_nlt`` counts the CL stage's steps.
         batch_size: sentence pairs (NLT) or images (LE) per step.
         learning_rate: peak LR of the acquirer; baseline_learning_rate: of ``full_finetune_baseline``.
         bottleneck: adapter width (clamped to the hidden size).
