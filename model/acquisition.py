@@ -32,9 +32,9 @@ alone would give hi 45.9: it splits Devanagari words at every vowel sign, hence 
 Per language the demo model (2.07 M parameters, hidden 128, 2 text layers) gains about 0.1 M: ~500 x 128
 word embeddings, a LayerNorm, and two adapters of bottleneck 64 (2 x 16,576).
 
-``model.language_training`` trains an acquirer (NLT, then LE); ``model.add_language`` writes it into a
-model directory (layout in ``model.acquisition_format``); the runtimes route texts of an acquired language
-through it.
+``model.language_training`` trains an acquirer (NLT, then LE; or CL2CM's objectives, ``model.cl2cm``);
+``model.add_language`` writes it into a model directory (layout in ``model.acquisition_format``); the runtimes
+route texts of an acquired language through it.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ Data: ``parallel``, a TSV ``native<TAB>new`` (or ``ParallelCorpus``'s jsonl) for
 catalogue jsonl (or a folder: its ``train.jsonl``) whose records have ``captions[lang]`` and ``image``, for
 LE.
 Without ``parallel``, NLT pairs come from the catalogue when its records also have captions in ``native``
-(the same phrasing slot in both languages says the same thing).
+(the same phrasing slot in both languages says the same thing). The LE records' ``native`` captions are kept
+too (``LanguageData.native_captions``): CL2CM's distillation (``LanguageTrainConfig.objective``) reads them.
 """
 
 from __future__ import annotations
@@ -119,15 +120,26 @@ def load_language_data(
             raise AddLanguageError(f"cannot read parallel corpus {parallel}: {exc}") from exc
         sources["parallel"] = str(parallel)
     images = None
+    native_captions = None
     if captions is not None:
         split = _catalogue_split(Path(captions))
         records = _load_records(split)
         images = _captioned_images(records, lang, split, preprocessor)
         sources["captions"] = str(split)
+        picked = [r for r in records if r.captions.get(lang)]
+        if all(r.captions.get(native) for r in picked):  # CL2CM's teacher reads the native side
+            native_captions = [list(r.captions[native]) for r in picked]
         if parallel is None:
             pairs = pairs_from_catalogue(records, pairs_per_record, seed, source=native, target=lang)
             sources["parallel"] = f"{split} ({native} and {lang} captions of the same records)"
-    return LanguageData(lang=lang, native=(native,), pairs=pairs, captions=images, sources=sources)
+    return LanguageData(
+        lang=lang,
+        native=(native,),
+        pairs=pairs,
+        captions=images,
+        sources=sources,
+        native_captions=native_captions,
+    )
 
 
 def _check_out(model_dir: Path, out: Path | None) -> Path:

@@ -98,27 +98,72 @@ def pairs_command(
         str | None, typer.Option(help="Only (SOURCE, TARGET) pairs, e.g. --source en --target ko.")
     ] = None,
     target: Annotated[str | None, typer.Option(help="With --source: the pairs' second language.")] = None,
+    noise: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Share of the TARGET captions given a machine-translation-like error (wrong attribute "
+            "word, agreement, dropped word, copied source word); logged per pair in OUT.noise.jsonl.",
+        ),
+    ] = 0.0,
+    noise_seed: Annotated[int | None, typer.Option(help="Seed of the noise (default: --seed).")] = None,
+    captions_out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also write the split with the same noisy TARGET captions (a catalogue jsonl for "
+            "`ccrk model add-language --captions`, LE)."
+        ),
+    ] = None,
 ) -> None:
     """Translation pairs (one image's captions in two languages) for MURAL's text-text term
     (`ccrk train --translation-weight W --parallel-data OUT`), or, with --source/--target, (native, new)
-    pairs for `ccrk model add-language --parallel OUT`."""
+    pairs for `ccrk model add-language --parallel OUT`, optionally with dialled translation noise."""
     from model.parallel_corpus import pairs_from_catalogue, write_pairs_tsv
     from synthetic.catalogue import CatalogueFormatError, load_split
+    from synthetic.noise import NoiseError, corrupt_records, summarise, write_log, write_records
 
     if (source is None) != (target is None):
         raise fail("--source and --target go together")
+    if (noise > 0 or captions_out is not None) and target is None:
+        raise fail("--noise and --captions-out need --source and --target (the noisy side is TARGET)")
     split = data / "train.jsonl" if data.is_dir() else data
     if not split.is_file():
         raise fail(f"catalogue split not found: {split}")
     try:
-        pairs = pairs_from_catalogue(load_split(split), per_record, seed, source=source, target=target)
-    except CatalogueFormatError as exc:
-        raise fail(str(exc)) from exc
+        records = load_split(split)
+        log = None
+        if target is not None and source is not None and (noise > 0 or captions_out is not None):
+            records, log = corrupt_records(
+                records, target, source, noise, seed if noise_seed is None else noise_seed
+            )
+        pairs = pairs_from_catalogue(records, per_record, seed, source=source, target=target)
+    except (CatalogueFormatError, NoiseError) as exc:
+        raise fail(f"{split}: {exc}") from exc
     if len(pairs) < 2:
         needs = f"captions in {source!r} and {target!r}" if source else "captions in at least two languages"
         raise fail(f"{split} yields {len(pairs)} pairs: records need {needs}")
     write_pairs_tsv(pairs, out)
     console.print(f"wrote {len(pairs)} translation pairs to {out}")
+    if log is not None:
+        # pairs_from_catalogue's order: records in order, slots 0.. of those with both languages.
+        lines: dict[tuple[str, int], int] = {}
+        for record in records:
+            if source is not None and record.captions.get(source) and target and record.captions.get(target):
+                slots = min(len(record.captions[source]), len(record.captions[target]), per_record)
+                for j in range(slots):
+                    lines[(record.id, j)] = len(lines) + 1
+        in_pairs = [e for e in log if (e.id, e.slot) in lines]
+        noise_log = out.with_name(out.name + ".noise.jsonl")
+        write_log(in_pairs, noise_log, lines={(e.id, e.slot): lines[(e.id, e.slot)] for e in in_pairs})
+        stats = summarise(in_pairs)
+        console.print(
+            f"noise: {stats['corrupted']} of {stats['slots']} pairs corrupted ({stats['rate']:.1%}), "
+            f"{stats['kinds']}; per pair in {noise_log}"
+        )
+    if captions_out is not None:
+        write_records(records, captions_out)
+        console.print(f"wrote the split with noisy {target} captions to {captions_out}")
 
 
 def train_command(
@@ -371,6 +416,93 @@ def kcl_vs_one2one_command(
     table = format_comparison(result)
     (output / "result.md").write_text(table + "\n", encoding="utf-8")
     print(json.dumps(result["summary"], indent=2))
+    print(table)
+
+
+@experiment_app.command("add-language-noise")
+def add_language_noise_command(
+    output: Annotated[Path, typer.Option(help="JSON result to write; the markdown table goes beside it.")],
+    data: Annotated[
+        Path | None,
+        typer.Option(help="Catalogue folder with train/test.jsonl in the languages; default: generate one."),
+    ] = None,
+    model: Annotated[Path | None, typer.Option(help="Frozen model directory (default: the demo).")] = None,
+    languages: Annotated[str, typer.Option(help="Languages to add, comma-separated.")] = "ar,it",
+    noise: Annotated[str, typer.Option(help="Noise rates, comma-separated (0..1).")] = "0,0.2,0.4",
+    seeds: Annotated[str, typer.Option(help="Comma-separated seeds (at least 3 for a spread).")] = "0,1,2",
+    objectives: Annotated[
+        str, typer.Option(help="Comma-separated: mla, cl2cm, mla+cl2cm.")
+    ] = "mla,cl2cm,mla+cl2cm",
+    steps_nlt: Annotated[int, typer.Option(min=0, help="NLT / CL stage steps.")] = 150,
+    steps_le: Annotated[int, typer.Option(min=0, help="LE steps.")] = 75,
+    batch_size: BatchSize = 64,
+    kd_weight: Annotated[float, typer.Option(min=0.0)] = 0.1,
+    word_weight: Annotated[float, typer.Option(min=0.0)] = 1.0,
+    n_train: Annotated[int, typer.Option(min=2, help="Generated catalogue: training items.")] = 1000,
+    n_test: Annotated[int, typer.Option(min=2, help="Generated catalogue: test items.")] = 300,
+    eval_split: Annotated[str, typer.Option(help="test, or val to choose settings.")] = "test",
+    threads: Annotated[int, typer.Option(min=1)] = 1,
+) -> None:
+    """Add languages from machine-translation-like noisy data (0/20/40 % of the captions corrupted) with MLA,
+    CL2CM and both, several seeds; evaluate on clean held-out captions (R@1, MRV over all languages)."""
+    import sys
+    import tempfile
+
+    from ccrk_settings import DEFAULT_MODEL_DIR
+    from model.language_training import LanguageTrainConfig
+    from model.noise_experiment import add_language_noise, format_noise_table
+    from synthetic.lexicons import LANGUAGES, LEXICONS
+    from synthetic.noise import NoiseError
+    from synthetic.synth import SynthConfig, generate_catalogue
+
+    try:
+        langs = [x.strip() for x in languages.split(",") if x.strip()]
+        rates = [float(x) for x in noise.split(",") if x.strip()]
+        seed_list = [int(x) for x in seeds.split(",") if x.strip()]
+        names = [x.strip() for x in objectives.split(",") if x.strip()]
+        cfg = LanguageTrainConfig(
+            steps_nlt=steps_nlt,
+            steps_le=steps_le,
+            batch_size=batch_size,
+            warmup_steps=20,
+            kd_weight=kd_weight,
+            word_weight=word_weight,
+            threads=threads,
+        )
+    except ValueError as exc:
+        raise fail(f"bad option: {exc}") from exc
+    unknown = [x for x in langs if x not in LEXICONS or x in LANGUAGES]
+    if unknown:
+        raise fail(f"--languages: {unknown} are not synthetic languages new to the demo model")
+    with tempfile.TemporaryDirectory() as tmp:
+        source = "given"
+        if data is None:
+            synth = SynthConfig(
+                seed=0, n_train=n_train, n_val=200, n_test=n_test, languages=(*LANGUAGES, *langs)
+            )
+            data = Path(tmp) / "catalogue"
+            generate_catalogue(data, synth, workers=1)
+            source = f"generated: {synth}"
+        try:
+            result = add_language_noise(
+                model or DEFAULT_MODEL_DIR,
+                data,
+                langs,
+                rates,
+                seed_list,
+                cfg,
+                names,
+                log=console.print,
+                eval_split=eval_split,
+            )
+        except (NoiseError, ValueError, OSError) as exc:
+            raise fail(str(exc)) from exc
+    result["catalogue"] = {"path": str(data), "source": source}
+    result["command"] = "ccrk experiment add-language-noise " + " ".join(sys.argv[3:])
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    table = format_noise_table(result)
+    output.with_suffix(".md").write_text(table + "\n", encoding="utf-8")
     print(table)
 
 

@@ -34,7 +34,9 @@ def add_language_command(
         typer.Option(help="Catalogue jsonl (or folder: train.jsonl) with captions[LANG] and image (LE)."),
     ] = None,
     native: Annotated[str, typer.Option(help="The language of the pairs' first column.")] = "en",
-    steps_nlt: Annotated[int, typer.Option(min=0, help="Native Language Transfer steps.")] = 600,
+    steps_nlt: Annotated[
+        int, typer.Option(min=0, help="NLT steps (the CL stage's with --objective cl2cm).")
+    ] = 600,
     steps_le: Annotated[int, typer.Option(min=0, help="Language Exposure steps (with --captions).")] = 300,
     batch_size: Annotated[int, typer.Option(min=2)] = 64,
     lr: Annotated[float, typer.Option("--lr", help="Peak learning rate of the new parameters.")] = 2e-3,
@@ -44,11 +46,22 @@ def add_language_command(
     ] = 4000,
     seed: int = 0,
     threads: Annotated[int, typer.Option(min=1, help="CPU threads.")] = 2,
+    objective: Annotated[
+        str,
+        typer.Option(
+            help="mla (NLT then LE), cl2cm (CL2CM: cross-lingual stage with word alignment, then LE with "
+            "relational distillation) or mla+cl2cm (both); see docs/how-to/add-language-objectives.md."
+        ),
+    ] = "mla",
+    word_weight: Annotated[float, typer.Option(min=0.0, help="CL2CM word-alignment weight.")] = 1.0,
+    kd_weight: Annotated[float, typer.Option(min=0.0, help="CL2CM relational distillation weight.")] = 0.1,
 ) -> None:
     """Add a language to a frozen model without re-embedding any image: a language acquisition encoder
     (own tokenizer, new embeddings, adapters after the frozen text layers) trained by NLT on parallel
     sentences and, with --captions, LE on captioned images. The model's files are copied unchanged, so
-    every index built with it still fits."""
+    every index built with it still fits. --objective cl2cm trains CL2CM's cross-lingual stage instead of
+    NLT and adds its relational distillation to LE (measured no better than mla on noisy synthetic
+    translations: docs/how-to/add-language-objectives.md)."""
     from model.add_language import AddLanguageError, add_language
     from model.language_training import LanguageTrainConfig
 
@@ -64,6 +77,9 @@ def add_language_command(
             vocab_size=vocab_size,
             seed=seed,
             threads=threads,
+            objective=objective,
+            word_weight=word_weight,
+            kd_weight=kd_weight,
         )
         result = add_language(
             model,
@@ -85,4 +101,4 @@ def add_language_command(
         f"{tok['tokens_per_text_own']:.1f} tokens a text with its own vocabulary "
         f"({tok['vocab_size']}), {tok['tokens_per_text_shared']:.1f} with the model's"
     )
-    console.print(f"model directory with {lang} written to {result.out}")
+    console.print(f"model directory with {lang} written to {result.out} (objective {objective})")
