@@ -201,12 +201,12 @@ def test_shop_titles_leave_image_answers_unchanged(
                 for q in queries
             ]
             if name == "titled":
-                hybrid = client.post("/v1/search", json={"query": "Stockschirm gestreift", "top_k": 3}).json()
+                hybrid = client.post("/v1/search", json={"query": "Regenschirm gestreift", "top_k": 3}).json()
                 assert (
-                    hybrid["mode"] == "hybrid" and "Stockschirm" in hybrid["results"][0]["metadata"]["title"]
+                    hybrid["mode"] == "hybrid" and "Regenschirm" in hybrid["results"][0]["metadata"]["title"]
                 )
                 # The CCRk fusion encoder still re-ranks on top (the head of the fused order).
-                body = {"query": "Stockschirm gestreift", "top_k": 5, "rerank": True, "rerank_k": 8}
+                body = {"query": "Regenschirm gestreift", "top_k": 5, "rerank": True, "rerank_k": 8}
                 reranked = client.post("/v1/search", json=body).json()
                 assert reranked["reranked"] is True and reranked["timings_ms"]["rerank"] > 0
                 assert all(h["rerank_score"] is not None for h in reranked["results"])
