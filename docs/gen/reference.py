@@ -69,6 +69,7 @@ RESULT_COMMANDS = {
         "python bench/search_load.py --items 100000 --items 1000000 --processes 2 --open-repeat 5"
     ),
     "starter_real_photos-": "python bench/starter_real_photos.py",
+    "upload_memory-": "python bench/upload_memory.py",
 }
 
 

@@ -344,8 +344,14 @@ def check_settings_env(env: Mapping[str, str], where: str) -> Settings:
 
 
 def make_dry_run(target: str) -> list[str]:
-    """The recipe lines `make -n -B TARGET` would run (nothing runs)."""
+    """The recipe lines `make -n -B TARGET` would run (nothing runs). Under `make test` (CI) make is a
+    sub-make and would print its directory around them: --no-print-directory."""
     out = subprocess.run(
-        ["make", "-n", "-B", target], cwd=REPO, capture_output=True, text=True, timeout=60, check=True
+        ["make", "--no-print-directory", "-n", "-B", target],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     return [line for line in out.stdout.splitlines() if line.strip()]
