@@ -167,7 +167,6 @@ def test_a_slow_load_blocks_no_other_version_and_current_is_preloaded(
 
     root, old, new = two_versions
     server = ShardServer(str(root), NAME, 0)
-    server.open(old)
     gate, loads = threading.Event(), []
     real_load = server._load
 
@@ -177,7 +176,10 @@ def test_a_slow_load_blocks_no_other_version_and_current_is_preloaded(
             assert gate.wait(10)
         return real_load(version)
 
+    # Before the first open: its look at CURRENT starts loading the new version in the background, which
+    # raced this patch (the real load could finish first, and no load of the new version was seen).
     monkeypatch.setattr(server, "_load", slow_load)
+    server.open(old)
     server._current = (-1.0, None)  # read CURRENT at the next call: it names new, not loaded here
     found: list = []
     callers = [threading.Thread(target=lambda: found.append(server.search(new, vectors(1, seed=3), 3, None)))]
