@@ -100,6 +100,19 @@ def readings_of(text: str, languages: Sequence[str | None]) -> list[list[str]]:
     return readings
 
 
+def fold_diacritics(term: str) -> str:
+    """A term as FTS5's ``unicode61 remove_diacritics 2`` keeps it in its vocabulary (letters without their
+    combining marks); scripts whose marks are letters' parts (Thai) pass through as the tokenizer leaves
+    them, near enough for a document-frequency look-up."""
+    decomposed = unicodedata.normalize("NFD", term)
+    return unicodedata.normalize(
+        "NFC",
+        "".join(
+            c for c in decomposed if not unicodedata.combining(c) or (not c.isascii() and ord(c) > 0x36F)
+        ),
+    )
+
+
 def match_expression(terms: Iterable[str]) -> str:
     """An FTS5 MATCH expression: any of the terms (each quoted as a string, so no term is read as an FTS5
     operator or column name)."""

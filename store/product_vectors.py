@@ -88,7 +88,7 @@ class GroupedVectors:
         """The ``n`` best products by their best row; ``allowed``: a boolean mask over product rows (live
         and matching the filters), ``row_mask``: over this set's rows (calibration leaves fields out)."""
         total = len(self)
-        if total == 0 or n < 1:
+        if total == 0 or n < 1 or (allowed is not None and not allowed.any()):
             return ChannelHits.empty()
         if self.index is None or isinstance(self.index, faiss.IndexFlat) or row_mask is not None:
             sims = np.asarray(self.vectors, np.float32) @ query

@@ -38,7 +38,7 @@ import numpy as np
 
 from store.errors import IndexFormatError
 from store.files import names_full_disk
-from store.lexical import match_expression
+from store.lexical import fold_diacritics, match_expression
 from store.product_vectors import ChannelHits, GroupedVectors, best_per_owner
 
 PRODUCTS_FILE = "products.json"
@@ -164,7 +164,10 @@ def write_product_channels(
     arrays: dict[str, np.ndarray] = {
         PHOTO_EMBEDDINGS: np.asarray(photos.embeds, np.float32),
         PHOTO_OWNERS: np.asarray(photos.owners, np.int64),
-        TEXT_EMBEDDINGS: np.asarray(texts.embeds, np.float32).reshape(len(texts.texts), -1),
+        # No text value (several photos, no text field searched): an empty (0, D) array as it comes.
+        TEXT_EMBEDDINGS: np.asarray(texts.embeds, np.float32).reshape(len(texts.texts), -1)
+        if texts.texts
+        else np.zeros((0, photos.embeds.shape[1]), np.float32),
         TEXT_OWNERS: np.asarray(texts.owners, np.int64),
         TEXT_FIELDS: np.asarray([field_ids[f] for f in texts.fields], np.int16),
         TEXT_LANGS: np.asarray([lang_ids[lang] for lang in texts.langs], np.int16),
@@ -269,32 +272,42 @@ class ProductChannels:
         better); ``row_mask`` over text rows (calibration leaves fields or languages out)."""
         if not terms or self.info.texts == 0:
             return ChannelHits.empty()
+        if allowed is not None and not allowed.any():
+            return ChannelHits.empty()
         expression = match_expression(terms)
         limit = max(8 * n, 200)
-        with self._lock:
-            found = self._db.execute(
-                "SELECT rowid, bm25(lexical) FROM lexical WHERE lexical MATCH ? ORDER BY rank LIMIT ?",
-                (expression, limit),
-            ).fetchall()
-        rows = np.asarray([r for r, _ in found], np.int64)
-        scores = np.asarray([-s for _, s in found], np.float32)
-        keep = np.ones(rows.size, bool)
-        if rows.size and allowed is not None:
-            keep &= allowed[self.texts.owners[rows]]
-        if rows.size and row_mask is not None:
-            keep &= row_mask[rows]
-        hits = best_per_owner(self.texts.owners[rows[keep]], scores[keep], rows[keep])
-        return ChannelHits(hits.owners[:n], hits.scores[:n], hits.via[:n])
+        while True:  # wider while a filter (or deletions) leaves too few of the best matches
+            with self._lock:
+                found = self._db.execute(
+                    "SELECT rowid, bm25(lexical) FROM lexical WHERE lexical MATCH ? ORDER BY rank LIMIT ?",
+                    (expression, limit),
+                ).fetchall()
+            rows = np.asarray([r for r, _ in found], np.int64)
+            scores = np.asarray([-s for _, s in found], np.float32)
+            keep = np.ones(rows.size, bool)
+            if rows.size and allowed is not None:
+                keep &= allowed[self.texts.owners[rows]]
+            if rows.size and row_mask is not None:
+                keep &= row_mask[rows]
+            hits = best_per_owner(self.texts.owners[rows[keep]], scores[keep], rows[keep])
+            if len(hits.owners) >= n or len(found) < limit:
+                return ChannelHits(hits.owners[:n], hits.scores[:n], hits.via[:n])
+            limit *= 4
 
     def term_idf(self, terms: Sequence[str]) -> dict[str, float]:
         """Inverse document frequency (BM25's, floored at a small positive value) of each term."""
         if not terms:
             return {}
-        marks = ",".join("?" * len(terms))
+        # The vocabulary holds terms as the tokenizer folded them (diacritics removed): look them up so.
+        folded = {t: fold_diacritics(t) for t in terms}
+        marks = ",".join("?" * len(folded))
         with self._lock:
-            docs = dict(
-                self._db.execute(f"SELECT term, doc FROM lexical_vocab WHERE term IN ({marks})", list(terms))
+            by_folded = dict(
+                self._db.execute(
+                    f"SELECT term, doc FROM lexical_vocab WHERE term IN ({marks})", list(folded.values())
+                )
             )
+        docs = {t: by_folded.get(f, 0) for t, f in folded.items()}
         total = max(1, self.info.texts)
         idf = {}
         for term in terms:

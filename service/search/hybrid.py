@@ -91,13 +91,22 @@ def label_of(score: float, params: GroupParams | None) -> MatchLabel | None:
     return "strong" if params.strong_from is not None and score >= params.strong_from else "weak"
 
 
-def _sort_key(order: str, value: Any) -> tuple[int, Any]:
-    # Items without the field (or with another type) last, whichever the order.
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return (2, 0)
-    if isinstance(value, str):
-        return (1, value)
-    return (0, value if order == "asc" else -value)
+def sorted_by_field(pairs: list[tuple[int, dict[str, Any]]], name: str, order: str) -> list[tuple[int, Any]]:
+    """(candidate, item) pairs ordered by a metadata field: numbers, then text, each in ``order``; items
+    without the field (or with another type: a list, a boolean, NaN) last, in their relevance order."""
+    numbers, texts, rest = [], [], []
+    for pair in pairs:
+        value = pair[1].get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value == value:
+            numbers.append(pair)
+        elif isinstance(value, str):
+            texts.append(pair)
+        else:
+            rest.append(pair)
+    desc = order == "desc"
+    numbers.sort(key=lambda p: p[1][name], reverse=desc)  # stable: ties keep their relevance order
+    texts.sort(key=lambda p: p[1][name], reverse=desc)
+    return numbers + texts + rest
 
 
 class HybridRanker:
@@ -124,11 +133,14 @@ class HybridRanker:
         explain: bool,
         rerank: Reranker | None = None,
         rerank_k: int = 128,
+        cosine_labels: tuple[float, float] | None = None,
     ) -> HybridPage:
         """One page of products for a text query. ``rerank`` (a CCRk model, re-ranking on): the head of the
         fused order (``rerank_k`` products) is ordered again by reciprocal-rank fusion of the fused order
         and the fusion encoder's re-rank scores of the products' first photos: the fusion encoder still
-        re-ranks on top, without overruling the text channels it cannot see."""
+        re-ranks on top, without overruling the text channels it cannot see. ``cosine_labels`` (none_below,
+        strong_from of the dual encoder's cosine): labels where nothing was calibrated for the fused score
+        (image mode, a catalogue with too little text), read on the best photo's cosine."""
         start = time.perf_counter()
         fusion = self.fusion(channels)
         lang = language.code if language.code != "und" else None
@@ -167,7 +179,11 @@ class HybridRanker:
             fused_rrf = 1.0 / (RRF_K + 1.0 + np.arange(head)) + 1.0 / (RRF_K + 1.0 + by_rerank)
             order = np.concatenate([top_rows[np.argsort(-fused_rrf, kind="stable")], order[head:]])
             rerank_s = time.perf_counter() - t0
-        quality = match_scores(cands, params, mode, scores) if params is not None else scores
+        if (params is None or params.none_below is None) and cosine_labels is not None and mode != "text":
+            params = GroupParams(weights=[], none_below=cosine_labels[0], strong_from=cosine_labels[1])
+            quality = cands.features[:, 0].copy()
+        else:
+            quality = match_scores(cands, params, mode, scores) if params is not None else scores
         top = float(quality[order[0]]) if order.size else None
         labels = [label_of(float(quality[i]), params) for i in order.tolist()]
         keep = list(range(order.size))
@@ -181,9 +197,7 @@ class HybridRanker:
         chosen = [int(order[j]) for j in keep]
         items = served.items([int(cands.rows[i]) for i in chosen])
         if sort is not None:
-            paired = sorted(
-                zip(chosen, items, strict=True), key=lambda p: _sort_key(sort.order, p[1].get(sort.field))
-            )
+            paired = sorted_by_field(list(zip(chosen, items, strict=True)), sort.field, sort.order)
             chosen, items = [p[0] for p in paired], [p[1] for p in paired]
         page = slice(offset, offset + top_k)
         hits = self._hits(

@@ -43,7 +43,6 @@ from service.search.query import digest, normalise_query
 from service.search.ranking import Ranked, Ranker
 from service.search.responses import ResponseBuilder, since_ms
 from service.uploads import decode_upload
-from store.hybrid import GroupParams
 from store.products import ProductChannels
 
 
@@ -190,7 +189,7 @@ class SearchPipeline:
         product has several photos (best photo wins) or the request sorts or explains. A one-photo catalogue
         in mode image keeps the dual encoder's own path (its answers exactly as without text fields)."""
         extras = isinstance(request, SearchRequest) and (request.sort is not None or request.explain)
-        return mode != "image" or channels.info.photos > len(served.index) or extras
+        return mode != "image" or channels.info.photos > served.index.total_rows or extras
 
     def _products_text(
         self,
@@ -208,6 +207,8 @@ class SearchPipeline:
     ) -> SearchResponse:
         """A text query's products (``service.search.hybrid``), the CCRk fusion encoder re-ranking on top."""
         reranker = partial(self.ranker.rerank_head, served, query) if rerank and mode != "text" else None
+        # Labels where nothing was calibrated for the fused score: the photos' cosine, as the dual encoder's.
+        cosine = self.judge.calibration(served).thresholds(language.code if language.supported else None)
         page = self.hybrid.text(
             served,
             channels,
@@ -223,19 +224,9 @@ class SearchPipeline:
             explain=request.explain,
             rerank=reranker,
             rerank_k=request.rerank_k,
+            cosine_labels=(cosine.none_below, cosine.strong_from),
         )
         label, params = page.label, page.thresholds
-        if (params is None or params.none_below is None) and page.top_image_score is not None:
-            # Nothing calibrated for the fused score (image mode, or too little text to calibrate on):
-            # the photos' cosines labelled as by the dual encoder's own calibration.
-            cosine = self.judge.calibration(served).thresholds(language.code if language.supported else None)
-            for hit, score in zip(page.hits, page.image_scores, strict=True):
-                hit.match = cosine.label(score)
-            label = cosine.label(page.top_image_score)
-            params = GroupParams(weights=[], none_below=cosine.none_below, strong_from=cosine.strong_from)
-            if request.min_score in ("weak", "strong"):  # this page's hits, as labelled here
-                wanted = ("strong",) if request.min_score == "strong" else ("strong", "weak")
-                page.hits = [hit for hit in page.hits if hit.match in wanted]
         return self.responses.hybrid(
             served,
             page.hits,

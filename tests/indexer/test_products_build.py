@@ -274,3 +274,35 @@ def test_useless_channel_gets_a_weight_near_zero(
     share = weights["noise"][image] / weights["noise"].sum()
     assert share < 0.2, weights  # 20 products: a little noise is fitted too
     assert weights["noise"][image] < weights["real"][image] / 4, weights
+
+
+def test_photos_without_text_fields(settings: Settings, catalogue: Path, tmp_path: Path) -> None:
+    """Several photos per product and no text field searched: product channels without text (the photos
+    only); labels from the photos' cosine calibration, applied before the page; text modes refused."""
+    build("photos", [_manifest(catalogue, tmp_path)], settings=settings)
+    with IndexVersion.open(settings.index_root, "photos") as opened:
+        assert opened.products is not None and opened.products.info.texts == 0
+        assert opened.products.info.photos == 2 * PRODUCTS
+    with LiveServer(make_settings(settings.index_root, index_name="photos")) as live, live.client() as client:
+        body = client.post("/v1/search", json={"query": "a yellow umbrella", "top_k": 30}).json()
+        assert body["mode"] == "image" and len(body["results"]) == PRODUCTS
+        assert all(
+            hit["match"] in ("strong", "weak", "none") and len(hit["images"]) == 2 for hit in body["results"]
+        )
+        strong = client.post("/v1/search", json={"query": "a yellow umbrella", "min_score": "strong"}).json()
+        assert all(hit["match"] == "strong" for hit in strong["results"])
+        assert {h["id"] for h in strong["results"]} == {
+            h["id"] for h in body["results"] if h["match"] == "strong"
+        }
+        by_title = client.post(
+            "/v1/search",
+            json={
+                "query": "umbrella",
+                "min_score": -1.0,
+                "top_k": 20,
+                "sort": {"field": "category", "order": "desc"},
+            },
+        ).json()
+        categories = [h["metadata"]["category"] for h in by_title["results"]]
+        assert categories == sorted(categories, reverse=True)
+        assert client.post("/v1/search", json={"query": "umbrella", "mode": "hybrid"}).status_code == 422
