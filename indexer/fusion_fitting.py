@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from store.hybrid import FEATURES, TEXT_FEATURES, Candidates, GroupParams, fuse, match_columns
+from store.hybrid import Candidates, GroupParams, feature_columns, fuse, match_columns
 
 
 @dataclass
@@ -31,13 +31,8 @@ def r_precision(scores: np.ndarray, labels: np.ndarray, relevant: int) -> float:
     return float(labels[top].sum()) / relevant
 
 
-def _columns(mode: str) -> list[int]:
-    names = TEXT_FEATURES if mode == "text" else FEATURES
-    return [FEATURES.index(n) for n in names]
-
-
 def _standardise(samples: Sequence[Sample], mode: str) -> tuple[np.ndarray, np.ndarray]:
-    x = np.concatenate([s.candidates.features[:, _columns(mode)] for s in samples]).astype(np.float64)
+    x = np.concatenate([s.candidates.features[:, feature_columns(mode)] for s in samples]).astype(np.float64)
     mean, std = x.mean(axis=0), x.std(axis=0)
     return mean, np.where(std > 1e-6, std, 1.0)
 
@@ -45,7 +40,7 @@ def _standardise(samples: Sequence[Sample], mode: str) -> tuple[np.ndarray, np.n
 def fit_logistic(samples: Sequence[Sample], mode: str, l2: float = 1e-2, steps: int = 400) -> GroupParams:
     """Logistic regression (balanced classes, L2) on standardised features by gradient descent."""
     mean, std = _standardise(samples, mode)
-    x = (np.concatenate([s.candidates.features[:, _columns(mode)] for s in samples]) - mean) / std
+    x = (np.concatenate([s.candidates.features[:, feature_columns(mode)] for s in samples]) - mean) / std
     y = np.concatenate([s.labels for s in samples]).astype(np.float64)
     pos = max(y.sum(), 1.0)
     neg = max(len(y) - y.sum(), 1.0)
@@ -64,11 +59,11 @@ def fit_logistic(samples: Sequence[Sample], mode: str, l2: float = 1e-2, steps: 
 def fit_weighted(samples: Sequence[Sample], mode: str, step: float = 0.1) -> GroupParams:
     """A weighted sum of standardised features, weights on the simplex grid, best training R-precision."""
     mean, std = _standardise(samples, mode)
-    k = len(_columns(mode))
+    k = len(feature_columns(mode))
     step = step if k <= 4 else 2 * step  # 6 features: 252 grid points instead of 3,003
     ticks = round(1 / step)
     best: tuple[float, list[float]] = (-1.0, [1.0 / k] * k)
-    xs = [(s.candidates.features[:, _columns(mode)] - mean) / std for s in samples]
+    xs = [(s.candidates.features[:, feature_columns(mode)] - mean) / std for s in samples]
     for combo in itertools.product(range(ticks + 1), repeat=k - 1):
         if sum(combo) > ticks:
             continue

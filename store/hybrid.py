@@ -69,11 +69,11 @@ class Candidates:
         return int(self.rows.size)
 
 
-def _positions(rows: np.ndarray, hits: ChannelHits) -> tuple[np.ndarray, np.ndarray]:
-    """Where each candidate row is in a channel's list: (rank or -1, index into the hits or -1)."""
+def _ranks(rows: np.ndarray, hits: ChannelHits) -> np.ndarray:
+    """Each candidate row's rank in a channel's list (best first, so also its index into the hits), -1
+    when not in it."""
     lookup = {int(o): i for i, o in enumerate(hits.owners.tolist())}
-    idx = np.asarray([lookup.get(int(r), -1) for r in rows.tolist()], np.int64)
-    return idx.copy(), idx
+    return np.asarray([lookup.get(int(r), -1) for r in rows.tolist()], np.int64)
 
 
 def gather(
@@ -106,12 +106,12 @@ def gather(
         return Candidates(rows, features, ranks, photo, text, lex_rows, matched)
     if use_image:
         features[:, 0], photo = channels.photos.best_of(q, rows)
-        ranks[:, 0] = _positions(rows, image)[0]
+        ranks[:, 0] = _ranks(rows, image)
     if use_text:
         features[:, 1], text = channels.texts.best_of(q, rows, text_mask)
-        ranks[:, 1] = _positions(rows, dense)[0]
-        rank, idx = _positions(rows, lexical)
-        ranks[:, 2] = rank
+        ranks[:, 1] = _ranks(rows, dense)
+        idx = _ranks(rows, lexical)
+        ranks[:, 2] = idx
         found = np.flatnonzero(idx >= 0)
         if found.size:
             lex_rows[found] = lexical.via[idx[found]]

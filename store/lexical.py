@@ -82,11 +82,7 @@ def analyze_variants(text: str, languages: Sequence[str | None]) -> list[str]:
     """The union of ``text``'s terms read as each of ``languages``, first-seen order: a short query whose
     language is uncertain ("Bol blanco": Spanish? French? Portuguese?) is analysed as each likely language
     rather than as one wrong one (an unstemmed reading is always included)."""
-    seen: dict[str, None] = {}
-    for lang in [*languages, None]:
-        for term in analyze(text, lang):
-            seen.setdefault(term, None)
-    return list(seen)[:MAX_TERMS]
+    return union_of(readings_of(text, languages))
 
 
 def readings_of(text: str, languages: Sequence[str | None]) -> list[list[str]]:
@@ -111,6 +107,11 @@ def fold_diacritics(term: str) -> str:
             c for c in decomposed if not unicodedata.combining(c) or (not c.isascii() and ord(c) > 0x36F)
         ),
     )
+
+
+def union_of(readings: Sequence[Sequence[str]]) -> list[str]:
+    """Every term of the readings once, first-seen order (at most ``MAX_TERMS``)."""
+    return list(dict.fromkeys(t for reading in readings for t in reading))[:MAX_TERMS]
 
 
 def match_expression(terms: Iterable[str]) -> str:

@@ -52,10 +52,6 @@ TEXT_FIELDS = "text_fields.npy"
 TEXT_LANGS = "text_langs.npy"
 TEXT_INDEX = "texts.faiss"
 PRODUCTS_DB = "products.sqlite"
-PRODUCT_FILES = (
-    PRODUCTS_FILE, PHOTO_EMBEDDINGS, PHOTO_VISUAL, PHOTO_OWNERS, PHOTO_INDEX, TEXT_EMBEDDINGS, TEXT_OWNERS,
-    TEXT_FIELDS, TEXT_LANGS, TEXT_INDEX, PRODUCTS_DB,
-)  # fmt: skip
 PRODUCTS_FORMAT = 1
 # Vector sets up to this size are searched exactly (a matmul beats a graph walk, and is the reference).
 EXACT_MAX = 20_000

@@ -9,13 +9,15 @@ Blocking (faiss, SQLite); runs in the facade's worker thread like the rest of th
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from indexer.match_calibration import MatchThresholds
 from service.index_holder import Served
 from service.schemas import (
     ChannelScore,
@@ -38,7 +40,7 @@ from store.hybrid import (
     match_scores,
     rrf,
 )
-from store.lexical import analyze, readings_of
+from store.lexical import analyze, readings_of, union_of
 from store.products import ProductChannels
 
 CANDIDATES = 64  # each channel's candidates per query (more when a page reaches further)
@@ -74,21 +76,18 @@ class HybridPage:
     hits: list[SearchHit]
     label: MatchLabel | None
     thresholds: GroupParams | None
-    top_score: float | None
     search_s: float
-    candidates: int
     rerank_s: float = 0.0
     reranked: int = 0  # products the fusion encoder scored; 0 when not re-ranked
-    image_scores: list[float] = field(default_factory=list)  # each hit's best photo cosine
-    top_image_score: float | None = None  # the best photo cosine among all candidates
 
 
 def label_of(score: float, params: GroupParams | None) -> MatchLabel | None:
+    """A match score's label by a group's thresholds (``indexer.match_calibration.MatchThresholds``); None
+    where nothing was calibrated."""
     if params is None or params.none_below is None:
         return None
-    if score < params.none_below:
-        return "none"
-    return "strong" if params.strong_from is not None and score >= params.strong_from else "weak"
+    strong_from = params.strong_from if params.strong_from is not None else math.inf
+    return MatchThresholds(params.none_below, strong_from).label(score)
 
 
 def sorted_by_field(pairs: list[tuple[int, dict[str, Any]]], name: str, order: str) -> list[tuple[int, Any]]:
@@ -147,7 +146,7 @@ class HybridRanker:
         certain = language.source == "hint" or language.confidence >= CONFIDENT
         catalogue = fusion.languages if fusion else []
         readings = [analyze(text, lang)] if certain else readings_of(text, [lang, *catalogue])
-        terms = list(dict.fromkeys(t for r in readings for t in r))
+        terms = union_of(readings)
         group = fusion.group_of([lang]) if fusion else OTHER
         mask = allowed_mask(served, allowed_rows)
         cands = gather(
@@ -158,10 +157,10 @@ class HybridRanker:
             use_image=mode != "text",
             use_text=mode != "image",
         )
-        if mode == "image" or fusion is None:
+        if mode == "image":  # the photos' cosines
             scores, params = cands.features[:, 0].copy(), None
-            if fusion is None and mode != "image":  # nothing calibrated (too little text): RRF, no labels
-                scores = rrf(cands, mode)
+        elif fusion is None:  # nothing calibrated (too little text): reciprocal-rank fusion
+            scores, params = rrf(cands, mode), None
         else:
             scores, params = fusion.score(cands, mode, group), fusion.params(mode, group)
         order = np.argsort(-scores, kind="stable")
@@ -215,11 +214,7 @@ class HybridRanker:
             explain,
         )
         label = label_of(top, params) if top is not None else None
-        image_scores = [float(cands.features[i, 0]) for i in chosen[page]]
-        top_image = float(cands.features[:, 0].max()) if len(cands) and mode != "text" else None
-        return HybridPage(
-            hits, label, params, top, search_s, len(cands), rerank_s, head, image_scores, top_image
-        )
+        return HybridPage(hits, label, params, search_s, rerank_s, head)
 
     def _hits(
         self,
