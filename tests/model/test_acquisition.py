@@ -27,7 +27,6 @@ from model.acquisition import (
 from model.acquisition_format import AcquirerConfig, acquired_languages
 from model.add_language import AddLanguageError, add_language
 from model.evaluation import evaluate_encoder
-from model.export import export_onnx
 from model.language_baseline import full_finetune_baseline
 from model.language_training import LanguageData, LanguageTrainConfig, train_acquirer
 from model.modeling import CCRkModel
@@ -35,12 +34,12 @@ from model.parallel_corpus import pairs_from_catalogue, write_pairs_tsv
 from model.preprocessing import ImagePreprocessor
 from model.runtime import EncoderError, load_encoder
 from model.runtime.torch_runtime import TorchEncoder
-from model.tokenization import load_tokenizer, train_tokenizer
+from model.tokenization import load_tokenizer
 from model.training_data import load_captioned_images
 from store.manifest import model_fingerprint
 from synthetic.catalogue import load_split
 from synthetic.lexicons import ADDED_LANGUAGES, LANGUAGES
-from tests.tiny import tiny_config
+from tests.model.tiny_base import save_tiny_base
 
 STEPS = LanguageTrainConfig(steps_nlt=40, steps_le=60, batch_size=16, learning_rate=3e-3, warmup_steps=5)
 N_ITEMS = 40
@@ -70,13 +69,7 @@ def catalogue(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def base_dir(tmp_path_factory: pytest.TempPathFactory, catalogue: Path) -> Path:
     """A tiny (untrained) model of the ten languages, with its ONNX export."""
-    path = tmp_path_factory.mktemp("base")
-    torch.manual_seed(0)
-    model = CCRkModel(tiny_config(vocab_size=600, pooling="mean")).eval()
-    texts = [t for r in load_split(catalogue) for lang in LANGUAGES for t in r.captions[lang]]
-    model.save_pretrained(path, train_tokenizer(texts, 600, 32))
-    export_onnx(model, path)
-    return path
+    return save_tiny_base(tmp_path_factory.mktemp("base"), catalogue)
 
 
 @pytest.fixture(scope="module")

@@ -26,15 +26,12 @@ from model.cl2cm import (
     word_mask,
     word_relation,
 )
-from model.export import export_onnx
 from model.language_training import LanguageTrainConfig
-from model.modeling import CCRkModel
 from model.runtime import load_encoder
-from model.tokenization import train_tokenizer
 from store.manifest import model_fingerprint
 from synthetic.catalogue import load_split
 from synthetic.lexicons import LANGUAGES
-from tests.tiny import tiny_config
+from tests.model.tiny_base import save_tiny_base
 
 N_ITEMS = 40
 
@@ -143,13 +140,7 @@ def catalogue(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def base_dir(tmp_path_factory: pytest.TempPathFactory, catalogue: Path) -> Path:
-    path = tmp_path_factory.mktemp("base")
-    torch.manual_seed(0)
-    model = CCRkModel(tiny_config(vocab_size=600, pooling="mean")).eval()
-    texts = [t for r in load_split(catalogue) for lang in LANGUAGES for t in r.captions[lang]]
-    model.save_pretrained(path, train_tokenizer(texts, 600, 32))
-    export_onnx(model, path)
-    return path
+    return save_tiny_base(tmp_path_factory.mktemp("base"), catalogue)
 
 
 def files_of(root: Path) -> dict[str, bytes]:
