@@ -279,17 +279,31 @@ def test_a_node_removed_under_load_fails_no_request(
     from ray._private import state  # the GCS actor table; ray.util.state needs the dashboard
 
     url, cluster, _ = ray_cluster
-    replicas = [
-        (a["Name"], a["Address"]["NodeID"])
-        for a in state.actors().values()
-        if a["State"] == "ALIVE" and "SERVE_REPLICA" in a["Name"]
-    ]
-    ingress_nodes = {node for name, node in replicas if INGRESS in name}
-    shard_nodes = {node for name, node in replicas if "shard-" in name}
-    victim = next(
-        node for node in sorted(cluster.worker_nodes, key=lambda n: n.node_id)
-        if node.node_id not in ingress_nodes and node.node_id in shard_nodes
-    )  # fmt: skip
+    victim = None
+    # The test before killed a replica of every shard: Serve starts their successors in the background, so
+    # wait (bounded) until every shard has its 3 replicas alive again before choosing the node to remove.
+    deadline = time.monotonic() + 90
+    while victim is None:
+        replicas = [
+            (a["Name"], a["Address"]["NodeID"])
+            for a in state.actors().values()
+            if a["State"] == "ALIVE" and "SERVE_REPLICA" in a["Name"]
+        ]
+        ingress_nodes = {node for name, node in replicas if INGRESS in name}
+        per_shard: dict[str, set[str]] = {}
+        for name, node in replicas:
+            if "shard-" in name:
+                per_shard.setdefault(name.split("#")[1], set()).add(node)
+        if len(per_shard) == SHARDS and all(len(nodes) == 3 for nodes in per_shard.values()):
+            shard_nodes = set.union(*per_shard.values())
+            victim = next(
+                (node for node in sorted(cluster.worker_nodes, key=lambda n: n.node_id)
+                 if node.node_id not in ingress_nodes and node.node_id in shard_nodes),
+                None,
+            )  # fmt: skip
+        if victim is None:
+            assert time.monotonic() < deadline, f"replicas not back on every node within 90 s: {replicas}"
+            time.sleep(0.5)
     try:
         with Load(url, sharded_root[1]) as load:
             time.sleep(1.0)
