@@ -19,7 +19,7 @@ PHOTOS ?=
 # A make value as one shell word (single quotes; a quote inside written '\''): folder names with spaces.
 shell_word = '$(subst ','\'',$(1))'
 
-.PHONY: install demo demo-index demo-eval serve photos train-demo test lint docs docs-serve clean
+.PHONY: install demo demo-index demo-eval serve photos train-demo test lint docs docs-serve gpu-check clean
 
 install: $(VENV)/.installed
 
@@ -84,6 +84,24 @@ docs: install
 # The same, served on http://127.0.0.1:$(DOCS_PORT) and rebuilt on every change until Ctrl-C.
 docs-serve: install
 	$(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:$(DOCS_PORT)
+
+# Every GPU path checked on a machine with a CUDA GPU (bench/gpu_check.py: faiss-gpu against the CPU index, the
+# ONNX CUDA provider against the CPU one, 50 steps of CUDA training and a resume, the index and search
+# benchmarks in short modes), in about 8 minutes, ending with one summary line; the figures go to
+# bench/results/gpu-check-<date>.json. It first swaps the venv's onnxruntime and faiss-cpu for the CUDA builds
+# pinned in deploy/requirements/gpu.txt. GPU_CHECK_PYTHON=python3 runs it with an interpreter that already
+# has the project's packages and the GPU builds (a GPU image), installing nothing. No GPU: exit 2 at once.
+GPU_CHECK_PYTHON ?=
+gpu-check:
+	@nvidia-smi -L >/dev/null 2>&1 || { echo "gpu-check: FAILED: no CUDA GPU on this machine (nvidia-smi is missing or lists no GPU); nothing was checked" >&2; exit 2; }
+ifeq ($(GPU_CHECK_PYTHON),)
+	$(MAKE) install
+	$(PIP) uninstall --quiet --yes onnxruntime faiss-cpu
+	grep -E '^(onnxruntime-gpu|faiss-gpu)' deploy/requirements/gpu.txt | xargs $(PIP) install --quiet
+	$(PY) bench/gpu_check.py $(GPU_CHECK_ARGS)
+else
+	$(GPU_CHECK_PYTHON) bench/gpu_check.py $(GPU_CHECK_ARGS)
+endif
 
 clean:
 	rm -rf $(VENV) artifacts site .pytest_cache .ruff_cache

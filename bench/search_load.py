@@ -458,9 +458,12 @@ def serve(
         }
     )
     env.update(dict(item.split("=", 1) for item in os.environ.get("BENCH_SERVER_ENV", "").split()))
+    script = Path(sys.executable).parent / "ccrk"
+    # Without the console script (a checkout on PYTHONPATH, as `make gpu-check` runs on a GPU image): -m.
+    ccrk = [str(script)] if script.is_file() else [sys.executable, "-m", "ccrk_cli"]
     proc = subprocess.Popen(
         [
-            str(Path(sys.executable).parent / "ccrk"),
+            *ccrk,
             "serve",
             "--port",
             str(port),

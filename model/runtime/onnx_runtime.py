@@ -5,6 +5,8 @@ each other)."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -55,11 +57,23 @@ def execution_providers(device: str) -> list[str]:
     providers = ["CPUExecutionProvider"]
     if device in ("auto", "cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
         providers.insert(0, "CUDAExecutionProvider")
+        _preload_cuda_libraries()
     elif device == "cuda":
         raise EncoderError(
             "device 'cuda' requested but onnxruntime has no CUDA provider (install onnxruntime-gpu)"
         )
     return providers
+
+
+@functools.cache
+def _preload_cuda_libraries() -> None:
+    """Load the CUDA and cuDNN libraries of the nvidia-* wheels (installed with torch or onnxruntime-gpu's
+    cuda extra) before the first CUDA session: onnxruntime-gpu does not find them on the library path by
+    itself, and without them the session silently runs on the CPU. Once per process."""
+    preload = getattr(ort, "preload_dlls", None)  # onnxruntime-gpu >= 1.21
+    if preload is not None:
+        with contextlib.suppress(Exception):  # best effort: libraries on the system path work without it
+            preload(msvc=False)
 
 
 def _text_tokenizer(path: Path, max_length: int, pad_id: int) -> Tokenizer:
@@ -127,6 +141,13 @@ class OnnxEncoder:
         self.fusion_outputs = frozenset(o.name for o in self._fusion.get_outputs())
         self.capabilities = ModelCapabilities(rerank=True, fusion_outputs=self.fusion_outputs)
         self.device = "cuda" if self._text.get_providers()[0] == "CUDAExecutionProvider" else "cpu"
+        if (
+            device == "cuda" and self.device != "cuda"
+        ):  # ONNX Runtime falls back to the CPU with a log line only
+            raise EncoderError(
+                "device 'cuda' requested but ONNX Runtime's CUDA provider did not start (CUDA or cuDNN"
+                " libraries not found: see its log above)"
+            )
         tokenizer_file = model_dir / "tokenizer.json"
         if not tokenizer_file.is_file():
             raise EncoderError(f"{model_dir} has no tokenizer.json")
