@@ -5,9 +5,11 @@
 Five checks, each independent (one failing or missing does not stop the others), in this order:
 - ``faiss_gpu``: faiss-gpu builds an exact (Flat) and an IVF index on the GPU through the indexer's own
   ``build_faiss_index``; the GPU's exact answers equal the CPU's (ids, scores within 1e-4) and the IVF
-  index built on the GPU keeps the CPU-built one's recall@10 against exact search (within 0.01).
-- ``onnx_cuda``: ONNX Runtime's CUDA execution provider encodes the default model's texts and images and
-  scores its fusion pairs within 1e-3 of the CPU provider; with its batch timings on both.
+  index built on the GPU keeps the CPU-built one's recall@10 against exact search (within 0.02: k-means on
+  the GPU sums in another order, so its centroids differ slightly).
+- ``onnx_cuda``: ONNX Runtime's CUDA execution provider encodes the default model's texts and images
+  within 1e-3 of the CPU provider (the embeddings, absolute), and its hidden states, image tokens and fusion
+  scores within 1e-3 of their own scale; with the batch timings of both, and the same with TF32 off.
 - ``cuda_training``: 50 steps of the demo architecture trained on CUDA (AMP) straight, twice, and 25 steps
   then a resumed run to 50 from the checkpoint: the resumed run starts at step 25 and ends at the straight
   run's weights, within 10x the difference between the two straight runs (CUDA's atomic adds make runs
@@ -156,8 +158,8 @@ def check_faiss_gpu(n: int = 200_000, d: int = 256) -> dict[str, Any]:
         )
     if built["gpu"]["device"] != "gpu":
         problems.append(f"IVF build fell back to the CPU: {built['gpu']['fallback']}")
-    if abs(built["gpu"]["recall_at_10"] - built["cpu"]["recall_at_10"]) > 0.01:
-        problems.append("the GPU-built IVF index's recall differs from the CPU-built one's by more than 0.01")
+    if abs(built["gpu"]["recall_at_10"] - built["cpu"]["recall_at_10"]) > 0.02:
+        problems.append("the GPU-built IVF index's recall differs from the CPU-built one's by more than 0.02")
     if problems:
         raise CheckFailed("; ".join(problems), figures)
     return figures
@@ -185,7 +187,10 @@ def check_onnx_cuda(work: Path, device: str) -> dict[str, Any]:
     first_texts = [next(iter(rec["captions"].values()))[0] for rec in records]  # one per image, for fusion
     images = [Image.open(work / "catalogue" / rec["image"]).convert("RGB") for rec in records]
     encoders = {"cpu": OnnxEncoder(DEFAULT_MODEL_DIR, device="cpu", threads=4),
-                "gpu": OnnxEncoder(DEFAULT_MODEL_DIR, device=device, threads=4)}  # fmt: skip
+                "gpu": OnnxEncoder(DEFAULT_MODEL_DIR, device=device, threads=4),
+                # The CUDA provider's default multiplies in TF32; this one in fp32, to tell the two apart.
+                "gpu_fp32": OnnxEncoder(DEFAULT_MODEL_DIR, device=device, threads=4,
+                                        cuda_options={"use_tf32": "0"})}  # fmt: skip
     figures: dict[str, Any] = {
         "texts": len(texts),
         "images": len(images),
@@ -212,13 +217,28 @@ def check_onnx_cuda(work: Path, device: str) -> dict[str, Any]:
             "texts": round((t1 - t0) * 1e3, 1), "images": round((t2 - t1) * 1e3, 1),
             "fusion_pairs": round((t3 - t2) * 1e3, 1),
         }  # fmt: skip
-    diffs = {k: float(np.abs(outputs["cpu"][k] - outputs["gpu"][k]).max()) for k in outputs["cpu"]}
-    figures["max_abs_diff"] = diffs
+    cpu_out = outputs["cpu"]
+    for name in ("gpu", "gpu_fp32"):
+        figures[f"{name}_max_abs_diff"] = {
+            k: float(np.abs(cpu_out[k] - v).max()) for k, v in outputs[name].items()
+        }
+        # Relative to the output's own scale (hidden states and fusion logits are not unit vectors).
+        figures[f"{name}_max_rel_diff"] = {
+            k: float(np.abs(cpu_out[k] - v).max() / max(1e-12, float(np.abs(cpu_out[k]).max())))
+            for k, v in outputs[name].items()
+        }
     if encoders["gpu"].device != device:
         raise CheckFailed(f"the {device} provider did not start: the session runs on the CPU", figures)
-    worst = max(diffs.values())
-    if worst > ONNX_TOLERANCE:
-        raise CheckFailed(f"CUDA output differs from the CPU's by {worst:.2e} (> {ONNX_TOLERANCE})", figures)
+    # The encodings (the embeddings that are stored and searched) within 1e-3 absolute; the other outputs
+    # within 1e-3 of their own scale.
+    bad = [
+        f"{k} {v:.2e}"
+        for k, v in figures["gpu_max_abs_diff"].items()
+        if k.endswith("embeds") and v > ONNX_TOLERANCE
+    ]
+    bad += [f"{k} {v:.2e} (relative)" for k, v in figures["gpu_max_rel_diff"].items() if v > ONNX_TOLERANCE]
+    if bad:
+        raise CheckFailed(f"CUDA output differs from the CPU's: {', '.join(bad)}", figures)
     return figures
 
 

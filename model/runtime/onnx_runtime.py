@@ -10,6 +10,7 @@ import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -103,7 +104,10 @@ class OnnxEncoder:
         int8: bool = False,
         int8_limits: Int8Limits | None = None,
         fusion_threads: int | None = None,
+        cuda_options: dict[str, str] | None = None,
     ) -> None:
+        """``cuda_options``: options of ONNX Runtime's CUDA provider (e.g. ``{"use_tf32": "0"}`` for full
+        fp32 matrix products; the provider's default uses TF32 on Ampere and newer)."""
         onnx_dir = model_dir / ONNX_DIR
         manifest_path = onnx_dir / EXPORT_MANIFEST
         if not manifest_path.is_file():
@@ -118,7 +122,9 @@ class OnnxEncoder:
         if "temperature" not in manifest:
             raise EncoderError(f"{manifest_path} has no 'temperature'; re-run `ccrk export onnx`")
         self.temperature = float(manifest["temperature"])
-        providers = execution_providers(device)
+        providers: list[Any] = list(execution_providers(device))
+        if cuda_options and providers[0] == "CUDAExecutionProvider":
+            providers[0] = ("CUDAExecutionProvider", dict(cuda_options))
         options = session_options(threads)
         graphs = dict(manifest["graphs"])
         # Why int8 was asked for but not used (its measured cost is unknown or above the limits).
@@ -160,7 +166,7 @@ class OnnxEncoder:
         self.acquirers_digest: str | None = acquirers_digest(model_dir)
 
     def _load_acquirers(
-        self, model_dir: Path, onnx_dir: Path, options: ort.SessionOptions, providers: list[str]
+        self, model_dir: Path, onnx_dir: Path, options: ort.SessionOptions, providers: list[Any]
     ) -> dict[str, tuple[Tokenizer, ort.InferenceSession]]:
         dirs = acquirer_dirs(model_dir)
         if not dirs:
