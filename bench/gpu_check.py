@@ -372,6 +372,30 @@ def run_check(name: str, fn: Callable[[], dict[str, Any]]) -> CheckResult:
     return result
 
 
+def run_isolated(name: str, argv: list[str], work: Path, timeout_s: float) -> CheckResult:
+    """``name`` in a process of its own: a CUDA library that aborts (a faiss assertion, a kernel image
+    missing for this GPU) fails that check, not the run, and the others still run."""
+    print(f"gpu-check: {name} ...", flush=True)
+    out = work / f"check-{name}.json"
+    out.unlink(missing_ok=True)
+    started = time.perf_counter()
+    command = [sys.executable, str(Path(__file__).resolve()), *argv, "--child", name, "--child-out", str(out)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
+        stderr, code = done.stderr, done.returncode
+    except subprocess.TimeoutExpired as exc:
+        stderr, code = str(exc.stderr or ""), None
+    if out.is_file():
+        result = CheckResult(**json.loads(out.read_text(encoding="utf-8")))
+    else:
+        why = f"ran past {timeout_s:.0f} s" if code is None else f"its process died (exit {code})"
+        lines = [line for line in stderr.splitlines() if line.strip()]
+        result = CheckResult(name, "fail", reason=f"{why}: {' | '.join(lines[-3:])}"[:800])
+    result.seconds = round(time.perf_counter() - started, 1)
+    print(f"gpu-check: {name} {result.status} in {result.seconds} s {result.reason}", flush=True)
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -389,6 +413,8 @@ def main() -> int:
         help="cpu: a rehearsal of the script itself on a machine without a GPU (every 'GPU' side runs on"
         " the CPU; the figures are not GPU figures and go to --work, never to bench/results)",
     )  # fmt: skip
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)  # one check, in its own process
+    parser.add_argument("--child-out", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     gpu = gpu_present() if args.device == "cuda" else "rehearsal on the CPU (no GPU checked)"
     if gpu is None:
@@ -400,8 +426,9 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     if args.device == "cpu":
         args.out = work / "gpu-check-rehearsal.json"
-    env = environment()
-    print(json.dumps(env), flush=True)
+    env = {} if args.child else environment()
+    if env:
+        print(json.dumps(env), flush=True)
     checks: dict[str, Callable[[], dict[str, Any]]] = {
         "faiss_gpu": check_faiss_gpu,
         "onnx_cuda": lambda: check_onnx_cuda(work, args.device),
@@ -413,7 +440,14 @@ def main() -> int:
     unknown = sorted(set(chosen) - set(checks))
     if unknown:
         parser.error(f"--only: unknown checks {unknown}; known: {', '.join(checks)}")
-    results = [run_check(name, checks[name]) for name in chosen]
+    if args.child:
+        result = run_check(args.child, checks[args.child])
+        args.child_out.write_text(json.dumps(asdict(result), default=str), encoding="utf-8")
+        return 0
+    argv = ["--work", str(work), "--device", args.device, "--bench-timeout-s", str(args.bench_timeout_s),
+            "--catalogue-items", str(args.catalogue_items), "--vectors", str(args.vectors),
+            "--load-items", str(args.load_items)]  # fmt: skip
+    results = [run_isolated(name, argv, work, 2 * args.bench_timeout_s + 60) for name in chosen]
     document = {
         "command": "make gpu-check", "date": today, "nvidia_smi": gpu, "environment": env,
         "seconds": round(time.perf_counter() - started, 1), "checks": [asdict(r) for r in results],
