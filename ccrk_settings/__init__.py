@@ -88,6 +88,12 @@ class Settings(BaseSettings):
         0.95, gt=0.0, le=1.0, description="ANN recall@10 vs exact search to tune for."
     )
     exact_max_items: int = Field(50_000, ge=0, description="Collections up to this size get an exact index.")
+    index_gpu: bool = Field(
+        False,
+        description="Train and fill flat and IVF indexes with faiss-gpu when it sees a GPU (HNSW is built on"
+        " the CPU either way). Off by default: it needs a faiss-gpu build with kernels for the GPU, and"
+        " PyPI's faiss-gpu-cu12 1.14.1 has none for Hopper (H100/H200) and aborts there (`make gpu-check`).",
+    )
     memory_budget_mb: int = Field(4096, ge=1, description="Memory budget of the ANN index, drives its type.")
     rerank_dtype: Literal["fp16", "int8"] = Field("fp16", description="Storage of the re-rank patch tokens.")
     index_batch_size: int = Field(64, ge=1, description="Images per encoder batch when indexing.")

@@ -58,7 +58,9 @@ def write_ann_index(
         plan = choose_index(
             n, d, exact_max_items=settings.exact_max_items, memory_budget_mb=memory_budget_mb, factory=factory
         )
-        index, notes = build_faiss_index(files.embeddings(), plan)
+        index, notes = build_faiss_index(
+            files.embeddings(), plan, use_gpu=None if settings.index_gpu else False
+        )
     except (ValueError, RuntimeError) as exc:
         raise BuildError(f"cannot build index {factory or ''}{where}: {str(exc).splitlines()[0]}") from exc
     files.write_index(index)
