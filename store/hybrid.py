@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from store.product_vectors import ChannelHits
+from store.product_vectors import ChannelHits, positions_of
 from store.products import ProductChannels
 
 FEATURES = ("image", "text", "lexical", "bm25")
@@ -72,8 +72,7 @@ class Candidates:
 def _ranks(rows: np.ndarray, hits: ChannelHits) -> np.ndarray:
     """Each candidate row's rank in a channel's list (best first, so also its index into the hits), -1
     when not in it."""
-    lookup = {int(o): i for i, o in enumerate(hits.owners.tolist())}
-    return np.asarray([lookup.get(int(r), -1) for r in rows.tolist()], np.int64)
+    return positions_of(rows, hits.owners)
 
 
 def gather(

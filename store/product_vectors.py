@@ -39,6 +39,19 @@ def best_per_owner(owners: np.ndarray, scores: np.ndarray, via: np.ndarray) -> C
     return ChannelHits(owners[best], scores[best].astype(np.float32), via[best])
 
 
+def positions_of(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Each value's index in ``keys`` (unique, any order), -1 where it is not there."""
+    out = np.full(values.size, -1, np.int64)
+    if keys.size == 0 or values.size == 0:
+        return out
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    at = np.minimum(np.searchsorted(sorted_keys, values), sorted_keys.size - 1)
+    found = sorted_keys[at] == values
+    out[found] = order[at[found]]
+    return out
+
+
 class GroupedVectors:
     """One grouped vector set (photos, their visual embeddings, or text values) with its ANN index."""
 
@@ -75,11 +88,8 @@ class GroupedVectors:
             return scores, via
         sims = np.asarray(self.vectors[rows], np.float32) @ query
         hits = best_per_owner(self.owners[rows], sims, rows)
-        pos = {int(p): i for i, p in enumerate(products.tolist())}
-        for owner, score, row in zip(
-            hits.owners.tolist(), hits.scores.tolist(), hits.via.tolist(), strict=True
-        ):
-            scores[pos[owner]], via[pos[owner]] = score, row
+        at = positions_of(hits.owners, products)
+        scores[at], via[at] = hits.scores, hits.via
         return scores, via
 
     def search(

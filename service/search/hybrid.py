@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -111,9 +112,20 @@ def sorted_by_field(pairs: list[tuple[int, dict[str, Any]]], name: str, order: s
 class HybridRanker:
     """Thread-safe."""
 
+    def __init__(self) -> None:
+        # Each served version's fusion model, parsed once (not on every query); dropped with the version.
+        self._models: weakref.WeakKeyDictionary[ProductChannels, FusionModel | None] = (
+            weakref.WeakKeyDictionary()
+        )
+
     def fusion(self, channels: ProductChannels) -> FusionModel | None:
-        data = channels.info.fusion
-        return FusionModel.from_dict(data) if data else None
+        try:
+            return self._models[channels]
+        except KeyError:
+            data = channels.info.fusion
+            model = FusionModel.from_dict(data) if data else None
+            self._models[channels] = model  # two threads may both parse it: the same result
+            return model
 
     def text(
         self,
@@ -184,29 +196,35 @@ class HybridRanker:
         else:
             quality = match_scores(cands, params, mode, scores) if params is not None else scores
         top = float(quality[order[0]]) if order.size else None
-        labels = [label_of(float(quality[i]), params) for i in order.tolist()]
-        keep = list(range(order.size))
         cut = "weak" if (sort is not None and min_score == "auto") else min_score
-        if cut == "weak":
-            keep = [j for j in keep if labels[j] != "none"]
-        elif cut == "strong":
-            keep = [j for j in keep if labels[j] == "strong"]
+        ordered = order
+        if cut in ("weak", "strong") and params is not None and params.none_below is not None:
+            # The labels' rule (label_of) on the whole array: "weak" keeps all but none, "strong" only strong.
+            strong_from = params.strong_from if params.strong_from is not None else math.inf
+            q = quality[order]
+            strong = q >= strong_from
+            ordered = order[strong | ~(q < params.none_below)] if cut == "weak" else order[strong]
+        elif cut == "strong":  # nothing calibrated: no label is strong
+            ordered = order[:0]
         elif not isinstance(cut, str):
-            keep = [j for j in keep if scores[order[j]] >= cut]
-        chosen = [int(order[j]) for j in keep]
-        items = served.items([int(cands.rows[i]) for i in chosen])
-        if sort is not None:
-            paired = sorted_by_field(list(zip(chosen, items, strict=True)), sort.field, sort.order)
-            chosen, items = [p[0] for p in paired], [p[1] for p in paired]
+            ordered = order[scores[order] >= cut]
+        chosen = ordered.tolist()
         page = slice(offset, offset + top_k)
+        if sort is not None:  # sorted by a field: every kept candidate's metadata
+            items = served.items([int(cands.rows[i]) for i in chosen])
+            paired = sorted_by_field(list(zip(chosen, items, strict=True)), sort.field, sort.order)
+            chosen, items = [p[0] for p in paired][page], [p[1] for p in paired][page]
+        else:  # only the page's
+            chosen = chosen[page]
+            items = served.items([int(cands.rows[i]) for i in chosen])
         hits = self._hits(
             channels,
             cands,
             scores,
             rerank_scores,
             quality,
-            chosen[page],
-            items[page],
+            chosen,
+            items,
             offset,
             params,
             fusion,
