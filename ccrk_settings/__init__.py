@@ -216,6 +216,13 @@ class Settings(BaseSettings):
     cache_ttl_s: int = Field(3600, ge=1, description="Lifetime of cached results in Redis.")
     rerank: bool = Field(True, description="Re-rank with the fusion encoder unless a request says otherwise.")
     rerank_k: int = Field(128, ge=1, le=512, description="Candidates re-ranked by default.")
+    rerank_policy: Literal["adaptive", "full"] = Field(
+        "adaptive",
+        description="How many of a re-ranked query's rerank_k candidates the fusion encoder scores: "
+        "'adaptive' decides per query from the dual encoder's score gaps, by thresholds calibrated on "
+        "the index when it was built (none when the answer is clear; versions built without captions "
+        "are re-ranked in full); 'full' always scores rerank_k.",
+    )
     rerank_score: Literal["dual_plus_margin", "itm_logit"] = Field(
         "dual_plus_margin",
         description="How the shortlist is re-ordered: dual logit plus match log-odds (the product's), or the "

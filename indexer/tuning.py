@@ -1,5 +1,6 @@
 """Tuning and measuring a staged version as the service will search it: search parameters for the target
-recall@10 on held-out queries, text->image recall per language, and the match calibration thresholds."""
+recall@10 on held-out queries, text->image recall per language, the match calibration thresholds and the
+re-rank policy's gaps."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from ccrk_settings import Settings
 from indexer.ann import IndexPlan, tune_search_params
 from indexer.match_calibration import RECALIBRATE_MIN_CAPTIONED, calibrate_version
 from indexer.report import BuildReport
+from indexer.rerank_policy import calibrate_version as calibrate_rerank_policy
 from indexer.sources import SourceItem
 from model.runtime import Encoder
 from store.manifest import IndexManifest
@@ -120,6 +122,11 @@ def measure_quality(
     # would replace caption-calibrated thresholds by a tiny sample or by noise-only ones).
     if not manifest.match_calibration or len(captioned) >= RECALIBRATE_MIN_CAPTIONED:
         manifest.match_calibration = calibrate_version(index, encoder, captions).to_dict()
+        # The re-rank policy's gaps likewise (``indexer.rerank_policy``); none without captions.
+        policy = calibrate_rerank_policy(index, encoder, captions) if manifest.rerank.get("tokens") else None
+        manifest.rerank = {k: v for k, v in manifest.rerank.items() if k != "policy"}
+        if policy is not None:
+            manifest.rerank["policy"] = policy.to_dict()
 
 
 def tune_staged(
