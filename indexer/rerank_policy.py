@@ -11,15 +11,15 @@ depth's calibrated ``min_gap``; the smallest such depth wins, and a query that c
 full. Depth 0 means the dual order is kept (the response is not re-ranked).
 
 Calibration, with no relevance labels: caption queries of the collection (pseudo-queries, one caption each
-of up to ``CALIBRATION_QUERIES`` items) are re-ranked in full; for each, the dual rank of the full
-re-rank's winner is known, and depth ``d`` gives the same top result exactly when that rank is below
-``max(d, 1)``. Each depth's ``min_gap`` is the smallest gap above which at most ``DISAGREEMENT_BUDGET /
-len(DEPTHS)`` of the queries would get another top result than the full re-rank (``measured`` records the
-agreement with the full re-rank and the candidates scored per query by two-fold cross-validation). The
-disagreement budget is conservative for R@1: where a full re-rank changes the top result, it is not always
-to the right one (on the demo catalogue, seed 7, the full re-rank's R@1 was below the dual encoder's). A
-version without captions, or a model without a fusion encoder, gets no policy, and the service then
-re-ranks in full.
+of up to ``CALIBRATION_QUERIES`` items, two per item at most) are re-ranked in full; for each, the dual
+rank of the full re-rank's winner is known, and depth ``d`` gives the same top result exactly when that
+rank is below ``max(d, 1)``. Each depth's ``min_gap`` is the smallest gap above which at most
+``DISAGREEMENT_BUDGET / len(DEPTHS)`` of the queries would get another top result than the full re-rank
+(``measured``: the agreement with the full re-rank and the candidates scored per query, by two-fold
+cross-validation). The budget is conservative for R@1: where a full re-rank changes the top result, it is
+not always to the right one (on the demo catalogue, seed 7, the full re-rank's R@1 was below the dual
+encoder's). A version without captions, or a model without a fusion encoder, gets no policy, and the
+service then re-ranks in full.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ from store.reader import SearchableIndex
 
 DEPTHS: tuple[int, ...] = (0, 16, 32)  # the ladder below a full re-rank (``rerank_k``, 128 by default)
 CALIBRATION_K = 128  # candidates re-ranked in full while calibrating (the service's default rerank_k)
-CALIBRATION_QUERIES = 300  # caption queries re-ranked in full
+CALIBRATION_QUERIES = 300  # caption queries re-ranked in full (~7 s of a build on 2 cores, demo model)
+QUERIES_PER_ITEM = 2  # and at most this many per live item (a small collection's build stays quick)
 # At most this share of calibration queries may get another top result than a full re-rank, shared equally
 # between the depths: the target is at most 0.5 points of R@1 lost, and half of it is kept as margin.
 DISAGREEMENT_BUDGET = 0.0025
@@ -220,7 +221,7 @@ def calibrate_version(
     re-rank store."""
     if not encoder.capabilities.rerank:
         return None
-    texts = calibration_texts(captions, seed)
+    texts = calibration_texts(captions, seed)[: QUERIES_PER_ITEM * len(index)]
     if len(texts) < 8:
         return None
     scores, _, combined = full_reranks(index, encoder, texts, k=max(1, min(CALIBRATION_K, len(index))))

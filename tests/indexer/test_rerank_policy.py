@@ -141,7 +141,7 @@ def test_a_build_records_a_cross_validated_policy(settings: Settings, catalogue:
         recorded = idx.manifest.rerank["policy"]
     policy = RerankPolicy.from_dict(recorded)
     assert policy.depths == DEPTHS and policy.score == "dual_plus_margin"
-    # 40 items: the calibration re-ranks 40 candidates for each of 300 of its 400 first captions.
-    assert policy.measured["queries"] == 300 and policy.measured["full_candidates"] == 40
+    # 40 items: the calibration re-ranks all 40 for 80 of their 400 first captions (two per item).
+    assert policy.measured["queries"] == 80 and policy.measured["full_candidates"] == 40
     assert 0.0 <= policy.measured["cv_mean_candidates"] <= 40
     assert policy.measured["cv_top1_agreement"] >= 0.9
