@@ -641,6 +641,7 @@ def main() -> None:
         "client_nice": client_nice,
         "seconds_per_point": args.seconds,
         "command": "python bench/search_load.py " + " ".join(sys.argv[1:]),
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],  # other work on the machine
         "policy": policy,
         "rows": rows,
     }
