@@ -22,6 +22,8 @@ from service.cache import EMBEDDING, Cache, pack_texts, unpack_texts
 from service.index_holder import Served
 from service.search.query import digest
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class Ranked:
@@ -53,8 +55,6 @@ class _Shortlist:
     def top_score(self) -> float | None:
         return float(self.scores.max()) if self.scores.size else None
 
-
-log = logging.getLogger(__name__)
 
 RerankPolicyName = Literal["adaptive", "full"]
 
