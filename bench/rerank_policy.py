@@ -12,7 +12,7 @@ exactly (a depth-d re-rank orders the first d candidates by their re-rank scores
 order), so all policies are compared on the same shortlists:
 - dual (no re-rank), fixed depths 16 and 32, full (128), and the calibrated policy (``adaptive``);
 - R@1/R@5/R@10 of the item's own product, top-1 agreement with the full re-rank, candidates scored per
-  query (the fusion encoder's work) and its reduction against full;
+  query (the fusion encoder's work) and its reduction against full; R@1 per query language;
 - fusion time per query: ``score_pairs`` timed at 16, 32 and 128 candidates (median of ``--reps``,
   ``rerank_threads`` threads as the service), weighted by each policy's depths;
 - int8 fusion graph (``onnx/fusion_scorer.int8.onnx``) on the same shortlists: R@1 of its full re-rank and
@@ -162,7 +162,8 @@ def main() -> None:
         rng = np.random.default_rng(args.seed + 1000)
         langs = sorted(records[0].captions)
         picks = rng.permutation(len(records))[: args.queries]
-        texts = [records[i].captions[langs[int(rng.integers(len(langs)))]][1] for i in picks]
+        query_langs = [langs[int(rng.integers(len(langs)))] for _ in picks]
+        texts = [records[i].captions[lang][1] for i, lang in zip(picks, query_langs, strict=True)]
         fp32 = load_encoder(DEFAULT_MODEL_DIR, threads=threads, fusion_threads=fusion_threads)
         with IndexVersion.open(build_settings.index_root, "bench") as index:
             policy = RerankPolicy.from_dict(index.manifest.rerank["policy"])
@@ -207,6 +208,19 @@ def main() -> None:
         for name, d in policies.items():
             rows_out[name]["fusion_ms_per_query"] = mean_fusion_ms(d, per_depth)
         result["held_out_queries"] = n
+        by_lang = np.array(query_langs)
+        per_language = {}
+        for lang in langs:
+            mask = by_lang == lang
+            per_language[lang] = {
+                name: evaluate(d[mask], rows[mask], combined[mask], gold[mask], full_top[mask])["r1"]
+                for name, d in policies.items()
+                if name in ("dual (0)", "full (128)", "adaptive")
+            } | {"queries": int(mask.sum())}
+        result["r1_by_language"] = per_language
+        result["max_language_r1_change_adaptive_vs_full"] = round(
+            max(abs(v["adaptive"] - v["full (128)"]) for v in per_language.values()), 2
+        )
         result["policies"] = rows_out
         result["fusion_ms_by_depth_fp32"] = per_depth
         if int8_combined is not None:
