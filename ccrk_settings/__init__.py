@@ -90,6 +90,14 @@ class Settings(BaseSettings):
     exact_max_items: int = Field(50_000, ge=0, description="Collections up to this size get an exact index.")
     memory_budget_mb: int = Field(4096, ge=1, description="Memory budget of the ANN index, drives its type.")
     rerank_dtype: Literal["fp16", "int8"] = Field("fp16", description="Storage of the re-rank patch tokens.")
+    rerank_policy_queries: int = Field(
+        300,
+        ge=0,
+        le=5000,
+        description="Caption queries a build re-ranks in full to calibrate the adaptive re-rank policy (at"
+        " most two per item; 300 cost the demo model ~13 CPU-seconds); 0: none, and the service re-ranks"
+        " that version in full.",
+    )
     index_batch_size: int = Field(64, ge=1, description="Images per encoder batch when indexing.")
     index_workers: int = Field(2, ge=0, description="Decode worker processes when indexing (0: in process).")
     shard_size: int = Field(2048, ge=1, description="Items per embedding shard (the unit of resume).")

@@ -37,7 +37,7 @@ from store.reader import SearchableIndex
 
 DEPTHS: tuple[int, ...] = (0, 16, 32)  # the ladder below a full re-rank (``rerank_k``, 128 by default)
 CALIBRATION_K = 128  # candidates re-ranked in full while calibrating (the service's default rerank_k)
-CALIBRATION_QUERIES = 300  # caption queries re-ranked in full (~7 s of a build on 2 cores, demo model)
+CALIBRATION_QUERIES = 300  # caption queries re-ranked in full (demo model: ~13 CPU-seconds of a build)
 QUERIES_PER_ITEM = 2  # and at most this many per live item (a small collection's build stays quick)
 # At most this share of calibration queries may get another top result than a full re-rank, shared equally
 # between the depths: the target is at most 0.5 points of R@1 lost, and half of it is kept as margin.
@@ -206,22 +206,29 @@ def full_reranks(
     return scores, rows, combined
 
 
-def calibration_texts(captions: Mapping[str, Sequence[str]], seed: int = 0) -> list[str]:
-    """Up to ``CALIBRATION_QUERIES`` caption queries, spread over the languages."""
+def calibration_texts(
+    captions: Mapping[str, Sequence[str]], seed: int = 0, queries: int = CALIBRATION_QUERIES
+) -> list[str]:
+    """Up to ``queries`` caption queries, spread over the languages."""
     rng = np.random.default_rng(seed)
     pool = [(lang, text) for lang in sorted(captions) for text in captions[lang]]
-    picked = rng.permutation(len(pool))[:CALIBRATION_QUERIES]
+    picked = rng.permutation(len(pool))[:queries]
     return [pool[int(i)][1] for i in picked]
 
 
 def calibrate_version(
-    index: SearchableIndex, encoder: Encoder, captions: Mapping[str, Sequence[str]], seed: int = 0
+    index: SearchableIndex,
+    encoder: Encoder,
+    captions: Mapping[str, Sequence[str]],
+    seed: int = 0,
+    queries: int = CALIBRATION_QUERIES,
 ) -> RerankPolicy | None:
-    """The policy of an opened version from its captions; None without captions, a fusion encoder or a
+    """The policy of an opened version from up to ``queries`` of its captions
+    (``CCRK_RERANK_POLICY_QUERIES``); None without captions (or ``queries`` 0), a fusion encoder or a
     re-rank store."""
     if not encoder.capabilities.rerank:
         return None
-    texts = calibration_texts(captions, seed)[: QUERIES_PER_ITEM * len(index)]
+    texts = calibration_texts(captions, seed, queries)[: QUERIES_PER_ITEM * len(index)]
     if len(texts) < 8:
         return None
     scores, _, combined = full_reranks(index, encoder, texts, k=max(1, min(CALIBRATION_K, len(index))))

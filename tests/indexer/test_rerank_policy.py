@@ -133,9 +133,18 @@ def test_setting_accepts_adaptive_and_full_only(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("CCRK_RERANK_POLICY", "sometimes")
     with pytest.raises(ValidationError, match="rerank_policy"):
         Settings()
+    monkeypatch.delenv("CCRK_RERANK_POLICY")
+    assert Settings().rerank_policy_queries == 300
+    monkeypatch.setenv("CCRK_RERANK_POLICY_QUERIES", "-1")
+    with pytest.raises(ValidationError, match="rerank_policy_queries"):
+        Settings()
 
 
 def test_a_build_records_a_cross_validated_policy(settings: Settings, catalogue: Path) -> None:
+    build("off", [catalogue / "test.jsonl"], settings=settings)  # the fixture's: no calibration
+    with IndexVersion.open(settings.index_root, "off") as idx:
+        assert "policy" not in idx.manifest.rerank
+    settings = settings.model_copy(update={"rerank_policy_queries": 300})
     build("pol", [catalogue / "test.jsonl"], settings=settings)
     with IndexVersion.open(settings.index_root, "pol") as idx:
         recorded = idx.manifest.rerank["policy"]
