@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import platform
@@ -114,11 +115,16 @@ def tune_ef(
     return chosen, recall_at(index.search(queries[half:], 10)[1], exact[half:], 10)
 
 
-def build_index(root: Path, n: int, texts: list[str], target_recall: float, seed: int = 0) -> str:
+def build_index(
+    root: Path, n: int, texts: list[str], target_recall: float, seed: int = 0, policy: dict | None = None
+) -> str:
     """HNSW over ``n`` synthetic items around real image embeddings (cosine ~0.9 to their centre), built as
     the indexer builds it, efSearch tuned to ``target_recall`` on real text queries, published like a real
-    build."""
+    build. ``policy``: a re-rank policy for its manifest (``indexer.rerank_policy``), one calibrated on a
+    real catalogue (``--policy-from``): the all-zero re-rank store here would calibrate none worth having."""
     name = f"load{n}-efc{HNSW_EF_CONSTRUCTION}"
+    if policy is not None:
+        name += "-policy-" + hashlib.sha256(json.dumps(policy, sort_keys=True).encode()).hexdigest()[:8]
     if current_version(root, name):
         return name
     rng = np.random.default_rng(seed)
@@ -168,7 +174,13 @@ def build_index(root: Path, n: int, texts: list[str], target_recall: float, seed
             build_seconds=round(build_s, 1),
             skipped=[],
             checksums={},
-            rerank={"dtype": "fp16", "tokens": TOKENS, "width": WIDTH, "bytes_per_image": TOKENS * WIDTH * 2},
+            rerank={
+                "dtype": "fp16",
+                "tokens": TOKENS,
+                "width": WIDTH,
+                "bytes_per_image": TOKENS * WIDTH * 2,
+                **({"policy": policy} if policy is not None else {}),
+            },
             parent_version=None,
             total_rows=n,
         )
@@ -357,6 +369,10 @@ def repeated(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return result
 
 
+def rerank_cell(row: dict[str, Any]) -> str:
+    return f"on ({row.get('rerank_policy') or 'full'})" if row["rerank"] else "off"
+
+
 def p99_cell(row: dict[str, Any]) -> str:
     if "p99_ms_runs" not in row:
         return str(row["p99_ms"])
@@ -446,11 +462,12 @@ def set_nice(value: int) -> int:
 
 
 def serve(
-    root: Path, name: str, port: int, threads: int, workers: int, processes: int
+    root: Path, name: str, port: int, threads: int, workers: int, processes: int, policy: str = "full"
 ) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CCRK_")}
     env.update(
         {
+            "CCRK_RERANK_POLICY": policy,
             "CCRK_THREADS": str(threads),
             "CCRK_CACHE_SIZE": "0",
             "CCRK_SEARCH_WORKERS": str(workers),
@@ -498,6 +515,68 @@ def serve(
     raise SystemExit("the service did not become ready")
 
 
+def measure(
+    args: argparse.Namespace,
+    n: int,
+    name: str,
+    texts: list[str],
+    floor: dict[str, float],
+    rerank_policy: str,
+    rows: list[dict[str, Any]],
+) -> int:
+    """One server (``rerank_policy``) under every load point; its rows appended to ``rows``. Returns the
+    load generator's priority."""
+    set_nice(0)  # the server starts at the normal priority, whatever this process runs at
+    proc = serve(args.root, name, args.port, args.threads, args.workers, args.processes, rerank_policy)
+    client_nice = set_nice(args.client_nice)
+    try:
+        for rerank in (r.strip() == "on" for r in args.rerank.split(",")):
+            bodies = [
+                json.dumps({"query": t, "top_k": 10, "rerank": rerank, "rerank_k": 128}).encode()
+                for t in texts
+            ]
+            points: list[tuple[str, int, float | None]] = [
+                ("closed", int(c), None) for c in args.concurrency.split(",") if c.strip()
+            ]
+            if not rerank:
+                points += [
+                    ("open", args.open_connections, float(r)) for r in args.open_rates.split(",") if r.strip()
+                ]
+            for mode, c, rate in points:
+                server_cpu, client_cpu = tree_cpu_s(proc.pid), time.process_time()
+                if rate is None:
+                    result = asyncio.run(run_load(args.port, bodies, c, args.seconds))
+                else:
+                    runs = [
+                        asyncio.run(run_open_loop(args.port, bodies, c, rate, args.seconds, seed=k))
+                        for k in range(args.open_repeat)
+                    ]
+                    result = repeated(runs)
+                served = result["requests"] + result["warmup_requests"]  # the CPU covers both
+                result["server_cpu_ms_per_request"] = round(
+                    (tree_cpu_s(proc.pid) - server_cpu) * 1000 / max(served, 1), 3
+                )
+                result["client_cpu_ms_per_request"] = round(
+                    (time.process_time() - client_cpu) * 1000 / max(served, 1), 3
+                )
+                row = {
+                    "items": n,
+                    "rerank": rerank,
+                    "rerank_policy": rerank_policy if rerank else None,
+                    "mode": mode,
+                    "concurrency": c,
+                    **result,
+                    "targets": TARGETS.get((c, rerank), {}) if rate in (None, OPEN_TARGET_QPS) else {},
+                    **floor,
+                }
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return client_nice
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -529,66 +608,30 @@ def main() -> None:
         " front ends on other machines, so its own waits for a core must not count as the server's latency;"
         " its CPU still comes out of the same cores. Needs the privilege to raise priority, else stays 0.",
     )
+    parser.add_argument(
+        "--rerank-policy",
+        default="full",
+        help="CCRK_RERANK_POLICY of the server: full, adaptive or full,adaptive (one server each)",
+    )
+    parser.add_argument(
+        "--policy-from",
+        type=Path,
+        help="a bench/rerank_policy.py result: its calibrated policy goes into the bench index's manifest",
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args()
+    policy = json.loads(args.policy_from.read_text())["policy"] if args.policy_from else None
     texts = queries()
     target_recall = Settings().target_recall
     rows = []
     client_nice = 0
     for n in args.items or [100_000]:
-        name = build_index(args.root, n, texts, target_recall)
+        name = build_index(args.root, n, texts, target_recall, policy=policy)
         if args.build_only:
             continue
         floor = floors(args.root, name, texts, args.threads)
-        set_nice(0)  # the server starts at the normal priority, whatever this process runs at
-        proc = serve(args.root, name, args.port, args.threads, args.workers, args.processes)
-        client_nice = set_nice(args.client_nice)
-        try:
-            for rerank in (r.strip() == "on" for r in args.rerank.split(",")):
-                bodies = [
-                    json.dumps({"query": t, "top_k": 10, "rerank": rerank, "rerank_k": 128}).encode()
-                    for t in texts
-                ]
-                points: list[tuple[str, int, float | None]] = [
-                    ("closed", int(c), None) for c in args.concurrency.split(",") if c.strip()
-                ]
-                if not rerank:
-                    points += [
-                        ("open", args.open_connections, float(r))
-                        for r in args.open_rates.split(",")
-                        if r.strip()
-                    ]
-                for mode, c, rate in points:
-                    server_cpu, client_cpu = tree_cpu_s(proc.pid), time.process_time()
-                    if rate is None:
-                        result = asyncio.run(run_load(args.port, bodies, c, args.seconds))
-                    else:
-                        runs = [
-                            asyncio.run(run_open_loop(args.port, bodies, c, rate, args.seconds, seed=k))
-                            for k in range(args.open_repeat)
-                        ]
-                        result = repeated(runs)
-                    served = result["requests"] + result["warmup_requests"]  # the CPU covers both
-                    result["server_cpu_ms_per_request"] = round(
-                        (tree_cpu_s(proc.pid) - server_cpu) * 1000 / max(served, 1), 3
-                    )
-                    result["client_cpu_ms_per_request"] = round(
-                        (time.process_time() - client_cpu) * 1000 / max(served, 1), 3
-                    )
-                    row = {
-                        "items": n,
-                        "rerank": rerank,
-                        "mode": mode,
-                        "concurrency": c,
-                        **result,
-                        "targets": TARGETS.get((c, rerank), {}) if rate in (None, OPEN_TARGET_QPS) else {},
-                        **floor,
-                    }
-                    rows.append(row)
-                    print(json.dumps(row), file=sys.stderr)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+        for rerank_policy in (p.strip() for p in args.rerank_policy.split(",")):
+            client_nice = measure(args, n, name, texts, floor, rerank_policy, rows)
     if args.build_only:
         return
     report = {
@@ -600,6 +643,9 @@ def main() -> None:
         "processes": args.processes,
         "client_nice": client_nice,
         "seconds_per_point": args.seconds,
+        "command": "python bench/search_load.py " + " ".join(sys.argv[1:]),
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],  # other work on the machine
+        "policy": policy,
         "rows": rows,
     }
     print(json.dumps(report, indent=2))
@@ -620,7 +666,7 @@ def main() -> None:
             else f"{r['offered_qps']:g} q/s over {r['concurrency']} conns"
         )
         print(
-            f"| {r['items']:,} | {'on' if r['rerank'] else 'off'} | {load} | {r['p50_ms']} | "
+            f"| {r['items']:,} | {rerank_cell(r)} | {load} | {r['p50_ms']} | "
             f"{r['p95_ms']} | {p99_cell(r)} | {r['qps']} | "
             f"{r['server_encode_ms']} / {r['server_search_ms']} / {r['server_rerank_ms']} / "
             f"{r['server_total_ms']} | {targets or '-'} | "

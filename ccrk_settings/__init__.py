@@ -96,6 +96,14 @@ class Settings(BaseSettings):
     )
     memory_budget_mb: int = Field(4096, ge=1, description="Memory budget of the ANN index, drives its type.")
     rerank_dtype: Literal["fp16", "int8"] = Field("fp16", description="Storage of the re-rank patch tokens.")
+    rerank_policy_queries: int = Field(
+        300,
+        ge=0,
+        le=5000,
+        description="Caption queries a build re-ranks in full to calibrate the adaptive re-rank policy (at"
+        " most two per item; 300 cost the demo model ~13 CPU-seconds); 0: none, and the service re-ranks"
+        " that version in full.",
+    )
     index_batch_size: int = Field(64, ge=1, description="Images per encoder batch when indexing.")
     index_workers: int = Field(2, ge=0, description="Decode worker processes when indexing (0: in process).")
     shard_size: int = Field(2048, ge=1, description="Items per embedding shard (the unit of resume).")
@@ -222,6 +230,13 @@ class Settings(BaseSettings):
     cache_ttl_s: int = Field(3600, ge=1, description="Lifetime of cached results in Redis.")
     rerank: bool = Field(True, description="Re-rank with the fusion encoder unless a request says otherwise.")
     rerank_k: int = Field(128, ge=1, le=512, description="Candidates re-ranked by default.")
+    rerank_policy: Literal["adaptive", "full"] = Field(
+        "adaptive",
+        description="How many of a re-ranked query's rerank_k candidates the fusion encoder scores: "
+        "'adaptive' decides per query from the dual encoder's score gaps, by thresholds calibrated on "
+        "the index when it was built (none when the answer is clear; versions built without captions "
+        "are re-ranked in full); 'full' always scores rerank_k.",
+    )
     rerank_score: Literal["dual_plus_margin", "itm_logit"] = Field(
         "dual_plus_margin",
         description="How the shortlist is re-ordered: dual logit plus match log-odds (the product's), or the "

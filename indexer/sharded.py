@@ -299,7 +299,7 @@ def publish_sharded(
         if recall < target:
             report.notes.append("merged results: " + recall_note(recall, target, "tuned per shard"))
         report.notes.extend(notes)
-        measure_quality(merged, manifest, encoder, captioned)
+        measure_quality(merged, manifest, encoder, captioned, settings.rerank_policy_queries)
     publish = judge(writer.stage, manifest, encoder, captioned, settings, report, gate)
     manifest.build_seconds = round(time.perf_counter() - op.started, 3)
     done = writer.finish(manifest, publish=publish, keep=settings.keep_versions)

@@ -1,5 +1,6 @@
 """Tuning and measuring a staged version as the service will search it: search parameters for the target
-recall@10 on held-out queries, text->image recall per language, and the match calibration thresholds."""
+recall@10 on held-out queries, text->image recall per language, the match calibration thresholds and the
+re-rank policy's gaps."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from ccrk_settings import Settings
 from indexer.ann import IndexPlan, tune_search_params
 from indexer.match_calibration import RECALIBRATE_MIN_CAPTIONED, calibrate_version
 from indexer.report import BuildReport
+from indexer.rerank_policy import CALIBRATION_QUERIES
+from indexer.rerank_policy import calibrate_version as calibrate_rerank_policy
 from indexer.sources import SourceItem
 from model.runtime import Encoder
 from store.manifest import IndexManifest
@@ -106,7 +109,11 @@ def recall_note(recall: float, target: float, params: object) -> str:
 
 
 def measure_quality(
-    index: SearchableIndex, manifest: IndexManifest, encoder: Encoder, captioned: CaptionedRows
+    index: SearchableIndex,
+    manifest: IndexManifest,
+    encoder: Encoder,
+    captioned: CaptionedRows,
+    policy_queries: int = CALIBRATION_QUERIES,
 ) -> None:
     """Text->image recall per language and the match calibration of a staged index as the service will
     search it (one version or the merged shards), into ``manifest``."""
@@ -120,6 +127,15 @@ def measure_quality(
     # would replace caption-calibrated thresholds by a tiny sample or by noise-only ones).
     if not manifest.match_calibration or len(captioned) >= RECALIBRATE_MIN_CAPTIONED:
         manifest.match_calibration = calibrate_version(index, encoder, captions).to_dict()
+        # The re-rank policy's gaps likewise (``indexer.rerank_policy``); none without captions.
+        policy = (
+            calibrate_rerank_policy(index, encoder, captions, queries=policy_queries)
+            if manifest.rerank.get("tokens")
+            else None
+        )
+        manifest.rerank = {k: v for k, v in manifest.rerank.items() if k != "policy"}
+        if policy is not None:
+            manifest.rerank["policy"] = policy.to_dict()
 
 
 def tune_staged(
@@ -138,4 +154,4 @@ def tune_staged(
         recall = tune_version(staged, manifest, plan, queries, settings.target_recall)
         if recall < settings.target_recall:
             report.notes.append(recall_note(recall, settings.target_recall, manifest.search_params))
-        measure_quality(staged, manifest, encoder, captioned)
+        measure_quality(staged, manifest, encoder, captioned, settings.rerank_policy_queries)

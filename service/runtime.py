@@ -148,6 +148,7 @@ class Runtime:
             default_rerank=s.rerank,
             default_rerank_k=s.rerank_k,
             rerank_score=s.rerank_score,
+            rerank_policy=s.rerank_policy,
             max_query_pixels=s.max_query_pixels,
             max_upload_bytes=s.max_upload_mb * 1024 * 1024,
         )

@@ -73,8 +73,10 @@ def write_version(
     fingerprint: str | None = None,
     publish: bool = True,
     name: str = INDEX_NAME,
+    rerank_policy: dict[str, object] | None = None,
 ) -> str:
-    """One index version of (a subset of) the catalogue, through the store's own writer."""
+    """One index version of (a subset of) the catalogue, through the store's own writer; ``rerank_policy``
+    (``indexer.rerank_policy.RerankPolicy.to_dict()``) goes into the manifest as a build records it."""
     rows = list(range(len(catalogue.records))) if rows is None else rows
     embeds = np.ascontiguousarray(catalogue.encoded.embeds[rows], dtype=np.float32)
     tokens = catalogue.encoded.tokens[rows].astype(np.float16)
@@ -109,6 +111,7 @@ def write_version(
                 "tokens": tokens.shape[1],
                 "width": tokens.shape[2],
                 "bytes_per_image": 0,
+                **({} if rerank_policy is None else {"policy": rerank_policy}),
             },
             parent_version=None,
             total_rows=len(rows),

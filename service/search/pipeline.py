@@ -40,7 +40,7 @@ from service.schemas import (
 from service.search.filters import SearchFilters, allowed_rows
 from service.search.hybrid import HybridRanker, channels_of
 from service.search.query import digest, normalise_query
-from service.search.ranking import Ranked, Ranker
+from service.search.ranking import Ranked, Ranker, RerankPolicyName
 from service.search.responses import ResponseBuilder, since_ms
 from service.uploads import decode_upload
 from store.products import ProductChannels
@@ -80,6 +80,7 @@ class SearchPipeline:
         default_rerank_k: int,
         max_upload_bytes: int,
         rerank_score: RerankScore = "dual_plus_margin",
+        rerank_policy: RerankPolicyName = "full",
         max_query_pixels: int = 24_000_000,
     ) -> None:
         self.encoder = encoder
@@ -87,7 +88,13 @@ class SearchPipeline:
         self.model_fingerprint = model_fingerprint
         self.detector = detector
         self.cache = cache
-        self.ranker = Ranker(encoder, cache, model_fingerprint=model_fingerprint, rerank_score=rerank_score)
+        self.ranker = Ranker(
+            encoder,
+            cache,
+            model_fingerprint=model_fingerprint,
+            rerank_score=rerank_score,
+            rerank_policy=rerank_policy,
+        )
         self.responses = ResponseBuilder(model_name)
         self.judge = MatchJudge(encoder)
         self.hybrid = HybridRanker()
@@ -277,6 +284,7 @@ class SearchPipeline:
                 rerank,
                 request.rerank_k if rerank else 0,
                 self.rerank_score if rerank else None,  # another score orders the shortlist otherwise
+                self.ranker.rerank_policy if rerank else None,  # and another policy re-ranks fewer
                 None if filters is None else filters.plain,
                 language.code,  # match labels are calibrated per language
                 request.min_score,

@@ -1,21 +1,28 @@
 """Ranking a query against the served version: the dual encoder's ANN search by an embedding (text and
-image queries alike), and the fusion encoder's re-ranking of a text query's shortlist.
+image queries alike), and the fusion encoder's re-ranking of a text query's shortlist: all ``rerank_k``
+candidates (policy ``full``), or as many as the version's calibrated policy asks for that query
+(``adaptive``, ``indexer.rerank_policy``; none when the dual answer is clear).
 
 Nothing here records metrics: a ``Ranked`` page carries its stage timings, and the telemetry reads them.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
+from indexer.rerank_policy import RerankPolicy
 from model.reranking import MATCH_OUTPUT, RerankScore, rerank_scores
 from model.runtime import EncodedTexts, Encoder, EncoderError
 from service.cache import EMBEDDING, Cache, pack_texts, unpack_texts
 from service.index_holder import Served
 from service.search.query import digest
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -49,17 +56,28 @@ class _Shortlist:
         return float(self.scores.max()) if self.scores.size else None
 
 
+RerankPolicyName = Literal["adaptive", "full"]
+
+
 class Ranker:
     """Thread-safe (the encoder, the index and the cache are)."""
 
     def __init__(
-        self, encoder: Encoder, cache: Cache, *, model_fingerprint: str, rerank_score: RerankScore
+        self,
+        encoder: Encoder,
+        cache: Cache,
+        *,
+        model_fingerprint: str,
+        rerank_score: RerankScore,
+        rerank_policy: RerankPolicyName = "full",
     ) -> None:
         self.encoder = encoder
         self.cache = cache
         self.model_fingerprint = model_fingerprint  # of what encodes queries: the model and its acquirers
         self.acquired = frozenset(encoder.acquired_languages)
         self.rerank_score = rerank_score
+        self.rerank_policy = rerank_policy
+        self._policies: dict[str, RerankPolicy | None] = {}  # per served version (a few kept)
         needed = MATCH_OUTPUT[rerank_score]
         if encoder.capabilities.rerank and needed not in encoder.capabilities.fusion_outputs:
             raise EncoderError(
@@ -113,10 +131,10 @@ class Ranker:
             return self.by_embedding(served, query.embeds, top_k=top_k, offset=offset, allowed=allowed)
         shortlist = self._shortlist(served, query.embeds, max(offset + top_k, rerank_k), allowed)
         rows, scores = shortlist.rows, shortlist.scores
-        if not rows.size:
-            return self._page(shortlist, top_k, offset)  # nothing to re-rank
+        head = self.rerank_depth(served, scores, rerank_k)
+        if not head:
+            return self._page(shortlist, top_k, offset)  # nothing to re-rank, or the dual answer is clear
         start = time.perf_counter()
-        head = min(rerank_k, rows.size)
         combined = self.rerank_head(served, query, rows[:head], scores[:head])
         order = np.argsort(-combined, kind="stable")  # ties keep the dual encoder's order
         rows = np.concatenate([rows[:head][order], rows[head:]])
@@ -133,6 +151,32 @@ class Ranker:
             rerank_s=time.perf_counter() - start,
             rerank_candidates=head,
         )
+
+    def rerank_depth(self, served: Served, scores: np.ndarray, rerank_k: int) -> int:
+        """Candidates of a shortlist (its dual scores, descending) the fusion encoder scores: ``rerank_k``
+        (at most the shortlist) with policy ``full`` or for a version without a calibrated policy, else
+        the version's policy's choice (``indexer.rerank_policy``)."""
+        full = min(rerank_k, int(scores.size))
+        policy = self.policy(served) if self.rerank_policy == "adaptive" else None
+        return full if policy is None else policy.depth(scores, full)
+
+    def policy(self, served: Served) -> RerankPolicy | None:
+        """The served version's calibrated policy; None when it has none, or one calibrated for another
+        re-rank score than the one served (its gaps would not hold)."""
+        version = served.version
+        if version in self._policies:
+            return self._policies[version]
+        recorded = served.index.manifest.rerank.get("policy")
+        try:
+            policy = RerankPolicy.from_dict(recorded) if recorded else None
+        except (KeyError, TypeError, ValueError) as exc:  # a hand-edited manifest: re-rank in full
+            log.warning("version %s: unreadable re-rank policy (%s); re-ranking in full", version, exc)
+            policy = None
+        if policy is not None and policy.score != self.rerank_score:
+            policy = None
+        # Keep the versions a swap can still serve; older ones go (a race only parses twice).
+        self._policies = {**dict(list(self._policies.items())[-3:]), version: policy}
+        return policy
 
     def rerank_head(
         self, served: Served, query: EncodedTexts, rows: np.ndarray, scores: np.ndarray

@@ -40,6 +40,9 @@ def settings(tmp_path: Path) -> Settings:
         shard_size=8,
         keep_versions=3,
         max_bad_fraction=0.05,
+        # No re-rank policy calibration (full re-ranks of caption queries, ~1 s a build here) but where a
+        # test asks for it (tests/indexer/test_rerank_policy.py).
+        rerank_policy_queries=0,
     )
 
 

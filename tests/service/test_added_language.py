@@ -82,7 +82,9 @@ def test_the_new_model_serves_the_old_index_with_korean(shop: tuple[Path, Path, 
     # Re-ranking on by default: not for an acquired language (the fusion encoder never saw its states),
     # unless a request asks; still for the native ones.
     ko, en = recs[0]["captions"]["ko"][0], recs[0]["captions"]["en"][0]
-    reranking = make_settings(root, index_name=NAME, model_dir=model, rerank=True)
+    # Policy full: every candidate re-ranked (adaptive may keep a clear dual answer, tests/service/
+    # test_rerank_policy.py); here only whether a query is re-ranked at all is asked.
+    reranking = make_settings(root, index_name=NAME, model_dir=model, rerank=True, rerank_policy="full")
     with LiveServer(reranking) as live, live.client() as client:
         assert not any(h.get("rerank_score") for h in _search(client, ko, rerank=None)["results"])
         assert all(h.get("rerank_score") for h in _search(client, ko, rerank=True)["results"])
