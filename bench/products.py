@@ -53,6 +53,7 @@ sys.path.insert(0, str(REPO))
 
 from ccrk_settings import Settings  # noqa: E402
 from monitoring.consistency import consistency_report  # noqa: E402
+from service.search.hybrid import CANDIDATES  # noqa: E402
 from store.hybrid import FusionModel, HybridQuery, fuse, gather  # noqa: E402
 from store.lexical import analyze  # noqa: E402
 from store.products import PhotoRows, ProductChannels, ProductInfo, TextRows, write_product_channels  # noqa: E402
@@ -189,7 +190,7 @@ def quality(grocery: Path, model: Path, held_out: int, work: Path) -> dict[str, 
             for lang in languages:
                 text = by_lang[lang]
                 embed = encoder.encode_text([text]).embeds[0]
-                cands = gather(channels, HybridQuery(embed, analyze(text, lang)), 64, None)
+                cands = gather(channels, HybridQuery(embed, analyze(text, lang)), CANDIDATES, None)
                 ids = version.items(cands.rows.tolist())
                 names = [i["id"] for i in ids]
 
@@ -356,7 +357,7 @@ def _synthetic_channels(root: Path, products: int, dim: int, rng: np.random.Gene
 
 
 def hybrid_once(channels: ProductChannels, model: FusionModel, query: HybridQuery) -> np.ndarray:
-    return model.score(gather(channels, query, 64, None), "hybrid", "other")
+    return model.score(gather(channels, query, CANDIDATES, None), "hybrid", "other")
 
 
 def cost(products: int, dim: int, queries: int = 200) -> dict[str, Any]:
@@ -396,9 +397,9 @@ def _cost(products: int, dim: int, queries: int, faiss: Any) -> dict[str, Any]:
             terms = [f"w{rng.integers(0, 5000)}", f"w{rng.integers(0, 5000)}"]
             steps: dict[str, Callable[[], object]] = {
                 "main_ann_only": partial(main.search, q[None, :], 20),
-                "photos": partial(channels.photos.search, q, 64, None),
-                "dense_text": partial(channels.texts.search, q, 64, None),
-                "lexical": partial(channels.lexical, terms, 64, None),
+                "photos": partial(channels.photos.search, q, CANDIDATES, None),
+                "dense_text": partial(channels.texts.search, q, CANDIDATES, None),
+                "lexical": partial(channels.lexical, terms, CANDIDATES, None),
                 "hybrid_gather_and_fuse": partial(hybrid_once, channels, model, HybridQuery(q, terms)),
             }
             for name, step in steps.items():
