@@ -53,8 +53,7 @@ sys.path.insert(0, str(REPO))
 
 from ccrk_settings import Settings  # noqa: E402
 from monitoring.consistency import consistency_report  # noqa: E402
-from service.search.hybrid import CANDIDATES  # noqa: E402
-from store.hybrid import FusionModel, HybridQuery, fuse, gather  # noqa: E402
+from store.hybrid import CANDIDATES, FusionModel, HybridQuery, fuse, gather  # noqa: E402
 from store.lexical import analyze  # noqa: E402
 from store.products import PhotoRows, ProductChannels, ProductInfo, TextRows, write_product_channels  # noqa: E402
 

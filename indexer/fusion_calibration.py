@@ -49,6 +49,7 @@ from indexer.fusion_fitting import Sample, evaluate, fit, fit_match, thresholds
 from indexer.ood_queries import ood_queries
 from model.runtime import Encoder
 from store.hybrid import (
+    CANDIDATES,
     FEATURES,
     OTHER,
     Candidates,
@@ -61,7 +62,6 @@ from store.lexical import analyze
 from store.products import ProductChannels, TextRows
 
 MAX_QUERIES = 600
-CANDIDATES = 50
 HELD_OUT = 0.3
 MIN_GROUP_QUERIES = 40
 GENERIC_SHARE = 0.2

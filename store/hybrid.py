@@ -34,6 +34,9 @@ from store.product_vectors import ChannelHits, positions_of
 from store.products import ProductChannels
 
 FEATURES = ("image", "text", "lexical", "bm25")
+# Each channel's candidates per query: the depth the fusion is calibrated at (indexer.fusion_calibration)
+# and served at (more when a page reaches further).
+CANDIDATES = 50
 TEXT_FEATURES = ("text", "lexical", "bm25")  # mode "text": the image channel left out
 CHANNELS = ("image", "text", "lexical")
 RRF_K = 60.0

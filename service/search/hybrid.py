@@ -31,6 +31,7 @@ from service.schemas import (
 )
 from service.search.responses import image_url
 from store.hybrid import (
+    CANDIDATES,
     CHANNELS,
     OTHER,
     Candidates,
@@ -44,10 +45,6 @@ from store.hybrid import (
 from store.lexical import analyze, readings_of, union_of
 from store.products import ProductChannels
 
-# Each channel's candidates per query (more when a page reaches further). 32, not 64: the grocery
-# catalogue's hybrid R-precision, labels and MRV were identical with either (bench/products.py --grocery),
-# and each channel's graph search costs about its k.
-CANDIDATES = 32
 RRF_K = 60.0
 # (product rows, their best image cosines) -> re-rank scores (``service.search.ranking.Ranker.rerank_head``).
 Reranker = Callable[[np.ndarray, np.ndarray], np.ndarray]
