@@ -62,7 +62,7 @@ def encode(
     store = ShardStore(work_dir, settings.shard_size, len(items))
     started = time.perf_counter()
     nodes: dict[str, int] = {}
-    if settings.engine == "ray":
+    if settings.engine == "ray" and items:  # nothing to encode (every row reused): no cluster needed
         # The shards are encoded by the cluster's actors; this process's encoder serves what follows
         # (the space check, tuning, the gate). Imported here: the local engine never loads Ray.
         from indexer.ray_encoding import encode_shards_on_ray

@@ -98,16 +98,21 @@ class Operation:
         progress: ProgressFn | None,
         preflight: Preflight,
         what: str,
+        *,
+        total: int | None = None,
     ) -> tuple[Encoded, Encoder]:
         """Encode ``items`` into shards (``preflight``: the space check, once the encoder is loaded); the
-        share of bad items must stay within the settings' limit (``what`` names the operation)."""
+        share of bad items among ``total`` (default: ``items``; a build that reuses stored vectors encodes
+        only some of its items) must stay within the settings' limit (``what`` names the operation)."""
         encoded, encoder = encoding.encode(
             items, work_dir, model_dir, self.settings, cfg, rerank_dtype, progress, preflight
         )
         self.report.resumed_shards, self.report.shards = encoded.resumed, encoded.store.count
         self.report.engine, self.report.encode_nodes = self.settings.engine, encoded.nodes
         self.report.skipped, self.report.encode_seconds = encoded.skipped, encoded.seconds
-        encoding.check_bad_share(len(items), encoded.skipped, self.settings.max_bad_fraction, what)
+        encoding.check_bad_share(
+            len(items) if total is None else total, encoded.skipped, self.settings.max_bad_fraction, what
+        )
         return encoded, encoder
 
     def new_version(self, need: disk.SpaceNeed, what: str) -> VersionWriter:
