@@ -35,12 +35,15 @@ from indexer.encoding import append_shards, stored_token_shape
 from indexer.errors import BuildError
 from indexer.incremental import (
     ANN_LINKED,
+    QUALITY_KEY,
     WORK_KEY,
     ann_index,
     append_digests,
     can_link,
     link_arrays,
+    measured_parent,
     plan_reuse,
+    quality_key,
     report_reuse,
     reuse_off,
     version_rows,
@@ -285,8 +288,24 @@ def build(
                 },
             )
             captioned = [(row, it) for row, it in enumerate(rows.items) if it.captions]
+            qkey = quality_key(captioned, settings.target_recall)
+            manifest.build_params[QUALITY_KEY] = qkey
+            measured = measured_parent(reuse, linked, bool(notes.get(ANN_LINKED)), qkey)
+            if measured is not None:
+                report.notes.append(
+                    f"search parameters, recall and match calibration taken over from {measured.version} "
+                    "(the same vectors, index and captions: measuring again would find the same)"
+                )
             return op.publish(
-                writer, manifest, plan, encoder, captioned, gate, items_indexed=n, work_dir=work_dir
+                writer,
+                manifest,
+                plan,
+                encoder,
+                captioned,
+                gate,
+                items_indexed=n,
+                work_dir=work_dir,
+                measured=measured,
             )
 
 

@@ -16,6 +16,8 @@ Vectors are the model's, so a reused row is byte for byte what encoding the imag
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +55,10 @@ from store.writer import StagedFiles, VersionArrays, VersionWriter
 RUN = 4096  # rows written per block
 WORK_KEY = "work_key"  # build_params: the work folder of the build's encoding (removed once published)
 ANN_LINKED = "index_linked_from"  # build_params: the version whose index.faiss this one shares
+# build_params: what a version's tuning and quality measurements depend on besides its vectors and index
+# (the captioned rows and their captions, the recall target); equal keys and shared arrays and index:
+# the measurements are taken over (``measured_parent``).
+QUALITY_KEY = "quality_key"
 ARRAY_FILES = (EMBEDDINGS_FILE, RERANK_FILE, RERANK_SCALES_FILE, IMAGE_DIGESTS_FILE, ROW_DIGESTS_FILE)
 
 
@@ -319,3 +325,20 @@ def append_digests(stage: Path, parent_dir: Path, added: Sequence[SourceItem], s
     images = np.concatenate([np.load(parent_dir / IMAGE_DIGESTS_FILE), digest_images(added)])
     write_reuse_digests(stage, images, np.concatenate(checksums))
     return True
+
+
+def quality_key(captioned: Sequence[tuple[int, SourceItem]], target_recall: float) -> str:
+    """The key of a version's measurements besides its vectors and index (see ``QUALITY_KEY``)."""
+    digest = hashlib.sha256(json.dumps(target_recall).encode())
+    for row, item in captioned:
+        digest.update(json.dumps([row, item.captions], sort_keys=True, ensure_ascii=False).encode())
+    return digest.hexdigest()[:16]
+
+
+def measured_parent(plan: ReusePlan, linked: bool, ann_linked: bool, key: str) -> IndexManifest | None:
+    """The parent's manifest when this version's measurements would repeat its own exactly: the same
+    arrays and index (hard links) and the same ``quality_key``."""
+    if not (linked and ann_linked) or plan.stored is None:
+        return None
+    parent = plan.stored.manifest
+    return parent if parent.build_params.get(QUALITY_KEY) == key else None

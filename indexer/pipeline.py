@@ -133,12 +133,17 @@ class Operation:
         items_indexed: int,
         work_dir: Path,
         notes: Sequence[str] = (),
+        measured: IndexManifest | None = None,
     ) -> BuildReport:
         """Tune the staged version, let the gate judge it, finish it (published unless refused), and fill
         in the report; the shard work folder goes once the version is in place. ``notes`` follow the
-        tuning's in the report."""
+        tuning's in the report. ``measured``: a version with the very same vectors, index, captions and
+        target, whose tuning and measurements (deterministic) are taken over instead of repeated."""
         report, settings = self.report, self.settings
-        tune_staged(writer, manifest, plan, encoder, captioned, settings, report)
+        if measured is None:
+            tune_staged(writer, manifest, plan, encoder, captioned, settings, report)
+        else:
+            inherit_measurements(manifest, measured)
         report.notes.extend(notes)
         publish = judge(writer.stage, manifest, encoder, captioned, settings, report, gate)
         manifest.build_seconds = round(time.perf_counter() - self.started, 3)
@@ -164,6 +169,20 @@ class Operation:
         if work_dir is not None:
             shutil.rmtree(work_dir, ignore_errors=True)
         return report
+
+
+def inherit_measurements(manifest: IndexManifest, measured: IndexManifest) -> None:
+    """What tuning and measuring would find again: search parameters, recall, match calibration."""
+    manifest.search_params = dict(measured.search_params)
+    manifest.measured_recall_at_10 = measured.measured_recall_at_10
+    manifest.recall_measured_on = measured.recall_measured_on
+    manifest.language_recall_at_10 = dict(measured.language_recall_at_10)
+    manifest.match_calibration = dict(measured.match_calibration)
+    if "tuning_queries" in measured.build_params:
+        manifest.build_params = {
+            **manifest.build_params,
+            "tuning_queries": measured.build_params["tuning_queries"],
+        }
 
 
 def judge(
