@@ -92,10 +92,20 @@ class ReusePlan:
 def digest_images(items: Sequence[SourceItem], workers: int = 4) -> np.ndarray:
     """(n, 16) uint8 content digests of the items' images (hashing releases the GIL: threads suffice)."""
     out = np.zeros((len(items), DIGEST_BYTES), np.uint8)
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, os.cpu_count() or 1))) as pool:
-        for i, digest in enumerate(pool.map(image_digest, [it.path for it in items], chunksize=64)):
+
+    def digest_range(lo: int, hi: int) -> None:
+        for i in range(lo, hi):
+            digest = image_digest(items[i].path)
             if digest is not None:
                 out[i] = np.frombuffer(digest, np.uint8)
+
+    threads = max(1, min(workers, os.cpu_count() or 1))
+    step = max(1, -(-len(items) // threads))  # one contiguous range per thread: no future per file
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for done in [
+            pool.submit(digest_range, lo, min(lo + step, len(items))) for lo in range(0, len(items), step)
+        ]:
+            done.result()
     return out
 
 
@@ -141,8 +151,13 @@ def plan_reuse(
         return plan
     keys = digests.tobytes()
     readable = digests.any(axis=1)
-    for i in range(len(items)):
-        if readable[i]:
+    for i, it in enumerate(items):
+        if not readable[i]:
+            continue
+        own = live.get(it.id)  # the item's own row first (equal images under several ids keep theirs)
+        if own is not None and (stored.images[own] == digests[i]).all():
+            plan.parent_row[i] = own
+        else:
             plan.parent_row[i] = stored.row_of_image(keys[i * DIGEST_BYTES : (i + 1) * DIGEST_BYTES])
     candidates = np.unique(plan.parent_row[plan.parent_row >= 0])
     bad = candidates[~stored.check(candidates)]

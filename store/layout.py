@@ -103,10 +103,14 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def file_checksums(version_dir: Path) -> dict[str, str]:
-    """sha256 of every data file of a version folder (the manifest itself excluded)."""
+def file_checksums(version_dir: Path, known: dict[str, str] | None = None) -> dict[str, str]:
+    """sha256 of every data file of a version folder (the manifest itself excluded). ``known``: checksums
+    of files that are hard links to a published version's, taken from its manifest instead of reading
+    them again (a link shares the inode, so its bytes are that version's; if they rotted since, ``verify``
+    still says so, for both versions)."""
+    known = known or {}
     return {
-        p.name: sha256_file(p)
+        p.name: known.get(p.name) or sha256_file(p)
         for p in sorted(Path(version_dir).iterdir())
         if p.is_file() and p.name != MANIFEST_FILE and not p.name.startswith(".")
     }

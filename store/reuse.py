@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -142,14 +144,20 @@ class StoredVectors:
         scales = None if self.scales is None else np.asarray(self.scales[rows])
         return embeds, tokens, scales
 
-    def check(self, rows: np.ndarray, chunk: int = 4096) -> np.ndarray:
-        """(m,) bool: whether each row's stored bytes still match its stored checksum."""
+    def check(self, rows: np.ndarray, chunk: int = 4096, threads: int = 0) -> np.ndarray:
+        """(m,) bool: whether each row's stored bytes still match its stored checksum. Chunks are hashed
+        on ``threads`` threads (0: one per CPU; hashing releases the GIL)."""
         rows = np.asarray(rows, dtype=np.int64)
         ok = np.zeros(rows.shape[0], dtype=bool)
-        for lo in range(0, rows.shape[0], chunk):
+
+        def check_chunk(lo: int) -> None:
             part = rows[lo : lo + chunk]
             found = row_digests(*self.read(part))
             ok[lo : lo + chunk] = (found == self.digests[part]).all(axis=1)
+
+        with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
+            for done in [pool.submit(check_chunk, lo) for lo in range(0, rows.shape[0], chunk)]:
+                done.result()
         return ok
 
     def close(self) -> None:
