@@ -256,12 +256,7 @@ def build(
             writer.write_metadata(
                 (row, it.id, str(it.path), it.fields, False) for row, it in enumerate(rows.items)
             )
-            plan, notes = ann_index(writer, n, d, settings, index_factory, reuse if linked else None)
-            report.ann_index = (
-                f"linked from {reuse.parent_version} (the same rows)"
-                if notes.get(ANN_LINKED)
-                else ("rebuilt from stored vectors" if reuse.reused else "built")
-            )
+            plan, notes, report.ann_index = ann_index(writer, rows, reuse, linked, settings, index_factory)
             reuse.close()
             if wants_products(rows.items, settings):
                 write_products(

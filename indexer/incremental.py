@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import faiss
 import numpy as np
 
 from ccrk_settings import Settings
-from indexer.ann import IndexPlan, choose_index
+from indexer.ann import IndexPlan, choose_index, extend_hnsw
 from indexer.pipeline import write_ann_index
 from indexer.products import wants_products
 from indexer.report import BuildReport
@@ -303,28 +304,64 @@ def report_reuse(report: BuildReport, reuse: ReusePlan, encoded: int) -> None:
 
 def ann_index(
     writer: VersionWriter,
-    n: int,
-    d: int,
+    rows: Rows,
+    reuse: ReusePlan,
+    linked: bool,
     settings: Settings,
     factory: str | None,
-    parent: ReusePlan | None,
-) -> tuple[IndexPlan, dict[str, Any]]:
-    """The version's ANN index: the parent's own file (a hard link) when the rows are the parent's and the
-    plan is the parent's; else built from the staged (stored or new) vectors, never by encoding."""
-    if parent is not None and parent.stored is not None:
-        plan = choose_index(
-            n,
-            d,
-            exact_max_items=settings.exact_max_items,
-            memory_budget_mb=settings.memory_budget_mb,
-            factory=factory,
+) -> tuple[IndexPlan, dict[str, Any], str]:
+    """The version's ANN index, never by encoding, and how it was made: the parent's own file (a hard
+    link) when the rows are the parent's; the parent's HNSW graph extended when rows were only appended
+    and the measured recall@10 reaches the target (``indexer.ann.extend_hnsw``); else built anew from the
+    staged vectors (stored and new)."""
+    n, d = len(rows.items), int(writer.embeddings().shape[1])
+    plan = choose_index(
+        n,
+        d,
+        exact_max_items=settings.exact_max_items,
+        memory_budget_mb=settings.memory_budget_mb,
+        factory=factory,
+    )
+    stored = reuse.stored
+    pm = stored.manifest if stored is not None else None
+    same_plan = pm is not None and pm.index_factory == plan.factory and (stored.path / INDEX_FILE).is_file()
+    if stored is not None and pm is not None and same_plan:
+        kept = {k: v for k, v in pm.build_params.items() if k in plan.build_params}
+        if linked:
+            writer.link_from(stored.path, [INDEX_FILE])
+            return plan, {**kept, ANN_LINKED: pm.version}, f"linked from {pm.version} (the same rows)"
+        p = stored.rows
+        appended = (
+            plan.kind == "hnsw"
+            and n > p
+            and bool((rows.parent_row[:p] == np.arange(p)).all())
+            and bool((rows.parent_row[p:] < 0).all())
         )
-        pm = parent.stored.manifest
-        if pm.index_factory == plan.factory and (parent.stored.path / INDEX_FILE).is_file():
-            writer.link_from(parent.stored.path, [INDEX_FILE])
-            kept = {k: v for k, v in pm.build_params.items() if k in plan.build_params}
-            return plan, {**kept, ANN_LINKED: pm.version}
-    return write_ann_index(writer, n, d, settings, factory, memory_budget_mb=settings.memory_budget_mb)
+        if appended:
+            index = faiss.read_index(str(stored.path / INDEX_FILE))
+            ef = int(pm.search_params.get("efSearch", 0) or 64)
+            recall = extend_hnsw(index, writer.embeddings(), p, ef_search=ef)
+            if recall >= settings.target_recall:
+                writer.write_index(index)
+                how = (
+                    f"{pm.version}'s HNSW graph + {n - p} added (recall@10 {recall:.3f} at efSearch {ef} >= "
+                    f"target {settings.target_recall})"
+                )
+                return (
+                    plan,
+                    {**kept, "hnsw_extended_from": pm.version, "hnsw_add_recall_at_10": round(recall, 4)},
+                    how,
+                )
+            rebuilt = (
+                f"rebuilt from stored vectors (HNSW add measured recall@10 {recall:.3f} < "
+                f"{settings.target_recall})"
+            )
+            plan, notes = write_ann_index(
+                writer, n, d, settings, factory, memory_budget_mb=settings.memory_budget_mb
+            )
+            return plan, notes, rebuilt
+    plan, notes = write_ann_index(writer, n, d, settings, factory, memory_budget_mb=settings.memory_budget_mb)
+    return plan, notes, ("rebuilt from stored vectors" if reuse.reused else "built")
 
 
 def append_digests(stage: Path, parent_dir: Path, added: Sequence[SourceItem], store: ShardStore) -> bool:

@@ -236,3 +236,26 @@ def test_kill_9_mid_incremental_build_then_rerun_publishes_the_same(
     np.testing.assert_allclose(
         _embeds(settings, report["version"]), _embeds(settings, forced.version), atol=1e-6
     )
+
+
+def test_appended_rows_extend_the_parents_hnsw_graph(
+    settings: Settings, catalogue: Path, tmp_path: Path
+) -> None:
+    """Above exact_max_items the index is HNSW: rows only appended are added to the parent's graph (recall
+    measured against exact search first), anything else rebuilds it from the stored vectors."""
+    hnsw = settings.model_copy(update={"exact_max_items": 10})
+    manifest, rows = _shop(catalogue, tmp_path)
+    first = build("shop", [_write(manifest.parent, rows[:30])], settings=hnsw)
+    assert first.index_factory.startswith("HNSW")
+    grown = build("shop", [_write(manifest.parent, rows)], settings=hnsw)
+    assert (grown.items_encoded, grown.items_reused) == (10, 30)
+    assert grown.ann_index.startswith(f"{first.version}'s HNSW graph + 10 added (recall@10 1.000")
+    with _open(hnsw, grown.version) as idx:
+        assert idx.index_kind == "hnsw" and idx.manifest.build_params["hnsw_extended_from"] == first.version
+        embeds = idx.embeddings(np.arange(40))
+        _, found = idx.search(embeds, 1)
+        np.testing.assert_array_equal(found[:, 0], np.arange(40))
+    assert verify_version(hnsw.index_root, "shop", grown.version) == []
+    rows.pop(0)  # a removal: the graph would keep the removed row, so it is rebuilt
+    shrunk = build("shop", [_write(manifest.parent, rows)], settings=hnsw)
+    assert (shrunk.items_encoded, shrunk.ann_index) == (0, "rebuilt from stored vectors")
