@@ -17,8 +17,9 @@ encoded / reused:
   unit embeddings, random re-rank tokens of the model's real shape) over tiny placeholder files (their
   bytes are what the content digests cover; nothing decodes them), published through the store's writer
   with the digests a build writes; then the same scenarios, where the changed and added items are real
-  photos (really encoded). The full build's time at this size is projected: the synthetic version's
-  write time plus encoding at the rate measured on the real photos.
+  photos (really encoded), and last 1 % of rows appended (the HNSW graph extended or rebuilt, as
+  measured). The full build's time at this size is projected: the synthetic version's write time plus
+  encoding at the rate measured on the real photos.
 """
 
 from __future__ import annotations
@@ -147,10 +148,11 @@ def _scenarios(
     full: dict[str, Any],
     *,
     force: bool = True,
+    append: bool = False,
 ) -> dict[str, Any]:
     """The rebuild scenarios after a full build of ``rows`` (published as ``full``); ``spare``: real photos
     for the changed and added items; ``force``: a ``--force`` build last, compared with the incremental
-    version (not on placeholder files, which do not decode)."""
+    version (not on placeholder files, which do not decode); ``append``: then 1 % of rows appended."""
     manifest = shop / "catalogue.jsonl"
     n = len(rows)
     one = max(1, n // 100)
@@ -184,6 +186,15 @@ def _scenarios(
     _write_manifest(manifest, rows)
     results.append(_run("metadata-only change of every row", manifest, settings))
     meta_version = results[-1]["version"]
+    if append:  # rows only appended: an HNSW graph is extended when recall allows (the choice is reported)
+        for k in range(one):
+            dst = shop / "appended" / f"appended-{k:06d}.jpg"
+            dst.parent.mkdir(exist_ok=True)
+            with Image.open(spare[(k * 11 + 5) % len(spare)]) as im:
+                im.convert("RGB").rotate(90, expand=True).save(dst, format="JPEG", quality=90)
+            rows.append({"id": f"appended-{k:06d}", "path": str(dst.relative_to(shop)), "price": 2.0})
+        _write_manifest(manifest, rows)
+        results.append(_run("1% appended", manifest, settings))
     base = index_dir(settings.index_root, NAME)
     one_version = _disk_bytes(base / meta_version)
     disk = {
@@ -298,7 +309,7 @@ def bench_synthetic(n: int, args: argparse.Namespace, tmp: Path, encode_rate: fl
         "items_encoded": n,
         "items_reused": 0,
     }
-    return _scenarios(shop, rows, photos, settings, full, force=False)
+    return _scenarios(shop, rows, photos, settings, full, force=False, append=True)
 
 
 def main() -> None:
