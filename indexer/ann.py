@@ -219,12 +219,15 @@ def extend_hnsw(
     first_new: int,
     *,
     ef_search: int,
+    target: float,
     queries: int = 300,
     seed: int = 0,
-) -> float:
+) -> tuple[int, float]:
     """Add rows ``first_new:`` of ``embeds`` (all of a version's rows, memory-mapped) to an HNSW graph over
-    the rows before them; returns recall@10 against exact search at ``ef_search`` on ``queries`` perturbed
-    stored rows, half of them new ones (the caller keeps the graph only when that reaches its target)."""
+    the rows before them, then measure it: recall@10 against exact search on ``queries`` perturbed stored
+    rows (half of them new), from ``ef_search`` up the tuning grid until ``target`` is reached. Returns
+    (efSearch, recall): the first that reaches it, else the largest tried (the caller keeps the graph only
+    when the target is reached; tuning then sets the version's efSearch as for any build)."""
     for lo in range(first_new, embeds.shape[0], ADD_CHUNK):
         index.add(np.ascontiguousarray(embeds[lo : lo + ADD_CHUNK], dtype=np.float32))
     rng = np.random.default_rng(seed)
@@ -240,6 +243,11 @@ def extend_hnsw(
     for lo in range(0, n, ADD_CHUNK):
         exact.add(np.ascontiguousarray(embeds[lo : lo + ADD_CHUNK], dtype=np.float32))
     _, want = exact.search(q, 10)
-    index.hnsw.efSearch = int(ef_search)
-    _, got = index.search(q, 10)
-    return recall_at(got, want, 10)
+    ef, recall = ef_search, 0.0
+    for ef in [e for e in EF_GRID if e >= ef_search] or [ef_search]:
+        index.hnsw.efSearch = int(ef)
+        _, got = index.search(q, 10)
+        recall = recall_at(got, want, 10)
+        if recall >= target:
+            break
+    return int(ef), recall

@@ -76,7 +76,9 @@ def encode(
         resumed, nodes = run.resumed, run.nodes
     else:
         # The decode pool forks before the encoder's runtime starts its thread pools.
-        with DecodePool(Decoder(cfg.vision, settings.max_image_pixels), settings.index_workers) as pool:
+        # No decode workers when nothing is left to encode (a rebuild that reuses every row).
+        workers = settings.index_workers if items else 0
+        with DecodePool(Decoder(cfg.vision, settings.max_image_pixels), workers) as pool:
             encoder = load_encoder(
                 model_dir, settings.backend, settings.device, settings.threads, settings.int8
             )

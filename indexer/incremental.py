@@ -9,6 +9,9 @@ row's stored vectors; only the others are encoded.
     write_rows      the version's rows in manifest order, from the stored rows and the new shards, with
                     their digests; when every row is the parent's own row in order (nothing new, changed or
                     removed: a metadata-only change) the arrays are hard links to the parent's instead
+    ann_index       the parent's index linked (same rows), its HNSW graph extended (rows only appended,
+                    recall@10 measured against exact search reaches the target), else built anew from the
+                    staged vectors: never by encoding
 
 Vectors are the model's, so a reused row is byte for byte what encoding the image again would store
 (up to the runtime's batch-size effects in the last bits, which a ``--force`` build has as well).
@@ -29,7 +32,7 @@ import faiss
 import numpy as np
 
 from ccrk_settings import Settings
-from indexer.ann import IndexPlan, choose_index, extend_hnsw
+from indexer.ann import EF_GRID, IndexPlan, choose_index, extend_hnsw
 from indexer.pipeline import write_ann_index
 from indexer.products import wants_products
 from indexer.report import BuildReport
@@ -339,8 +342,10 @@ def ann_index(
         )
         if appended:
             index = faiss.read_index(str(stored.path / INDEX_FILE))
-            ef = int(pm.search_params.get("efSearch", 0) or 64)
-            recall = extend_hnsw(index, writer.embeddings(), p, ef_search=ef)
+            start = int(pm.search_params.get("efSearch", 0) or EF_GRID[0])
+            ef, recall = extend_hnsw(
+                index, writer.embeddings(), p, ef_search=start, target=settings.target_recall
+            )
             if recall >= settings.target_recall:
                 writer.write_index(index)
                 how = (
@@ -354,7 +359,7 @@ def ann_index(
                 )
             rebuilt = (
                 f"rebuilt from stored vectors (HNSW add measured recall@10 {recall:.3f} < "
-                f"{settings.target_recall})"
+                f"{settings.target_recall} up to efSearch {ef})"
             )
             plan, notes = write_ann_index(
                 writer, n, d, settings, factory, memory_budget_mb=settings.memory_budget_mb
