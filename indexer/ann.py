@@ -211,3 +211,43 @@ def tune_search_params(
             return trial, recall
     version.set_search_params(best[0])
     return best
+
+
+def extend_hnsw(
+    index: faiss.Index,
+    embeds: np.ndarray,
+    first_new: int,
+    *,
+    ef_search: int,
+    target: float,
+    queries: int = 300,
+    seed: int = 0,
+) -> tuple[int, float]:
+    """Add rows ``first_new:`` of ``embeds`` (all of a version's rows, memory-mapped) to an HNSW graph over
+    the rows before them, then measure it: recall@10 against exact search on ``queries`` perturbed stored
+    rows (half of them new), from ``ef_search`` up the tuning grid until ``target`` is reached. Returns
+    (efSearch, recall): the first that reaches it, else the largest tried (the caller keeps the graph only
+    when the target is reached; tuning then sets the version's efSearch as for any build)."""
+    for lo in range(first_new, embeds.shape[0], ADD_CHUNK):
+        index.add(np.ascontiguousarray(embeds[lo : lo + ADD_CHUNK], dtype=np.float32))
+    rng = np.random.default_rng(seed)
+    n = embeds.shape[0]
+    half = queries // 2
+    rows = np.concatenate(
+        [rng.integers(first_new, n, size=min(half, n - first_new)), rng.integers(0, n, size=queries - half)]
+    )
+    q = np.asarray(embeds[np.sort(rows)], dtype=np.float32)
+    q = q + rng.normal(0, 0.05, q.shape).astype(np.float32)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    exact = faiss.IndexFlatIP(embeds.shape[1])
+    for lo in range(0, n, ADD_CHUNK):
+        exact.add(np.ascontiguousarray(embeds[lo : lo + ADD_CHUNK], dtype=np.float32))
+    _, want = exact.search(q, 10)
+    ef, recall = ef_search, 0.0
+    for ef in [e for e in EF_GRID if e >= ef_search] or [ef_search]:
+        index.hnsw.efSearch = int(ef)
+        _, got = index.search(q, 10)
+        recall = recall_at(got, want, 10)
+        if recall >= target:
+            break
+    return int(ef), recall

@@ -10,6 +10,10 @@ so that a re-run resumes. Free disk space is checked before encoding and before 
 ``delete`` and ``rollback`` live in ``indexer.maintenance`` and are re-exported here, where callers find
 the four operations. With ``settings.index_shards`` > 1 a build writes a sharded version, and ``add`` and
 ``delete`` on a sharded version touch only the owning shards (``indexer.sharded``).
+
+A full build encodes only what CURRENT does not hold already: rows whose image bytes are unchanged keep
+their stored vectors (``indexer.incremental``, ``store.reuse``); ``force`` encodes everything. A little
+over 400 lines: ``build`` and ``add`` read best side by side, their shared steps are in ``pipeline``.
 """
 
 from __future__ import annotations
@@ -29,9 +33,26 @@ from indexer.ann import IndexPlan
 from indexer.build_key import BUILD_KEY, PLAN_HASH, build_key, published_as, without_key
 from indexer.encoding import append_shards, stored_token_shape
 from indexer.errors import BuildError
+from indexer.incremental import (
+    ANN_LINKED,
+    QUALITY_KEY,
+    WORK_KEY,
+    ann_index,
+    append_digests,
+    can_link,
+    link_arrays,
+    measured_parent,
+    plan_reuse,
+    quality_key,
+    report_reuse,
+    reuse_off,
+    version_rows,
+    work_key_of,
+    write_rows,
+)
 from indexer.maintenance import delete, rollback
 from indexer.parent import appended_metadata, read_parent
-from indexer.pipeline import Operation, rerank_info, utc_now, write_ann_index
+from indexer.pipeline import Operation, rerank_info, utc_now
 from indexer.products import wants_products, write_products
 from indexer.quality_gate import QualityGate
 from indexer.report import BuildReport
@@ -46,6 +67,7 @@ from store import versions
 from store.layout import BUILDS_DIR, FORMAT_VERSION, INDEX_FILE, MANIFEST_FILE, METADATA_FILE, index_dir
 from store.manifest import IndexManifest, model_fingerprint, model_name_of
 from store.products import has_product_channels
+from store.reuse import REUSE_KEY, reuse_key, write_reuse_digests
 
 __all__ = ["BuildReport", "add", "build", "delete", "rollback"]
 
@@ -110,13 +132,33 @@ def build(
             shard_size=settings.shard_size,
             max_pixels=settings.max_image_pixels,
         )
-        work_dir = base / BUILDS_DIR / f"build-{key}"
         result_key = build_key(key, items, settings=settings, index_factory=index_factory)
         same = None if force else published_as(root, name, result_key)
         if same is not None:
             # E.g. a re-run after a kill just after publishing: that run's work folder is all that is left.
-            shutil.rmtree(work_dir, ignore_errors=True)
+            for done_key in {key, work_key_of(base, same)} - {None}:
+                shutil.rmtree(base / BUILDS_DIR / f"build-{done_key}", ignore_errors=True)
             return _already_current(report, base, same)
+        # Reuse of CURRENT's stored vectors (``indexer.incremental``): only the items left are encoded.
+        rkey = reuse_key(
+            fingerprint=fingerprint,
+            rerank_dtype=dtype,
+            options=[settings.backend, settings.int8, settings.max_image_pixels],
+        )
+        reuse = plan_reuse(root, name, items, rkey, why_not=reuse_off(items, settings, force))
+        to_encode = [items[i] for i in reuse.to_encode]
+        work_key = (
+            key
+            if len(to_encode) == len(items)
+            else plan_hash(
+                to_encode,
+                fingerprint=fingerprint,
+                rerank_dtype=dtype,
+                shard_size=settings.shard_size,
+                max_pixels=settings.max_image_pixels,
+            )
+        )
+        work_dir = base / BUILDS_DIR / f"build-{work_key}"
 
         def preflight(encoder: Encoder, store: ShardStore) -> None:
             tokens, width = disk.token_shape(encoder, cfg.vision.image_size)
@@ -134,15 +176,31 @@ def build(
 
         op = Operation(root, name, settings, guard, report, started)
         encoded, encoder = op.encode(
-            items, work_dir, model_dir, cfg, dtype, progress, preflight, f"build of {name!r}"
+            to_encode,
+            work_dir,
+            model_dir,
+            cfg,
+            dtype,
+            progress,
+            preflight,
+            f"build of {name!r}",
+            total=len(items),
         )
-        n = len(encoded.ok_items)
+        ok_mask = np.concatenate(encoded.store.read_ok_masks()) if encoded.store.count else np.zeros(0, bool)
+        rows = version_rows(items, reuse, ok_mask)
+        report_reuse(report, reuse, len(to_encode))
+        n = len(rows.items)
         if n == 0:
             raise BuildError(f"build of {name!r}: no item could be decoded; nothing was published")
-        tokens, width = stored_token_shape(encoded.store)
+        if encoded.ok_items:
+            tokens, width = stored_token_shape(encoded.store)
+        else:  # every row reused: the parent's store shape
+            assert reuse.stored is not None
+            parent_rerank = reuse.stored.manifest.rerank
+            tokens, width = int(parent_rerank["tokens"]), int(parent_rerank["width"])
         # Again with the items that decoded, now that the shards are written (and others wrote meanwhile).
         need = disk.version_need(
-            encoded.ok_items,
+            rows.items,
             d=d,
             tokens=tokens,
             width=width,
@@ -173,9 +231,10 @@ def build(
             rerank=rerank_info(dtype, tokens, width),
             parent_version=versions.current_version(root, name),
             total_rows=n,
-            build_params={PLAN_HASH: key, BUILD_KEY: result_key},
+            build_params={PLAN_HASH: key, BUILD_KEY: result_key, REUSE_KEY: rkey, WORK_KEY: work_key},
         )
         if settings.index_shards > 1:
+            reuse.close()
             return build_sharded(
                 op,
                 encoded,
@@ -187,18 +246,22 @@ def build(
                 work_dir=work_dir,
             )
         with op.new_version(need, f"the new version of {name!r}") as writer:
-            with writer.arrays(n, d, tokens=tokens, width=width, rerank_dtype=dtype) as arrays:
-                append_shards(arrays, encoded.store)
+            linked = can_link(rows, reuse)
+            if linked:
+                link_arrays(writer, reuse)
+            else:
+                with writer.arrays(n, d, tokens=tokens, width=width, rerank_dtype=dtype) as arrays:
+                    checksums = write_rows(arrays, rows, reuse, encoded.store)
+                write_reuse_digests(writer.stage, rows.digests, checksums)
             writer.write_metadata(
-                (row, it.id, str(it.path), it.fields, False) for row, it in enumerate(encoded.ok_items)
+                (row, it.id, str(it.path), it.fields, False) for row, it in enumerate(rows.items)
             )
-            plan, notes = write_ann_index(
-                writer, n, d, settings, index_factory, memory_budget_mb=settings.memory_budget_mb
-            )
-            if wants_products(encoded.ok_items, settings):
+            plan, notes, report.ann_index = ann_index(writer, rows, reuse, linked, settings, index_factory)
+            reuse.close()
+            if wants_products(rows.items, settings):
                 write_products(
                     writer.stage,
-                    encoded.ok_items,
+                    rows.items,
                     encoded.store,
                     encoder,
                     work_dir=work_dir,
@@ -219,9 +282,25 @@ def build(
                     **template.build_params,
                 },
             )
-            captioned = [(row, it) for row, it in enumerate(encoded.ok_items) if it.captions]
+            captioned = [(row, it) for row, it in enumerate(rows.items) if it.captions]
+            qkey = quality_key(captioned, settings.target_recall)
+            manifest.build_params[QUALITY_KEY] = qkey
+            measured = measured_parent(reuse, linked, bool(notes.get(ANN_LINKED)), qkey)
+            if measured is not None:
+                report.notes.append(
+                    f"search parameters, recall and match calibration taken over from {measured.version} "
+                    "(the same vectors, index and captions: measuring again would find the same)"
+                )
             return op.publish(
-                writer, manifest, plan, encoder, captioned, gate, items_indexed=n, work_dir=work_dir
+                writer,
+                manifest,
+                plan,
+                encoder,
+                captioned,
+                gate,
+                items_indexed=n,
+                work_dir=work_dir,
+                measured=measured,
             )
 
 
@@ -314,6 +393,7 @@ def add(
             with writer.arrays(n, d, tokens=tokens, width=width, rerank_dtype=dtype) as arrays:
                 arrays.copy_from(parent_dir)
                 append_shards(arrays, encoded.store)
+            append_digests(writer.stage, parent_dir, encoded.ok_items, encoded.store)
             writer.write_metadata(appended_metadata(parent.rows[0], encoded.ok_items, n_old))
             index = faiss.read_index(str(parent_dir / INDEX_FILE))
             embeds = writer.embeddings()

@@ -80,4 +80,4 @@ def published_as(root: Path, name: str, key: str) -> str | None:
 
 def without_key(build_params: dict[str, Any]) -> dict[str, Any]:
     """A parent's build parameters for a derived version (add, delete): without its build's key."""
-    return {k: v for k, v in build_params.items() if k not in (BUILD_KEY, PLAN_HASH)}
+    return {k: v for k, v in build_params.items() if k not in (BUILD_KEY, PLAN_HASH, "work_key")}

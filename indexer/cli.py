@@ -166,6 +166,16 @@ def _summary(report: Any, json_report: Path | None) -> None:
             *_engine_row(report),
             ("encode", f"{report.encode_seconds:.1f} s, {report.items_per_second:,.1f} items/s"),
         ]
+        if report.operation == "build" and not report.already_current:
+            rows.append(
+                (
+                    "reuse",
+                    f"encoded {report.items_encoded:,} of {report.items_total:,}; "
+                    f"reused {report.items_reused:,}"
+                    f" (new {report.items_new:,}, changed {report.items_changed:,}, removed "
+                    f"{report.items_removed:,})",
+                )
+            )
         if report.ignored_files:
             rows.append(("ignored files", f"{report.ignored_files} (not images by suffix)"))
         if report.skipped_links:
@@ -174,7 +184,8 @@ def _summary(report: Any, json_report: Path | None) -> None:
         (
             "index",
             (f"{report.index_shards} shards, " if report.index_shards > 1 else "")
-            + f"{report.index_factory} {json.dumps(report.search_params)}",
+            + f"{report.index_factory} {json.dumps(report.search_params)}"
+            + (f" ({report.ann_index})" if report.ann_index else ""),
         ),
         (
             "recall@10 vs exact",

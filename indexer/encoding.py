@@ -62,7 +62,7 @@ def encode(
     store = ShardStore(work_dir, settings.shard_size, len(items))
     started = time.perf_counter()
     nodes: dict[str, int] = {}
-    if settings.engine == "ray":
+    if settings.engine == "ray" and items:  # nothing to encode (every row reused): no cluster needed
         # The shards are encoded by the cluster's actors; this process's encoder serves what follows
         # (the space check, tuning, the gate). Imported here: the local engine never loads Ray.
         from indexer.ray_encoding import encode_shards_on_ray
@@ -76,7 +76,9 @@ def encode(
         resumed, nodes = run.resumed, run.nodes
     else:
         # The decode pool forks before the encoder's runtime starts its thread pools.
-        with DecodePool(Decoder(cfg.vision, settings.max_image_pixels), settings.index_workers) as pool:
+        # No decode workers when nothing is left to encode (a rebuild that reuses every row).
+        workers = settings.index_workers if items else 0
+        with DecodePool(Decoder(cfg.vision, settings.max_image_pixels), workers) as pool:
             encoder = load_encoder(
                 model_dir, settings.backend, settings.device, settings.threads, settings.int8
             )

@@ -100,16 +100,21 @@ class Operation:
         progress: ProgressFn | None,
         preflight: Preflight,
         what: str,
+        *,
+        total: int | None = None,
     ) -> tuple[Encoded, Encoder]:
         """Encode ``items`` into shards (``preflight``: the space check, once the encoder is loaded); the
-        share of bad items must stay within the settings' limit (``what`` names the operation)."""
+        share of bad items among ``total`` (default: ``items``; a build that reuses stored vectors encodes
+        only some of its items) must stay within the settings' limit (``what`` names the operation)."""
         encoded, encoder = encoding.encode(
             items, work_dir, model_dir, self.settings, cfg, rerank_dtype, progress, preflight
         )
         self.report.resumed_shards, self.report.shards = encoded.resumed, encoded.store.count
         self.report.engine, self.report.encode_nodes = self.settings.engine, encoded.nodes
         self.report.skipped, self.report.encode_seconds = encoded.skipped, encoded.seconds
-        encoding.check_bad_share(len(items), encoded.skipped, self.settings.max_bad_fraction, what)
+        encoding.check_bad_share(
+            len(items) if total is None else total, encoded.skipped, self.settings.max_bad_fraction, what
+        )
         return encoded, encoder
 
     def new_version(self, need: disk.SpaceNeed, what: str) -> VersionWriter:
@@ -130,12 +135,17 @@ class Operation:
         items_indexed: int,
         work_dir: Path,
         notes: Sequence[str] = (),
+        measured: IndexManifest | None = None,
     ) -> BuildReport:
         """Tune the staged version, let the gate judge it, finish it (published unless refused), and fill
         in the report; the shard work folder goes once the version is in place. ``notes`` follow the
-        tuning's in the report."""
+        tuning's in the report. ``measured``: a version with the very same vectors, index, captions and
+        target, whose tuning and measurements (deterministic) are taken over instead of repeated."""
         report, settings = self.report, self.settings
-        tune_staged(writer, manifest, plan, encoder, captioned, settings, report)
+        if measured is None:
+            tune_staged(writer, manifest, plan, encoder, captioned, settings, report)
+        else:
+            inherit_measurements(manifest, measured)
         report.notes.extend(notes)
         publish = judge(writer.stage, manifest, encoder, captioned, settings, report, gate)
         manifest.build_seconds = round(time.perf_counter() - self.started, 3)
@@ -161,6 +171,20 @@ class Operation:
         if work_dir is not None:
             shutil.rmtree(work_dir, ignore_errors=True)
         return report
+
+
+def inherit_measurements(manifest: IndexManifest, measured: IndexManifest) -> None:
+    """What tuning and measuring would find again: search parameters, recall, match calibration."""
+    manifest.search_params = dict(measured.search_params)
+    manifest.measured_recall_at_10 = measured.measured_recall_at_10
+    manifest.recall_measured_on = measured.recall_measured_on
+    manifest.language_recall_at_10 = dict(measured.language_recall_at_10)
+    manifest.match_calibration = dict(measured.match_calibration)
+    if "tuning_queries" in measured.build_params:
+        manifest.build_params = {
+            **manifest.build_params,
+            "tuning_queries": measured.build_params["tuning_queries"],
+        }
 
 
 def judge(

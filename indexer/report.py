@@ -40,10 +40,22 @@ class BuildReport:
     index_shards: int = 1  # shards of the version (``store.sharding``); 1: unsharded
     engine: str = "local"  # where the shards were encoded: local, or ray (``indexer.ray_encoding``)
     encode_nodes: dict[str, int] = field(default_factory=dict)  # engine ray: shards encoded per node id
+    # A full build that reuses stored vectors (``indexer.incremental``): items encoded and reused, and the
+    # sources against CURRENT (ids new, ids whose image bytes changed, live ids removed).
+    items_encoded: int = 0
+    items_reused: int = 0
+    items_new: int = 0
+    items_changed: int = 0
+    items_removed: int = 0
+    reuse_mismatched: list[str] = field(default_factory=list)  # ids whose stored row failed its checksum
+    ann_index: str = ""  # built, rebuilt from stored vectors, or linked from the parent
 
     @property
     def items_per_second(self) -> float:
-        fresh = self.items_total if self.operation != "add" else self.items_indexed
+        if self.operation == "build":
+            fresh = self.items_encoded
+        else:
+            fresh = self.items_total if self.operation != "add" else self.items_indexed
         return fresh / self.encode_seconds if self.encode_seconds > 0 else 0.0
 
     def fill_from(self, manifest: IndexManifest) -> None:

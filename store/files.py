@@ -153,8 +153,11 @@ def write_sparse_zeros(path: Path, dtype: Any, shape: tuple[int, ...]) -> None:
         fh.truncate(size)
 
 
-def link_or_copy(src: Path, dst: Path) -> None:
+def link_or_copy(src: Path, dst: Path) -> bool:
+    """A hard link of ``src`` at ``dst`` (True), or a copy where links are not possible (False)."""
     try:
         os.link(src, dst)  # published files are immutable, so sharing them between versions is safe
     except OSError:
         shutil.copy2(src, dst)
+        return False
+    return True

@@ -9,6 +9,8 @@ Layout::
         embeddings.npy                  (N, D) float32: exact reference, re-scoring, rebuilds
         rerank_tokens.npy               (N, T, W) float16, or int8 with rerank_scales.npy (N, T) float32
         metadata.sqlite                 items(row, id, path, fields JSON, deleted) + field_names(name)
+        image_digests.npy               (N, 16) uint8 content digest of each row's image (``store.reuse``)
+        row_digests.npy                 (N, 16) uint8 checksum of each row's stored vectors (full builds)
     INDEX_ROOT/NAME/.builds/...         work dirs of unfinished writers, never read by readers
 
 A sharded version (``store.sharding``) holds no data files of its own::
@@ -44,6 +46,8 @@ EMBEDDINGS_FILE = "embeddings.npy"
 RERANK_FILE = "rerank_tokens.npy"
 RERANK_SCALES_FILE = "rerank_scales.npy"
 METADATA_FILE = "metadata.sqlite"
+IMAGE_DIGESTS_FILE = "image_digests.npy"
+ROW_DIGESTS_FILE = "row_digests.npy"
 
 VERSION_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
 STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
@@ -99,10 +103,14 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def file_checksums(version_dir: Path) -> dict[str, str]:
-    """sha256 of every data file of a version folder (the manifest itself excluded)."""
+def file_checksums(version_dir: Path, known: dict[str, str] | None = None) -> dict[str, str]:
+    """sha256 of every data file of a version folder (the manifest itself excluded). ``known``: checksums
+    of files that are hard links to a published version's, taken from its manifest instead of reading
+    them again (a link shares the inode, so its bytes are that version's; if they rotted since, ``verify``
+    still says so, for both versions)."""
+    known = known or {}
     return {
-        p.name: sha256_file(p)
+        p.name: known.get(p.name) or sha256_file(p)
         for p in sorted(Path(version_dir).iterdir())
         if p.is_file() and p.name != MANIFEST_FILE and not p.name.startswith(".")
     }

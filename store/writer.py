@@ -33,7 +33,7 @@ import faiss
 import numpy as np
 
 from store import metadata, versions
-from store.errors import VersionWriteError
+from store.errors import IndexFormatError, VersionWriteError
 from store.files import NpyWriter, link_or_copy, names_full_disk, write_sparse_zeros
 from store.layout import (
     CURRENT_FILE,
@@ -186,9 +186,21 @@ class StagedFiles:
             faiss.write_index(index, str(path))
 
     def link_from(self, version_dir: Path, names: Iterable[str]) -> None:
-        """Files of an installed version taken over unchanged (hard links; copies across filesystems)."""
+        """Files of an installed version taken over unchanged (hard links; copies across filesystems).
+        A linked file's checksum is the version's own (``linked_checksums``): not read again."""
+        try:
+            theirs = IndexManifest.load(Path(version_dir) / MANIFEST_FILE).checksums
+        except IndexFormatError:
+            theirs = {}
+        known = self.linked_checksums
         for fname in names:
-            link_or_copy(Path(version_dir) / fname, self.stage / fname)
+            if link_or_copy(Path(version_dir) / fname, self.stage / fname) and fname in theirs:
+                known[fname] = theirs[fname]
+
+    @property
+    def linked_checksums(self) -> dict[str, str]:
+        """{file: sha256} of the files ``link_from`` linked, from their version's manifest."""
+        return self.__dict__.setdefault("_linked_checksums", {})
 
 
 class StagedVersion:
@@ -244,7 +256,7 @@ class VersionWriter(StagedVersion, StagedFiles):
                 f"internal: the manifest names version {manifest.version}, the writer stages {self.version}"
             )
         if checksums:
-            manifest.checksums = file_checksums(self.stage)
+            manifest.checksums = file_checksums(self.stage, self.linked_checksums)
         with names_full_disk(self.stage / MANIFEST_FILE):
             manifest.save(self.stage / MANIFEST_FILE)
         self._finished = install_and_publish(self.root, self.name, self.stage, self.version, publish, keep)

@@ -59,7 +59,10 @@ def test_folder_build_matches_direct_encoding(
         assert m.model_name == "ccrk-demo" and m.model_fingerprint == model_fingerprint(DEFAULT_MODEL_DIR)
         assert m.embed_dim == 128 and m.preprocessing["image_size"] == 64 and m.index_factory == "Flat"
         assert m.rerank == {"dtype": "fp16", "tokens": 65, "width": 128, "bytes_per_image": 65 * 128 * 2}
-        assert set(m.checksums) == {"index.faiss", "embeddings.npy", "rerank_tokens.npy", "metadata.sqlite"}
+        assert set(m.checksums) == {
+            "index.faiss", "embeddings.npy", "rerank_tokens.npy", "metadata.sqlite",
+            "image_digests.npy", "row_digests.npy",  # what a rebuild reuses rows by (store.reuse)
+        }  # fmt: skip
         assert m.measured_recall_at_10 == 1.0 and m.language_recall_at_10 == {}
         items = idx.items(range(12))
         paths = [Path(it["path"]) for it in items]

@@ -29,7 +29,9 @@ def test_build_and_add_without_a_rerank_store(
         m = idx.manifest
         assert m.embed_dim == 512 and m.preprocessing["image_size"] == 224
         assert m.rerank["tokens"] == 0 and m.rerank["bytes_per_image"] == 0
-        assert set(m.checksums) == {"index.faiss", "embeddings.npy", "metadata.sqlite"}
+        assert set(m.checksums) == {
+            "index.faiss", "embeddings.npy", "metadata.sqlite", "image_digests.npy", "row_digests.npy"
+        }  # fmt: skip
         assert not (idx.path / RERANK_FILE).exists()
         assert verify_version(settings.index_root, "starter", m.version, model_dir=starter_model) == []
         with pytest.raises(IndexFormatError, match="no re-rank store"):
@@ -54,3 +56,7 @@ def test_build_and_add_without_a_rerank_store(
             verify_version(settings.index_root, "starter", idx.manifest.version, model_dir=starter_model)
             == []
         )
+    # A full build of the same folder afterwards encodes nothing: rows without re-rank tokens are reused
+    # by their embeddings' checksums alone.
+    rebuilt = build("starter", [photo_folder], settings=settings)
+    assert rebuilt.published and (rebuilt.items_encoded, rebuilt.items_reused) == (0, 15)

@@ -1,0 +1,164 @@
+"""What lets a rebuild reuse a version's vectors instead of encoding its images again: per row, the content
+digest of the image the row was encoded from and a checksum of the row's stored vectors.
+
+A version written by a full build holds, beside its arrays (``store.layout``)::
+
+    image_digests.npy    (N, 16) uint8  blake2b-128 of the bytes of the image row i was encoded from
+    row_digests.npy      (N, 16) uint8  blake2b-128 of row i's stored bytes: its embedding, then its
+                                         re-rank tokens, then their int8 scales (as stored)
+
+A version without them (written before them, or by ``add``) is read as holding nothing reusable. Both files
+are covered by the manifest's checksums like every other file, so ``verify`` checks them; the per-row
+checksum is what a rebuild checks each reused row against (``StoredVectors.check``): a row whose bytes do
+not match is not reused but encoded again.
+
+Whether vectors may be reused at all (same model, same storage options) is the caller's decision, recorded
+as ``REUSE_KEY`` in the manifest's ``build_params`` (``reuse_key``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from store.errors import IndexFormatError
+from store.files import names_full_disk
+from store.layout import (
+    EMBEDDINGS_FILE,
+    IMAGE_DIGESTS_FILE,
+    RERANK_FILE,
+    RERANK_SCALES_FILE,
+    ROW_DIGESTS_FILE,
+)
+from store.manifest import IndexManifest
+
+DIGEST_BYTES = 16
+REUSE_KEY = "reuse_key"  # build_params entry: what the stored vectors depend on besides the image bytes
+READ_CHUNK = 1 << 20
+
+
+def reuse_key(*, fingerprint: str, rerank_dtype: str, options: Sequence[object]) -> str:
+    """The key two versions' vectors must share to be interchangeable: the model fingerprint, the re-rank
+    dtype and whatever else changes the encoded bytes (``options``: runtime backend, int8 graphs, ...)."""
+    text = json.dumps([fingerprint, rerank_dtype, *[str(o) for o in options]])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def image_digest(path: Path) -> bytes | None:
+    """blake2b-128 of a file's bytes; None when it cannot be read (the decoder reports why)."""
+    digest = hashlib.blake2b(digest_size=DIGEST_BYTES)
+    try:
+        with open(path, "rb") as fh:
+            while block := fh.read(READ_CHUNK):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.digest()
+
+
+def row_digests(embeds: np.ndarray, tokens: np.ndarray | None, scales: np.ndarray | None) -> np.ndarray:
+    """(m, 16) uint8: the checksum of each row's stored bytes (embedding, tokens, scales, as stored)."""
+    m = int(embeds.shape[0])
+    out = np.zeros((m, DIGEST_BYTES), np.uint8)
+    parts = [np.ascontiguousarray(embeds, dtype=np.float32).reshape(m, -1).view(np.uint8)]
+    if tokens is not None and tokens.size:
+        parts.append(np.ascontiguousarray(tokens).reshape(m, -1).view(np.uint8))
+    if scales is not None and scales.size:
+        parts.append(np.ascontiguousarray(scales, dtype=np.float32).reshape(m, -1).view(np.uint8))
+    for i in range(m):
+        digest = hashlib.blake2b(digest_size=DIGEST_BYTES)
+        for part in parts:
+            digest.update(part[i])
+        out[i] = np.frombuffer(digest.digest(), np.uint8)
+    return out
+
+
+def write_reuse_digests(stage: Path, images: np.ndarray, rows: np.ndarray) -> None:
+    """The two digest files of a staged version (``images`` and ``rows``: (N, 16) uint8, by row)."""
+    if images.shape != rows.shape or images.ndim != 2 or images.shape[1] != DIGEST_BYTES:
+        raise IndexFormatError(f"internal: digests of shapes {images.shape} and {rows.shape}")
+    for name, arr in ((IMAGE_DIGESTS_FILE, images), (ROW_DIGESTS_FILE, rows)):
+        with names_full_disk(stage / name):
+            np.save(stage / name, np.ascontiguousarray(arr, dtype=np.uint8))
+
+
+class StoredVectors:
+    """The reusable rows of one installed (unsharded) version, read-only: which row holds the vectors of
+    an image with a given content digest, those rows' stored bytes, and their check against the stored
+    row checksums. ``open`` returns None for a version without digests or with another ``reuse_key``."""
+
+    def __init__(self, path: Path, manifest: IndexManifest) -> None:
+        self.path = Path(path)
+        self.manifest = manifest
+        try:
+            self.images = np.load(self.path / IMAGE_DIGESTS_FILE)
+            self.digests = np.load(self.path / ROW_DIGESTS_FILE)
+            self.embeds = np.load(self.path / EMBEDDINGS_FILE, mmap_mode="r")
+            tokens = self.path / RERANK_FILE
+            scales = self.path / RERANK_SCALES_FILE
+            self.tokens = np.load(tokens, mmap_mode="r") if tokens.is_file() else None
+            self.scales = np.load(scales, mmap_mode="r") if scales.is_file() else None
+        except (OSError, ValueError) as exc:
+            raise IndexFormatError(f"cannot read the stored vectors of {self.path}: {exc}") from exc
+        n = int(self.embeds.shape[0])
+        if self.images.shape != (n, DIGEST_BYTES) or self.digests.shape != (n, DIGEST_BYTES):
+            raise IndexFormatError(
+                f"{self.path}: digests of shapes {self.images.shape} / {self.digests.shape} for {n} rows"
+            )
+        self.rows = n
+        self._by_image: dict[bytes, int] | None = None
+
+    @classmethod
+    def open(cls, path: Path, manifest: IndexManifest, key: str) -> StoredVectors | None:
+        """The version at ``path`` when its vectors were stored under reuse key ``key`` with digests;
+        else None (nothing of it is reusable)."""
+        if manifest.is_sharded or manifest.build_params.get(REUSE_KEY) != key:
+            return None
+        if not (Path(path) / IMAGE_DIGESTS_FILE).is_file() or not (Path(path) / ROW_DIGESTS_FILE).is_file():
+            return None
+        return cls(path, manifest)
+
+    def row_of_image(self, digest: bytes) -> int:
+        """The row encoded from an image with this content digest; -1 when none is."""
+        if self._by_image is None:
+            keys = self.images.tobytes()
+            self._by_image = {}
+            for row in range(self.rows - 1, -1, -1):  # the first row of equal images wins
+                self._by_image[keys[row * DIGEST_BYTES : (row + 1) * DIGEST_BYTES]] = row
+        return self._by_image.get(digest, -1)
+
+    def read(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """The stored bytes of ``rows``: (m, D) embeddings, (m, T, W) tokens and (m, T) int8 scales (as
+        stored: fp16 or int8 tokens; None where the version has none)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= self.rows):
+            raise IndexFormatError(f"rows out of range 0..{self.rows - 1}")
+        embeds = np.asarray(self.embeds[rows])
+        tokens = None if self.tokens is None else np.asarray(self.tokens[rows])
+        scales = None if self.scales is None else np.asarray(self.scales[rows])
+        return embeds, tokens, scales
+
+    def check(self, rows: np.ndarray, chunk: int = 4096, threads: int = 0) -> np.ndarray:
+        """(m,) bool: whether each row's stored bytes still match its stored checksum. Chunks are hashed
+        on ``threads`` threads (0: one per CPU; hashing releases the GIL)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        ok = np.zeros(rows.shape[0], dtype=bool)
+
+        def check_chunk(lo: int) -> None:
+            part = rows[lo : lo + chunk]
+            found = row_digests(*self.read(part))
+            ok[lo : lo + chunk] = (found == self.digests[part]).all(axis=1)
+
+        with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
+            for done in [pool.submit(check_chunk, lo) for lo in range(0, rows.shape[0], chunk)]:
+                done.result()
+        return ok
+
+    def close(self) -> None:
+        self.embeds = self.tokens = self.scales = None  # type: ignore[assignment]
