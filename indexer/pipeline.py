@@ -180,6 +180,10 @@ def inherit_measurements(manifest: IndexManifest, measured: IndexManifest) -> No
     manifest.recall_measured_on = measured.recall_measured_on
     manifest.language_recall_at_10 = dict(measured.language_recall_at_10)
     manifest.match_calibration = dict(measured.match_calibration)
+    # The re-rank policy's gaps are measured on the same vectors and captions (``indexer.rerank_policy``).
+    manifest.rerank = {k: v for k, v in manifest.rerank.items() if k != "policy"}
+    if "policy" in measured.rerank:
+        manifest.rerank["policy"] = measured.rerank["policy"]
     if "tuning_queries" in measured.build_params:
         manifest.build_params = {
             **manifest.build_params,

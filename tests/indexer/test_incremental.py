@@ -259,3 +259,22 @@ def test_appended_rows_extend_the_parents_hnsw_graph(
     rows.pop(0)  # a removal: the graph would keep the removed row, so it is rebuilt
     shrunk = build("shop", [_write(manifest.parent, rows)], settings=hnsw)
     assert (shrunk.items_encoded, shrunk.ann_index) == (0, "rebuilt from stored vectors")
+
+
+def test_a_rebuild_of_the_same_rows_keeps_the_parents_rerank_policy(
+    settings: Settings, catalogue: Path, tmp_path: Path
+) -> None:
+    """Measurements taken over from the parent (same vectors and captions) include the re-rank policy's
+    gaps: a metadata-only rebuild re-ranks as adaptively as its parent."""
+    with_policy = settings.model_copy(update={"rerank_policy_queries": 40})
+    manifest, rows = _shop(catalogue, tmp_path)
+    first = build("shop", [manifest], settings=with_policy)
+    with _open(settings, first.version) as idx:
+        policy = idx.manifest.rerank.get("policy")
+    assert policy is not None
+    for r in rows:
+        r["price"] = 1.5
+    touched = build("shop", [_write(manifest.parent, rows)], settings=with_policy)
+    assert touched.published and touched.items_encoded == 0
+    with _open(settings, touched.version) as idx:
+        assert idx.manifest.rerank.get("policy") == policy
