@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from store.verify import verify_version
 from store.versions import current_version
 from tests.conftest import REPO_ROOT
 from tests.indexer.files import write_photo
+from tests.indexer.killing import kill_after_shards
 
 
 def _shop(catalogue: Path, tmp_path: Path) -> tuple[Path, list[dict[str, Any]]]:
@@ -206,18 +205,8 @@ def test_kill_9_mid_incremental_build_then_rerun_publishes_the_same(
         _cli(folder, root, tmp_path / "killed.json"), cwd=REPO_ROOT, env=env,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    shards = "shop/.builds/build-*/shards/shard-*.npz"
-    deadline = time.monotonic() + 60
-    try:
-        while len(list(root.glob(shards))) < 2:
-            assert proc.poll() is None, "the build ended before it could be killed"
-            assert time.monotonic() < deadline, "no shard written within 60 s"
-            time.sleep(0.005)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    assert 2 <= len(list(root.glob(shards))) < CHANGED // SHARD
+    written = kill_after_shards(proc, root, "shop/.builds/build-*/shards/shard-*.npz", 2)
+    assert 2 <= written < CHANGED // SHARD
     assert current_version(root, "shop") == first.version  # CURRENT untouched
     rerun = subprocess.run(
         _cli(folder, root, tmp_path / "rerun.json"), cwd=REPO_ROOT, env=env, capture_output=True, text=True

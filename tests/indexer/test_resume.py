@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +20,7 @@ from store.reader import IndexVersion
 from store.versions import current_version
 from tests.conftest import REPO_ROOT
 from tests.indexer.files import write_photo
+from tests.indexer.killing import kill_after_shards
 
 N_IMAGES = 160
 SHARD = 4
@@ -45,18 +44,8 @@ def test_build_resumes_after_sigkill(tmp_path: Path, encoder: Encoder) -> None:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     shards_glob = "r/.builds/build-*/shards/shard-*.npz"
-    deadline = time.monotonic() + 60
-    try:
-        while len(list(root.glob(shards_glob))) < 3:
-            assert proc.poll() is None, "the build ended before it could be killed"
-            assert time.monotonic() < deadline, "no shard written within 60 s"
-            time.sleep(0.005)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    done = list(root.glob(shards_glob))
-    assert 3 <= len(done) < N_IMAGES // SHARD
+    written = kill_after_shards(proc, root, shards_glob, 3)
+    assert 3 <= written < N_IMAGES // SHARD
     assert current_version(root, "r") is None  # nothing published by the killed build
     work = next(root.glob("r/.builds/build-*"))
     result = subprocess.run(
@@ -69,7 +58,7 @@ def test_build_resumes_after_sigkill(tmp_path: Path, encoder: Encoder) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads((tmp_path / "second.json").read_text())
     # Exactly the shards complete at the kill were taken over (counted after the process died).
-    assert report["resumed_shards"] == len(done) and report["shards"] == N_IMAGES // SHARD
+    assert report["resumed_shards"] == written and report["shards"] == N_IMAGES // SHARD
     assert report["count"] == N_IMAGES and report["published"]
     assert not work.exists()  # the work folder goes once the version is published
 
