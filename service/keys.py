@@ -9,7 +9,8 @@ Writers (``ccrk keys``) take an exclusive ``flock`` on a lock file beside it, wr
 ``os.replace`` it: readers see the old file or the new one, never half of one. Every server process holds
 a ``KeyRing`` that looks at the file's ``stat`` at most every ``check_s`` (0.5 s) and re-reads it when its
 inode, size or modification time changed, so a revocation reaches every worker within a second at the cost
-of one ``stat`` per half second.
+of one ``stat`` per half second. A key it does not know costs one ``stat`` more (a key created or rotated a
+moment ago works at once; the file is read again only when it changed).
 """
 
 from __future__ import annotations
@@ -237,11 +238,12 @@ class KeyRing:
         self._stamp: tuple[int, int, int] | None = None
         self._checked = -float("inf")
         self.last_error: str | None = None
-        self.refresh(force=True)
 
-    def refresh(self, *, force: bool = False) -> None:
+    def refresh(self, *, force: bool = False, stat_now: bool = False) -> None:
+        """Re-read the file if it changed, looking at most every ``check_s`` (``stat_now``: look now;
+        ``force``: read it whatever its stat)."""
         now = time.monotonic()
-        if not force and now - self._checked < self.check_s:
+        if not force and not stat_now and now - self._checked < self.check_s:
             return
         with self._lock:
             self._checked = now
@@ -271,7 +273,13 @@ class KeyRing:
         """The record of a presented key; None for an unknown, revoked or wrong one."""
         self.refresh()
         key_id = key_id_of(key)
-        record = self._records.get(key_id) if key_id is not None else None
+        if key_id is None:
+            return None
+        record = self._records.get(key_id)
+        if record is None or not hmac.compare_digest(record.digest, key_digest(key)):
+            # A key created or rotated a moment ago: one stat more (re-read only if the file changed).
+            self.refresh(stat_now=True)
+            record = self._records.get(key_id)
         if record is None or not hmac.compare_digest(record.digest, key_digest(key)):
             return None
         return record
