@@ -163,9 +163,12 @@ def test_anonymous_search_when_no_key_is_required(server: LiveServer) -> None:
         assert bad.status_code == 401
 
 
-def test_revocation_reaches_both_worker_processes(catalogue: Catalogue, tmp_path: Path) -> None:
+def test_revocation_reaches_both_worker_processes_of_two_indexes(
+    catalogue: Catalogue, tmp_path: Path
+) -> None:
     root = tmp_path / "indexes"
     write_version(root, catalogue, rows=list(range(20)))
+    write_version(root, catalogue, rows=list(range(20, 30)), name="shopb")
     store = KeyStore(root)
     record, key = store.create("search", ["shop"])
     port = free_port()
@@ -192,7 +195,7 @@ def test_revocation_reaches_both_worker_processes(catalogue: Catalogue, tmp_path
         "--index-root",
         str(root),
         "--index-name",
-        "shop",
+        "shop,shopb",  # two indexes: shop the default
         "--log-level",
         "warning",
     ]
@@ -212,6 +215,11 @@ def test_revocation_reaches_both_worker_processes(catalogue: Catalogue, tmp_path
         pids = {httpx.get(f"{url}/healthz", timeout=10).json()["pid"] for _ in range(40)}
         assert len(pids) == 2
         assert [search() for _ in range(30)] == [200] * 30
+        other = httpx.post(f"{url}/v1/indexes/shopb/search", json=QUERY, headers=headers, timeout=10)
+        assert other.status_code == 403  # a key of shop on shopb
+        _, admin_key = store.create("admin", [])
+        found = httpx.post(f"{url}/v1/indexes/shopb/search", json=QUERY, headers={"X-API-Key": admin_key})
+        assert found.status_code == 200 and len(found.json()["results"]) == 3
         store.revoke(record.id)
         time.sleep(1.0)
         assert [search() for _ in range(40)] == [401] * 40
