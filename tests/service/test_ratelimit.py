@@ -17,7 +17,7 @@ from starlette.requests import Request
 from service.errors import RateLimitedError
 from service.keys import KeyStore
 from service.metrics import Metrics
-from service.ratelimit import BucketState, Limit, RateLimiter, take
+from service.ratelimit import BucketConnection, BucketState, Limit, RateLimiter, take
 from service.runtime import Caller, Runtime
 from tests.fixtures import REDIS_URL, Catalogue, LiveServer, make_settings, write_version
 from tests.service.conftest import free_port
@@ -29,9 +29,15 @@ def limiter(url: str | None, prefix: str) -> RateLimiter:
     return RateLimiter(redis_url=url, prefix=prefix, timeout_s=0.5, retry_s=30.0)
 
 
-def test_the_script_computes_what_the_reference_does(redis_prefix: str) -> None:
+@pytest.mark.parametrize("client", ["own", "redis-py"])
+def test_the_script_computes_what_the_reference_does(
+    redis_prefix: str, client: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if client == "redis-py":  # what other URLs (rediss://, unix://) go through
+        monkeypatch.setattr(BucketConnection, "supports", staticmethod(lambda url: False))
     rng = random.Random(3)
-    lim = limiter(REDIS_URL, redis_prefix + "ref:")
+    lim = limiter(REDIS_URL, redis_prefix + f"ref-{client}:")
+    assert (lim._conn is None) == (client == "redis-py")
     local = limiter(None, "unused")
     for case in range(6):
         rate, burst = rng.choice([0.5, 2.0, 7.0, 50.0, 333.3]), rng.choice([1, 3, 10, 100])
@@ -75,6 +81,15 @@ def test_the_daily_quota(redis_prefix: str) -> None:
         assert [a.allowed for a in answers] == [True, True, True, False, False]
         assert answers[3].quota_spent and 1 <= answers[3].retry_after_s <= 86400
         lim.close()
+
+
+def test_a_script_redis_does_not_hold_is_sent_whole(redis_prefix: str) -> None:
+    lim = limiter(REDIS_URL, redis_prefix + "noscript:")
+    assert lim.check("f", Limit(1.0, 5)).remaining == 4
+    assert lim._conn is not None
+    lim._conn.sha = b"0" * 40  # as after a SCRIPT FLUSH or a Redis restart: NOSCRIPT, then EVAL
+    assert lim.check("f", Limit(1.0, 5)).remaining == 3 and lim.backend == "redis"
+    lim.close()
 
 
 def test_without_redis_the_buckets_are_in_process() -> None:
