@@ -136,12 +136,30 @@ async def polite_load(
             failed += status != 200
     finally:
         writer.close()
-    lat = np.array(latencies)
+    return {"latencies_ms": latencies, "failed": failed}
+
+
+def polite_summary(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The polite client's requests of every round, pooled."""
+    lat = np.array([x for part in parts for x in part["latencies_ms"]])
     return {
         "requests": len(lat),
-        "failed": failed,
+        "failed": sum(part["failed"] for part in parts),
         "p50_ms": round(float(np.percentile(lat, 50)), 2),
         "p99_ms": round(float(np.percentile(lat, 99)), 2),
+    }
+
+
+def greedy_summary(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    n = len(parts)
+    statuses: Counter[str] = Counter()
+    for part in parts:
+        statuses.update(part["other_statuses"])
+    return {
+        "admitted_per_s": round(sum(p["admitted_per_s"] for p in parts) / n, 1),
+        "refused_429_per_s": round(sum(p["refused_429_per_s"] for p in parts) / n, 1),
+        "other_statuses": dict(statuses),
+        "every_429_has_retry_after": all(p["every_429_has_retry_after"] for p in parts),
     }
 
 
@@ -268,9 +286,15 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=20_000)
     parser.add_argument("--root", type=Path, default=ROOT / "artifacts" / "bench-fair-share")
     parser.add_argument("--seconds", type=float, default=12.0, help="per run")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of every row, interleaved, pooled")
+    parser.add_argument("--throughput-seconds", type=float, default=10.0)
     parser.add_argument("--polite-rate", type=float, default=5.0)
     parser.add_argument("--greedy", choices=("honour", "ignore"), default="honour", help="on a 429")
     parser.add_argument("--counts", default="1,4,16")
+    parser.add_argument("--greedy-burst", type=int, default=50, help="bucket size of the greedy keys")
+    parser.add_argument(
+        "--concurrent-per-caller", type=int, default=2, help="CCRK_MAX_CONCURRENT_PER_CALLER, limits on"
+    )
     parser.add_argument("--modes", default="same_key,own_keys,anonymous")
     parser.add_argument("--rerank", action="store_true", help="re-rank every search (default: off)")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/14")
@@ -297,7 +321,7 @@ def main() -> None:
     polite = keys_create(args.root, "--name", "polite")
     greedy: dict[str, dict[str, list[str | None]]] = {}
     for limits in ("off", "on"):
-        rate = ["--rate", GREEDY_RATE, "--burst", "50"] if limits == "on" else []
+        rate = ["--rate", GREEDY_RATE, "--burst", str(args.greedy_burst)] if limits == "on" else []
         shared = keys_create(args.root, *rate, "--name", f"greedy-{limits}")
         own = [keys_create(args.root, *rate, "--name", f"greedy-{limits}-{i}") for i in range(max(counts))]
         greedy[limits] = {
@@ -312,31 +336,46 @@ def main() -> None:
         for limits in ("off", "on"):
             env = dict(base_env)
             if limits == "on":
-                env.update({"CCRK_ANONYMOUS_RATE": "50", "CCRK_ANONYMOUS_BURST": "50"})
+                env.update(
+                    {
+                        "CCRK_ANONYMOUS_RATE": "50",
+                        "CCRK_ANONYMOUS_BURST": "50",
+                        "CCRK_MAX_CONCURRENT_PER_CALLER": str(args.concurrent_per_caller),
+                    }
+                )
             proc = serve(args.root, name, port, env)
             try:
                 asyncio.run(closed_loop(port, bodies, polite, 4, 3.0))  # warm-up: caches, first runs
-                alone = run_pair(port, bodies, polite, [], args)
-                runs.append({"limits": limits, "mode": "alone", "greedy_connections": 0, **alone})
-                print(f"limits {limits} alone: {alone['polite']}", file=sys.stderr)
-                for mode in modes:
-                    for n in counts:
-                        row = run_pair(port, bodies, polite, greedy[limits][mode][:n], args)
-                        runs.append({"limits": limits, "mode": mode, "greedy_connections": n, **row})
-                        print(f"limits {limits} {mode} x{n}: {row}", file=sys.stderr)
-                if limits == "off":
-                    throughput["keys_off_anonymous"] = asyncio.run(
-                        closed_loop(port, bodies, None, 8, args.seconds)
-                    )
-                    throughput["keys_on_no_rate"] = asyncio.run(
-                        closed_loop(port, bodies, polite, 8, args.seconds)
-                    )
+                rows = [("alone", 0)] + [(mode, n) for mode in modes for n in counts]
+                parts: dict[tuple[str, int], list[dict[str, Any]]] = {row: [] for row in rows}
+                # Rounds, each row once per round: slow drifts of the machine's load reach every row alike.
+                for _ in range(args.rounds):
+                    for mode, n in rows:
+                        keys = greedy[limits][mode][:n] if n else []
+                        parts[(mode, n)].append(run_pair(port, bodies, polite, keys, args))
+                for mode, n in rows:
+                    row: dict[str, Any] = {"limits": limits, "mode": mode, "greedy_connections": n}
+                    row["polite"] = polite_summary([p["polite"] for p in parts[(mode, n)]])
+                    if n:
+                        row["greedy"] = greedy_summary([p["greedy"] for p in parts[(mode, n)]])
+                    runs.append(row)
+                    print(f"limits {limits} {mode} x{n}: {row}", file=sys.stderr)
+                if limits == "off" and args.throughput_seconds > 0:
                     bucket = keys_create(
                         args.root, "--rate", "1000000/s", "--burst", "1000000", "--name", "bench-bucket"
                     )
-                    throughput["keys_on_redis_bucket"] = asyncio.run(
-                        closed_loop(port, bodies, bucket, 8, args.seconds)
-                    )
+                    cases = {
+                        "keys_off_anonymous": None,
+                        "keys_on_no_rate": polite,
+                        "keys_on_redis_bucket": bucket,
+                    }
+                    rates: dict[str, list[float]] = {case: [] for case in cases}
+                    for _ in range(args.rounds):  # interleaved, averaged
+                        for case, key in cases.items():
+                            rates[case].append(
+                                asyncio.run(closed_loop(port, bodies, key, 8, args.throughput_seconds))
+                            )
+                    throughput = {case: round(float(np.mean(r)), 1) for case, r in rates.items()}
             finally:
                 proc.terminate()
                 proc.wait(timeout=60)
@@ -358,9 +397,12 @@ def main() -> None:
         "items": args.items,
         "index": name,
         "seconds_per_run": args.seconds,
+        "rounds": args.rounds,
         "polite_rate": args.polite_rate,
         "greedy_on_429": args.greedy,
-        "greedy_limit": GREEDY_RATE + " burst 50 (limits on)",
+        "greedy_limit": f"{GREEDY_RATE} burst {args.greedy_burst} (limits on; anonymous 50/s burst 50)",
+        "max_concurrent_per_caller": f"{args.concurrent_per_caller} (limits on; off: 0)",
+        "search_workers": 4,
         "rerank": args.rerank,
         "runs": runs,
         "requests_per_s_8_connections": throughput,

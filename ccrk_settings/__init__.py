@@ -235,6 +235,12 @@ class Settings(BaseSettings):
         " anonymous clients search too (limited per client address by anonymous_rate), and a key sent is"
         " still checked.",
     )
+    keys_file: Path | None = Field(
+        None,
+        description="The API keys file (`ccrk keys`: ids, scopes, limits and SHA-256 digests, never the"
+        " keys); unset: INDEX_ROOT/api-keys.json. Re-read within 0.5 s of a change (e.g. a mounted"
+        " Kubernetes Secret).",
+    )
     key_rate: float | None = Field(
         None,
         gt=0.0,
@@ -252,6 +258,15 @@ class Settings(BaseSettings):
     )
     anonymous_burst: int | None = Field(
         None, ge=1, description="Bucket size of each anonymous client address; unset: anonymous_rate (1 s)."
+    )
+    max_concurrent_per_caller: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="Searches one caller (an API key, or an anonymous address) runs at once per process;"
+        " its others wait on the event loop (holding no worker thread; 429 after 10 s), so one client's burst"
+        " queues behind itself instead of in front of everyone. Below search_workers, e.g. 2 of 4. 0: no"
+        " queue.",
     )
     max_expensive_per_caller: int = Field(
         0,

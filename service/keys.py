@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Literal
 
 KEYS_FILE = "api-keys.json"
-LOCK_FILE = ".api-keys.lock"
 KEY_PREFIX = "ccrk_"
 FORMAT = 1
 Scope = Literal["search", "admin"]
@@ -129,16 +128,18 @@ def read_records(path: Path) -> dict[str, KeyRecord]:
 
 
 class KeyStore:
-    """The keys file of one index root, for the ``ccrk keys`` commands (every change locked and atomic)."""
+    """A keys file for the ``ccrk keys`` commands (every change locked and atomic): ``INDEX_ROOT`` (its
+    ``api-keys.json``) or the file itself (a path ending in ``.json``)."""
 
-    def __init__(self, index_root: Path) -> None:
-        self.root = Path(index_root)
-        self.path = keys_path(self.root)
+    def __init__(self, where: Path) -> None:
+        where = Path(where)
+        self.path = where if where.suffix == ".json" else keys_path(where)
+        self.root = self.path.parent
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[dict[str, KeyRecord]]:
         self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / LOCK_FILE, "a") as lock:
+        with open(self.root / f".{self.path.name}.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             records = read_records(self.path)
             yield records
@@ -146,7 +147,7 @@ class KeyStore:
 
     def _write(self, records: dict[str, KeyRecord]) -> None:
         body = json.dumps({"format": FORMAT, "keys": [r.to_json() for r in records.values()]}, indent=1)
-        fd, tmp = tempfile.mkstemp(prefix=".api-keys.", suffix=".tmp", dir=self.root)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.root)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as out:
                 out.write(body + "\n")
@@ -230,8 +231,9 @@ class KeyRing:
     """A server process's view of the keys file: looked up per request, re-read when the file changes
     (checked at most every ``check_s``). A file that cannot be read keeps the last good keys (and logs)."""
 
-    def __init__(self, index_root: Path, check_s: float = 0.5) -> None:
-        self.path = keys_path(index_root)
+    def __init__(self, where: Path, check_s: float = 0.5) -> None:
+        where = Path(where)
+        self.path = where if where.suffix == ".json" else keys_path(where)
         self.check_s = check_s
         self._lock = threading.Lock()
         self._records: dict[str, KeyRecord] = {}

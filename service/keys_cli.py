@@ -14,20 +14,28 @@ keys_app = typer.Typer(
     help="API keys with scopes (search, admin), per-index access and fair-share limits.", no_args_is_help=True
 )
 
-IndexRoot = Annotated[Path | None, typer.Option(help="Root of all indexes (default: settings.index_root).")]
+IndexRoot = Annotated[
+    Path | None,
+    typer.Option(
+        help="Root of all indexes: its api-keys.json (default: settings.keys_file, else"
+        " settings.index_root's)."
+    ),
+]
 RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:/\s*s)?\s*$")
 QUOTA = re.compile(r"^\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*(?:/\s*day)?\s*$", re.IGNORECASE)
 
 
 def _root(index_root: Path | None) -> Path:
+    """The index root given, else the keys file of the settings."""
     if index_root is not None:
         return index_root
     from ccrk_settings import SettingsError, settings_with
 
     try:
-        return settings_with({}).index_root
+        settings = settings_with({})
     except SettingsError as exc:
         raise typer.BadParameter(exc.describe()) from None
+    return settings.keys_file or settings.index_root
 
 
 def _rate(text: str | None) -> float | None:

@@ -23,11 +23,12 @@ import math
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import unquote, urlsplit
 
+import anyio
 import redis
 from cachetools import LRUCache
 from redis.backoff import NoBackoff
@@ -325,6 +326,45 @@ class RateLimiter:
         if self._redis is not None:
             with contextlib.suppress(redis.RedisError):
                 self._redis.close()
+
+
+class QueueTimeout(Exception):
+    """A caller's request waited ``CallerQueues.wait_s`` for its turn."""
+
+
+class CallerQueues:
+    """At most ``per_caller`` searches of one caller in the worker threads at once in this process; the
+    caller's others wait on the event loop (holding no thread) in arrival order, up to ``wait_s``. A burst
+    of one caller then queues behind itself, not in front of everyone else: with search_workers 4 and
+    2 per caller, a greedy client's 16 connections leave 2 threads to the others."""
+
+    def __init__(self, per_caller: int, wait_s: float = 10.0) -> None:
+        self.per_caller = per_caller
+        self.wait_s = wait_s
+        self._queues: dict[str, anyio.Semaphore] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, identity: str) -> AsyncIterator[None]:
+        """The caller's slot, held to the end of the block; ``QueueTimeout`` after ``wait_s`` in line."""
+        sem = self._queues.get(identity)
+        if sem is None:
+            sem = self._queues[identity] = anyio.Semaphore(self.per_caller)
+        try:
+            try:
+                sem.acquire_nowait()
+            except anyio.WouldBlock:
+                try:
+                    with anyio.fail_after(self.wait_s):
+                        await sem.acquire()
+                except TimeoutError:
+                    raise QueueTimeout(identity) from None
+            try:
+                yield
+            finally:
+                sem.release()
+        finally:
+            if sem.value == self.per_caller and not sem.statistics().tasks_waiting:
+                self._queues.pop(identity, None)
 
 
 class ExpensiveSlots:

@@ -29,7 +29,7 @@ from service.keys import KeyRecord, KeyRing
 from service.language import LanguageDetector
 from service.metrics import Metrics
 from service.monitor import Monitor
-from service.ratelimit import ExpensiveSlots, Limit, RateLimiter
+from service.ratelimit import CallerQueues, ExpensiveSlots, Limit, QueueTimeout, RateLimiter
 from service.search.facade import IMAGE_SLOT_WAIT_S, SearchFacade
 from service.search.pipeline import SearchPipeline
 from service.search.telemetry import SearchTelemetry
@@ -80,7 +80,7 @@ class Runtime:
         self.holders: dict[str, IndexHolder] = {}
         self._facades: dict[str, SearchFacade] = {}
         # API keys (``service.keys``), fair share (``service.ratelimit``).
-        self.keys = KeyRing(settings.index_root)
+        self.keys = KeyRing(settings.keys_file or settings.index_root)
         self.rate_limiter = RateLimiter(
             redis_url=settings.redis_url,
             prefix=settings.cache_prefix,
@@ -89,6 +89,7 @@ class Runtime:
             on_event=metrics.cache_event,
         )
         self.expensive_slots = ExpensiveSlots(settings.max_expensive_per_caller)
+        self.caller_queues = CallerQueues(settings.max_concurrent_per_caller)
         self.cache: Cache | None = None
         self.languages: tuple[str, ...] = ()
         # Bounds the worker threads doing CPU work at once: more than a few only adds contention.
@@ -187,6 +188,25 @@ class Runtime:
             yield
         finally:
             slots.release(caller.identity)
+
+    @asynccontextmanager
+    async def in_line(self, caller: Caller) -> AsyncIterator[None]:
+        """The caller's turn for a worker thread (``service.ratelimit.CallerQueues``): at most
+        max_concurrent_per_caller searches of one caller at once, its others waiting (0: no queue); 429
+        after waiting CallerQueues.wait_s."""
+        queues = self.caller_queues
+        if queues.per_caller == 0 or caller.admin:
+            yield
+            return
+        try:
+            async with queues.hold(caller.identity):
+                yield
+        except QueueTimeout:
+            raise RateLimitedError(
+                f"waited {queues.wait_s:.0f} s behind this caller's own {queues.per_caller} searches in"
+                " progress; retry in a moment",
+                headers={"Retry-After": "1"},
+            ) from None
 
     # -- index swaps -------------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 import redis
 from starlette.requests import Request
@@ -184,3 +185,52 @@ def test_admit_sets_the_headers_of_the_answer(limited_root: Path, redis_prefix: 
     client = redis.Redis.from_url(REDIS_URL)
     assert client.exists(f"{redis_prefix}ad:rl:key:{record.id}") == 1
     client.close()
+
+
+def test_a_callers_searches_wait_in_their_own_line(limited_root: Path) -> None:
+    runtime = Runtime(make_settings(limited_root, max_concurrent_per_caller=2), Metrics())
+    runtime.caller_queues.wait_s = 0.5
+    greedy, polite = Caller("key:aaaaaaaa", None), Caller("ip:127.0.0.2", None)
+    inside: list[str] = []
+    most = 0
+
+    async def search(caller: Caller, release: anyio.Event) -> None:
+        nonlocal most
+        async with runtime.in_line(caller):
+            inside.append(caller.identity)
+            most = max(most, inside.count(greedy.identity))
+            await release.wait()
+            inside.remove(caller.identity)
+
+    async def run() -> None:
+        release = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            for _ in range(5):
+                tg.start_soon(search, greedy, release)
+            await anyio.sleep(0.05)
+            assert inside.count(greedy.identity) == 2  # three wait, holding no thread
+            polite_done = anyio.Event()
+
+            async def polite_search() -> None:
+                async with runtime.in_line(polite):
+                    polite_done.set()
+
+            tg.start_soon(polite_search)
+            with anyio.fail_after(1):
+                await polite_done.wait()  # not behind the greedy line
+            release.set()
+        assert most == 2 and inside == []
+        # Waiting longer than wait_s: 429.
+        hold = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(search, greedy, hold)
+            tg.start_soon(search, greedy, hold)
+            await anyio.sleep(0.05)
+            with pytest.raises(RateLimitedError) as refused:
+                async with runtime.in_line(greedy):
+                    pass
+            assert refused.value.headers == {"Retry-After": "1"}
+            hold.set()
+
+    anyio.run(run)
+    assert runtime.caller_queues._queues == {}

@@ -1,4 +1,5 @@
-"""Administration (API key in ``X-API-Key``; off when CCRK_ADMIN_API_KEY is unset)."""
+"""Administration: the admin key (CCRK_ADMIN_API_KEY) or an API key of scope admin, in ``X-API-Key`` or
+``Authorization: Bearer``; off when neither exists."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"])
     response_model=ReloadResponse,
     responses={
         401: {"description": "Missing or wrong API key."},
+        403: {"description": "An API key of scope search."},
         404: {"description": "Admin disabled."},
         409: {
             "description": "The version could not be loaded, or the quality gate refused it (use force); "

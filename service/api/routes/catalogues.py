@@ -55,13 +55,13 @@ async def search_image(
     name: IndexName,
     file: UploadFileField,
     runtime: RuntimeDep,
-    _: ExpensiveCallerDep,
+    caller: ExpensiveCallerDep,
     top_k: TopK = 20,
     offset: Offset = 0,
     filters: FiltersField = None,
 ) -> Response:
     """Image search of one served index (as ``/v1/search/image``)."""
-    return await image_search(runtime.catalogue(name), file, top_k, offset, filters)
+    return await image_search(runtime.catalogue(name), runtime, caller, file, top_k, offset, filters)
 
 
 @router.post(
@@ -74,8 +74,8 @@ async def similar(
     name: IndexName,
     item_id: ItemId,
     runtime: RuntimeDep,
-    _: SearchCallerDep,
+    caller: SearchCallerDep,
     body: SimilarRequest | None = None,
 ) -> Response:
     """Items like an indexed one, in one served index (as ``/v1/items/{id}/similar``)."""
-    return await similar_items(runtime.catalogue(name), item_id, body)
+    return await similar_items(runtime.catalogue(name), runtime, caller, item_id, body)

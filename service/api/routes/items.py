@@ -8,6 +8,7 @@ from fastapi import APIRouter, Response
 from fastapi import Path as PathParam
 
 from service.api.deps import RuntimeDep, SearchCallerDep
+from service.runtime import Caller, Runtime
 from service.schemas import ImageSearchResponse, SimilarRequest
 from service.search.facade import SearchFacade
 
@@ -25,8 +26,11 @@ RESPONSES: dict[int | str, dict] = {
 }
 
 
-async def similar_items(facade: SearchFacade, item_id: str, body: SimilarRequest | None) -> Response:
-    result = await facade.similar(item_id, body or SimilarRequest())
+async def similar_items(
+    facade: SearchFacade, runtime: Runtime, caller: Caller, item_id: str, body: SimilarRequest | None
+) -> Response:
+    async with runtime.in_line(caller):
+        result = await facade.similar(item_id, body or SimilarRequest())
     return Response(result.model_dump_json(), media_type="application/json")
 
 
@@ -37,8 +41,8 @@ async def similar_items(facade: SearchFacade, item_id: str, body: SimilarRequest
     max_body_size=JSON_BODY_LIMIT,
 )
 async def similar(
-    item_id: ItemId, runtime: RuntimeDep, _: SearchCallerDep, body: SimilarRequest | None = None
+    item_id: ItemId, runtime: RuntimeDep, caller: SearchCallerDep, body: SimilarRequest | None = None
 ) -> Response:
     """Items that look like an indexed one, by its stored vectors (no upload): for products, ranked by their
     best photo's visual embedding against the item's first photo."""
-    return await similar_items(runtime.search, item_id, body)
+    return await similar_items(runtime.search, runtime, caller, item_id, body)

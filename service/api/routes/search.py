@@ -42,20 +42,28 @@ async def text_search(
     # dependency, with its exit stack, cost ~0.05-0.1 ms of the ~0.35 ms of event-loop CPU per query
     # (in-process, 100k items).
     rerank = body.rerank if body.rerank is not None else runtime.settings.rerank
-    if rerank and runtime.expensive_slots.per_caller:
-        async with runtime.expensive(caller):
+    async with runtime.in_line(caller):
+        if rerank and runtime.expensive_slots.per_caller:
+            async with runtime.expensive(caller):
+                answer = await facade.text(body)
+        else:
             answer = await facade.text(body)
-    else:
-        answer = await facade.text(body)
     request.state.lang = answer.lang  # the request metrics' language label (service.middleware)
     # Serialised here: the model was built by our own code, re-validating it would only cost time.
     return Response(answer.response.model_dump_json(), media_type="application/json")
 
 
 async def image_search(
-    facade: SearchFacade, file: UploadFile, top_k: int, offset: int, filters: str | None
+    facade: SearchFacade,
+    runtime: Runtime,
+    caller: Caller,
+    file: UploadFile,
+    top_k: int,
+    offset: int,
+    filters: str | None,
 ) -> Response:
-    result = await facade.image(file, top_k=top_k, offset=offset, filters=filters)
+    async with runtime.in_line(caller):
+        result = await facade.image(file, top_k=top_k, offset=offset, filters=filters)
     return Response(result.model_dump_json(), media_type="application/json")
 
 
@@ -71,10 +79,10 @@ async def search(
 async def search_image(
     file: UploadFileField,
     runtime: RuntimeDep,
-    _: ExpensiveCallerDep,
+    caller: ExpensiveCallerDep,
     top_k: TopK = 20,
     offset: Offset = 0,
     filters: FiltersField = None,
 ) -> Response:
     """Catalogue images similar to an uploaded one."""
-    return await image_search(runtime.search, file, top_k, offset, filters)
+    return await image_search(runtime.search, runtime, caller, file, top_k, offset, filters)
