@@ -8,6 +8,10 @@ dependency: after an error the buckets are kept in process for ``redis_retry_s``
 does), so a dead Redis costs one timeout per retry window, and each process then allows the limit on its
 own (N processes: up to N times the rate).
 
+The script runs on the event loop, over a connection of its own (``BucketConnection``): ~40 us p50 on
+loopback (bench/fair_share.py), less than a hop to a worker thread would cost; a Redis that hangs costs
+one ``redis_timeout_s`` per retry window.
+
 The bucket: ``burst`` tokens at most, refilled at ``rate`` per second; a request takes one. Time is in
 integer milliseconds (Redis ``TIME`` unless the caller gives it, as the tests do); the arithmetic is
 the same in Lua and in ``take`` below (IEEE doubles, the same operations in the same order), and the
