@@ -94,6 +94,7 @@ def main() -> None:
         "command": "python " + " ".join(sys.argv),
         "date": time.strftime("%Y-%m-%d"),
         "items_per_index": args.items,
+        # Apparent size: the bench's re-rank store is sparse and all zero (never read, re-ranking off).
         "index_bytes_on_disk": sum(f.stat().st_size for f in (args.root / name).rglob("*") if f.is_file()),
         "rss_mb_by_indexes": rss,
         "rss_mb_per_extra_index": round((rss[3] - rss[1]) / 2, 1),
