@@ -18,6 +18,9 @@ admitted per second, their 429s and whether every 429 carried Retry-After. Then 
 connections with keys off (anonymous), on (a key, no rate) and on with a bucket (a key of 1e6/s: one Redis
 round trip each), and the fair-share cost per request measured in process (key lookup + bucket, p50/p99 in
 microseconds, Redis and in-process). Prints a JSON document, then a table; not a test.
+
+A little over 400 lines because it holds the whole experiment in one place: the polite open loop, the greedy
+closed loop in a process of its own, the throughput runs, the in-process cost and the report.
 """
 
 from __future__ import annotations
