@@ -130,12 +130,13 @@ class Runtime:
             raise NotFoundError(f"index {name!r} is not served here", loc=("path", "name"))
         return facade
 
-    def catalogue_holder(self, name: str) -> IndexHolder:
+    def catalogue_holder(self, name: str, loc: tuple[str, ...] = ("path", "name")) -> IndexHolder:
+        """The index holder of a served index; 404 (naming ``loc``) for one this process does not serve."""
         holder = self.holders.get(name)
         if holder is None:
             if self._holder is None:
                 raise IndexUnavailableError("the service is still starting")
-            raise NotFoundError(f"index {name!r} is not served here", loc=("path", "name"))
+            raise NotFoundError(f"index {name!r} is not served here", loc=loc)
         return holder
 
     # -- fair share --------------------------------------------------------------------------------------

@@ -137,6 +137,10 @@ def test_401_403_and_both_headers(keyed: LiveServer, shops: Path) -> None:
         assert client.post("/v1/admin/reload", headers=bearer).status_code == 403
         admin = {"X-API-Key": admin_key}
         assert client.post("/v1/admin/reload", headers=admin).status_code == 200
+        reloaded = client.post("/v1/admin/reload", headers=admin, params={"index": "shopb"})
+        assert reloaded.status_code == 200 and reloaded.json()["changed"] is False
+        unknown = client.post("/v1/admin/reload", headers=admin, params={"index": "nope"})
+        assert unknown.status_code == 404 and unknown.json()["detail"][0]["loc"] == ["query", "index"]
         assert client.post("/v1/indexes/shopb/search", json=QUERY, headers=admin).status_code == 200
         # The configured admin key keeps working for both.
         legacy = {"X-API-Key": "test-admin-key"}
