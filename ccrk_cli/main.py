@@ -10,6 +10,7 @@ from indexer.cli import index_app
 from model.cli import data_app, eval_command, experiment_app, export_app, model_app, train_command
 from monitoring.cli import probe_app
 from service.cli import serve_command
+from service.keys_cli import keys_app
 
 app = typer.Typer(
     name="ccrk",
@@ -32,6 +33,7 @@ app.add_typer(experiment_app, name="experiment")
 app.add_typer(index_app, name="index")
 app.add_typer(probe_app, name="probe")
 app.add_typer(config_app, name="config")
+app.add_typer(keys_app, name="keys")
 app.command("train")(train_command)
 app.command("eval")(eval_command)
 app.command("serve")(serve_command)

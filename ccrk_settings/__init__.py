@@ -78,6 +78,12 @@ class Settings(BaseSettings):
     # -- indexes ----------------------------------------------------------------------------------------
     index_root: Path = Field(Path("artifacts/indexes"), description="Root folder of all indexes.")
     index_name: str = Field("demo", description="Index the service serves (INDEX_ROOT/NAME/CURRENT).")
+    extra_indexes: CommaList = Field(
+        default_factory=list,
+        description="Indexes `ccrk serve` serves beside index_name, at /v1/indexes/NAME/... with one model in"
+        " memory (`--index-name a,b,c` sets index_name a and these b,c; `*`: every index under the root, as"
+        " `--all`). The unprefixed routes stay index_name's.",
+    )
     keep_versions: int = Field(
         3, ge=1, description="Approved versions kept per index (and at most as many gate-refused ones)."
     )
@@ -243,6 +249,53 @@ class Settings(BaseSettings):
         "match logit alone (the paper's, to reproduce published numbers; needs a recent ONNX export).",
     )
     admin_api_key: str | None = Field(None, description="Key for /v1/admin/*; admin routes are off if unset.")
+    search_requires_key: bool = Field(
+        False,
+        description="Search routes (search, image search, similar items, consistency) need an API key"
+        " (`ccrk keys create`; `Authorization: Bearer KEY` or `X-API-Key: KEY`): 401 without one. Off:"
+        " anonymous clients search too (limited per client address by anonymous_rate), and a key sent is"
+        " still checked.",
+    )
+    keys_file: Path | None = Field(
+        None,
+        description="The API keys file (`ccrk keys`: ids, scopes, limits and SHA-256 digests, never the"
+        " keys); unset: INDEX_ROOT/api-keys.json. Re-read within 0.5 s of a change (e.g. a mounted"
+        " Kubernetes Secret).",
+    )
+    key_rate: float | None = Field(
+        None,
+        gt=0.0,
+        description="Requests per second of an API key created without --rate (a token bucket per key, shared"
+        " by every process through Redis); unset: no limit.",
+    )
+    key_burst: int | None = Field(
+        None, ge=1, description="Bucket size of an API key created without --burst; unset: key_rate (1 s)."
+    )
+    anonymous_rate: float | None = Field(
+        None,
+        gt=0.0,
+        description="Requests per second of each anonymous client address on the search routes; unset: no"
+        " limit. Behind a proxy every client has the proxy's address.",
+    )
+    anonymous_burst: int | None = Field(
+        None, ge=1, description="Bucket size of each anonymous client address; unset: anonymous_rate (1 s)."
+    )
+    max_concurrent_per_caller: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="Searches one caller (an API key, or an anonymous address) runs at once per process;"
+        " its others wait on the event loop (holding no worker thread; 429 after 10 s), so one client's burst"
+        " queues behind itself instead of in front of everyone. Below search_workers, e.g. 2 of 4. 0: no"
+        " queue.",
+    )
+    max_expensive_per_caller: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="Re-ranked or image searches one caller (an API key, or an anonymous address) may run at"
+        " once per process; more get 429 with Retry-After at once. 0: no cap.",
+    )
     cors_origins: list[str] = Field(default_factory=list, description="Allowed CORS origins.")
     index_poll_s: float = Field(5.0, gt=0.0, description="How often the service looks for a new CURRENT.")
     max_upload_mb: int = Field(10, ge=1, description="Largest image accepted by /v1/search/image.")

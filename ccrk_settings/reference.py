@@ -155,7 +155,8 @@ def reference(fmt: Format = "markdown") -> str:
 def masked(name: str, value: Any) -> str:
     """``value`` as the environment takes it, with secrets (keys, URL passwords) hidden."""
     text = env_value(value)
-    if any(word in name for word in SECRET_WORDS):
+    # Numbers and switches about keys (key_rate, search_requires_key) are no secrets.
+    if any(word in name for word in SECRET_WORDS) and not isinstance(value, bool | int | float):
         return "****"
     if name.endswith("_url"):
         parts = urlsplit(text)

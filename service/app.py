@@ -11,6 +11,7 @@ from starlette.types import ASGIApp
 from ccrk_settings import Settings, get_settings
 from service.api.routes import (
     admin,
+    catalogues,
     consistency,
     dashboard,
     docs,
@@ -69,17 +70,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             CORSMiddleware,
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST"],
-            allow_headers=["Content-Type", "X-API-Key"],
+            allow_headers=["Content-Type", "X-API-Key", "Authorization"],
+            expose_headers=["Retry-After", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"],
         )
     app.add_middleware(
         UploadBodyMiddleware,
-        paths=frozenset({"/v1/search/image"}),
+        paths=frozenset(
+            {"/v1/search/image", *(f"/v1/indexes/{name}/search/image" for name in runtime.index_names)}
+        ),
         max_body=max_body_size,
         budget=runtime.upload_budget,
     )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     for module in (
         search,
+        catalogues,
         consistency,
         images,
         index,

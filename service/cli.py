@@ -21,7 +21,16 @@ def serve_command(
     host: Annotated[str | None, typer.Option(help="Bind address [CCRK_HOST].")] = None,
     port: Annotated[int | None, typer.Option(min=1, max=65535, help="Port [CCRK_PORT].")] = None,
     index_root: Annotated[Path | None, typer.Option(help="Root folder of indexes [CCRK_INDEX_ROOT].")] = None,
-    index_name: Annotated[str | None, typer.Option(help="Index to serve [CCRK_INDEX_NAME].")] = None,
+    index_name: Annotated[
+        str | None,
+        typer.Option(
+            help="Index to serve [CCRK_INDEX_NAME]; a,b,c: several, a the default one, b and c at"
+            " /v1/indexes/NAME/... [CCRK_EXTRA_INDEXES]."
+        ),
+    ] = None,
+    all_indexes: Annotated[
+        bool, typer.Option("--all", help="Also serve every other index under the index root.")
+    ] = False,
     model: Annotated[Path | None, typer.Option(help="Model directory [CCRK_MODEL_DIR].")] = None,
     backend: Annotated[str | None, typer.Option(help="onnx or torch [CCRK_BACKEND].")] = None,
     redis_url: Annotated[str | None, typer.Option(help="Redis for caches [CCRK_REDIS_URL].")] = None,
@@ -64,6 +73,12 @@ def serve_command(
     from service.app import create_app
     from service.http_guard import uvicorn_options
 
+    # `--index-name a,b,c`: a is the default index, b and c extra ones; `--all`: every index.
+    extra: list[str] = []
+    if index_name is not None and "," in index_name:
+        index_name, *extra = [part.strip() for part in index_name.split(",") if part.strip()] or [""]
+    if all_indexes:
+        extra.append("*")
     # Only the options given: they are also what travels to the worker processes (_serve_workers).
     overrides = {
         key: value
@@ -72,6 +87,7 @@ def serve_command(
             "port": port,
             "index_root": index_root,
             "index_name": index_name,
+            "extra_indexes": ",".join(extra) if extra else None,
             "model_dir": model,
             "backend": backend,
             "redis_url": redis_url,

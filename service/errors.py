@@ -70,6 +70,26 @@ class UnauthorizedError(ServiceError):
     error_type = "unauthorized"
 
 
+class ScopeError(ServiceError):
+    """An API key that is valid but not for this route or catalogue (a search key on an admin route, a key
+    of shop A on shop B)."""
+
+    status_code = 403
+    error_type = "forbidden"
+
+
+class RateLimitedError(ServiceError):
+    """The caller's token bucket is empty, its daily quota spent, or it has as many expensive requests
+    running as it may; ``headers`` carry ``Retry-After`` and ``RateLimit-*``."""
+
+    status_code = 429
+    error_type = "rate_limited"
+
+    def __init__(self, message: str, *, headers: dict[str, str], loc: tuple[str | int, ...] = ()) -> None:
+        super().__init__(message, loc=loc)
+        self.headers = headers
+
+
 class IndexUnavailableError(ServiceError):
     """No index is loaded (none published yet, or it could not be opened); the message says why."""
 
@@ -153,6 +173,8 @@ def install_error_handlers(app: FastAPI) -> None:
         headers = {"WWW-Authenticate": "ApiKey"} if isinstance(exc, UnauthorizedError) else None
         if isinstance(exc, BusyError):
             headers = {"Retry-After": str(exc.retry_after_s)}
+        if isinstance(exc, RateLimitedError):
+            headers = exc.headers
         return JSONResponse(_redacted(request, exc.body()), status_code=exc.status_code, headers=headers)
 
     async def filter_error(request: Request, exc: Exception) -> JSONResponse:

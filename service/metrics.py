@@ -96,6 +96,13 @@ class Metrics:
             registry=r,
             multiprocess_mode="livemax",
         )
+        self.catalogue_items = Gauge(
+            "ccrk_catalogue_items",
+            "Items of each served index (several with `ccrk serve --index-name a,b,c`).",
+            ["index"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
         self.index_loaded_timestamp = Gauge(
             "ccrk_index_loaded_timestamp_seconds",
             "When the loaded index version was swapped in.",

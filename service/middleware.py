@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 
 class MetricsMiddleware:
     """Latency histogram by route template, method, status class and query language (set by the text
-    search route in ``request.state.lang``).
+    search route in ``request.state.lang``); and the ``RateLimit-*`` headers of an admitted search.
 
     This is the request layer's telemetry, kept here because it times every route, searches or not; what
     a search itself did (stage timings, re-ranking, match quality, live traffic) is recorded by
@@ -35,6 +35,12 @@ class MetricsMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                # A search's fair-share state (service.runtime.Runtime.admit): routes build their own
+                # responses, which a dependency cannot add headers to.
+                limits = (scope.get("state") or {}).get("ratelimit_headers")
+                if limits and status < 400:
+                    extra = [(k.lower().encode(), v.encode()) for k, v in limits.items()]
+                    message = {**message, "headers": [*message.get("headers", []), *extra]}
             await send(message)
 
         try:

@@ -10,30 +10,62 @@ import asyncio
 import gc
 import hashlib
 import logging
+import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
 from time import time
 
 import anyio
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from threadpoolctl import threadpool_limits
 
 from ccrk_settings import Settings
 from model.runtime import Int8Limits, load_encoder
 from service.cache import Cache
-from service.errors import IndexUnavailableError, ReloadFailedError
+from service.errors import IndexUnavailableError, NotFoundError, RateLimitedError, ReloadFailedError
 from service.index_holder import IndexHolder, Served
+from service.keys import KeyRecord, KeyRing
 from service.language import LanguageDetector
 from service.metrics import Metrics
 from service.monitor import Monitor
+from service.ratelimit import CallerQueues, ExpensiveSlots, Limit, QueueTimeout, RateLimiter
 from service.search.facade import IMAGE_SLOT_WAIT_S, SearchFacade
 from service.search.pipeline import SearchPipeline
 from service.search.telemetry import SearchTelemetry
 from service.upload_budget import UploadBudget
+from store.layout import CURRENT_FILE
 from store.manifest import model_fingerprint, model_name_of
 from store.opening import OpenedIndex
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sends a request: an API key's record, the admin key, or an anonymous client address."""
+
+    identity: str  # the fair-share bucket's name: key:<id>, ip:<address>, admin
+    record: KeyRecord | None
+    admin: bool = False
+
+    @property
+    def anonymous(self) -> bool:
+        return self.record is None and not self.admin
+
+
+def served_index_names(settings: Settings) -> tuple[str, ...]:
+    """The indexes one process serves: ``index_name`` (the default one, of the unprefixed routes), then
+    ``extra_indexes``; ``*`` there: every index under the root with a CURRENT, by name."""
+    names = [settings.index_name]
+    for name in settings.extra_indexes:
+        if name == "*":
+            root = settings.index_root
+            if root.is_dir():
+                names += sorted(p.name for p in root.iterdir() if (p / CURRENT_FILE).is_file())
+        else:
+            names.append(name)
+    return tuple(dict.fromkeys(names))
 
 
 class Runtime:
@@ -43,6 +75,21 @@ class Runtime:
         self._pipeline: SearchPipeline | None = None
         self._holder: IndexHolder | None = None
         self._search: SearchFacade | None = None
+        # Every served index by name (the default one first), each with its holder and facade.
+        self.index_names = served_index_names(settings)
+        self.holders: dict[str, IndexHolder] = {}
+        self._facades: dict[str, SearchFacade] = {}
+        # API keys (``service.keys``), fair share (``service.ratelimit``).
+        self.keys = KeyRing(settings.keys_file or settings.index_root)
+        self.rate_limiter = RateLimiter(
+            redis_url=settings.redis_url,
+            prefix=settings.cache_prefix,
+            timeout_s=settings.redis_timeout_s,
+            retry_s=settings.redis_retry_s,
+            on_event=metrics.cache_event,
+        )
+        self.expensive_slots = ExpensiveSlots(settings.max_expensive_per_caller)
+        self.caller_queues = CallerQueues(settings.max_concurrent_per_caller)
         self.cache: Cache | None = None
         self.languages: tuple[str, ...] = ()
         # Bounds the worker threads doing CPU work at once: more than a few only adds contention.
@@ -74,11 +121,105 @@ class Runtime:
             raise IndexUnavailableError("the service is still starting")
         return self._search
 
+    def catalogue(self, name: str) -> SearchFacade:
+        """The search facade of a served index; 404 for one this process does not serve."""
+        facade = self._facades.get(name)
+        if facade is None:
+            if self._search is None:
+                raise IndexUnavailableError("the service is still starting")
+            raise NotFoundError(f"index {name!r} is not served here", loc=("path", "name"))
+        return facade
+
+    def catalogue_holder(self, name: str, loc: tuple[str, ...] = ("path", "name")) -> IndexHolder:
+        """The index holder of a served index; 404 (naming ``loc``) for one this process does not serve."""
+        holder = self.holders.get(name)
+        if holder is None:
+            if self._holder is None:
+                raise IndexUnavailableError("the service is still starting")
+            raise NotFoundError(f"index {name!r} is not served here", loc=loc)
+        return holder
+
+    # -- fair share --------------------------------------------------------------------------------------
+
+    def limit_of(self, caller: Caller) -> Limit | None:
+        """The caller's bucket: its key's own rate, else the settings' default for keys or for anonymous
+        addresses; None: not limited."""
+        s = self.settings
+        if caller.admin:
+            return None
+        if caller.record is not None:
+            record = caller.record
+            rate, burst, quota = record.rate or s.key_rate, record.burst or s.key_burst, record.quota_per_day
+        else:
+            rate, burst, quota = s.anonymous_rate, s.anonymous_burst, None
+        if rate is None:
+            if quota is None:
+                return None
+            rate = 1e9  # a quota alone
+        return Limit(rate=rate, burst=burst or max(1, math.ceil(rate)), quota_per_day=quota)
+
+    def admit(self, caller: Caller, request: Request) -> None:
+        """One token of the caller's bucket; its ``RateLimit-*`` headers go on the answer (the metrics
+        middleware adds them); 429 when the bucket is empty or the day's quota spent."""
+        limit = self.limit_of(caller)
+        if limit is None:
+            return
+        decision = self.rate_limiter.check(caller.identity, limit)
+        headers = decision.headers()
+        request.state.ratelimit_headers = headers
+        if not decision.allowed:
+            what = "daily quota spent" if decision.quota_spent else "rate limit reached"
+            raise RateLimitedError(f"{what}; retry after {decision.retry_after_s} s", headers=headers)
+
+    @asynccontextmanager
+    async def expensive(self, caller: Caller) -> AsyncIterator[None]:
+        """One of the caller's slots for expensive work (re-ranking, image search) in this process; 429 when
+        it holds max_expensive_per_caller already (0: no cap)."""
+        slots = self.expensive_slots
+        if slots.per_caller == 0 or caller.admin:
+            yield
+            return
+        if not slots.try_acquire(caller.identity):
+            raise RateLimitedError(
+                f"{slots.per_caller} expensive searches (re-ranking, image search) of this caller are"
+                " running; retry in a moment",
+                headers={"Retry-After": "1"},
+            )
+        try:
+            yield
+        finally:
+            slots.release(caller.identity)
+
+    @asynccontextmanager
+    async def in_line(self, caller: Caller) -> AsyncIterator[None]:
+        """The caller's turn for a worker thread (``service.ratelimit.CallerQueues``): at most
+        max_concurrent_per_caller searches of one caller at once, its others waiting (0: no queue); 429
+        after waiting CallerQueues.wait_s."""
+        queues = self.caller_queues
+        if queues.per_caller == 0 or caller.admin:
+            yield
+            return
+        try:
+            async with queues.hold(caller.identity):
+                yield
+        except QueueTimeout:
+            raise RateLimitedError(
+                f"waited {queues.wait_s:.0f} s behind this caller's own {queues.per_caller} searches in"
+                " progress; retry in a moment",
+                headers={"Retry-After": "1"},
+            ) from None
+
+    # -- index swaps -------------------------------------------------------------------------------------
+
     def _on_swap(self, served: Served) -> None:
-        self.metrics.index_items.set(len(served.index))
-        self.metrics.index_served(served.index.manifest.name, served.version)
-        self.metrics.index_loaded_timestamp.set(time())
+        name = served.index.manifest.name
+        self.metrics.catalogue_items.labels(name).set(len(served.index))
         self.metrics.index_reloads.labels("ok").inc()
+        if name != self.settings.index_name:
+            return
+        self.metrics.index_items.set(len(served.index))
+        self.metrics.index_served(name, served.version)
+        self.metrics.index_loaded_timestamp.set(time())
         self.monitor.index_swapped()
 
     def _on_load(self, served: Served) -> None:
@@ -130,15 +271,17 @@ class Runtime:
             retry_s=s.redis_retry_s,
             on_event=self.metrics.cache_event,
         )
-        self._holder = IndexHolder(
-            s.index_root,
-            s.index_name,
-            expect_fingerprint=fingerprint,
-            on_swap=self._on_swap,
-            on_failure=self._on_failure,
-            on_load=self._on_load,
-            opener=self.index_opener,
-        )
+        for name in self.index_names:
+            self.holders[name] = IndexHolder(
+                s.index_root,
+                name,
+                expect_fingerprint=fingerprint,
+                on_swap=self._on_swap,
+                on_failure=self._on_failure,
+                on_load=self._on_load,
+                opener=self.index_opener,
+            )
+        self._holder = self.holders[s.index_name]
         self._pipeline = SearchPipeline(
             encoder=encoder,
             model_name=model_name_of(s.model_dir),
@@ -153,32 +296,43 @@ class Runtime:
             max_upload_bytes=s.max_upload_mb * 1024 * 1024,
         )
         self.monitor.attach(self._holder, self._pipeline)
-        try:
-            self._holder.reload()
-        except ReloadFailedError as exc:
-            # Still start: /readyz and searches answer 503 with the reason until a version loads.
-            log.error("starting without an index: %s", exc)
-            self._holder.last_error = str(exc)
+        for holder in self.holders.values():
+            try:
+                holder.reload()
+            except ReloadFailedError as exc:
+                # Still start: /readyz and searches answer 503 with the reason until a version loads.
+                log.error("starting without index %s: %s", holder.name, exc)
+                holder.last_error = str(exc)
 
     async def _poll(self) -> None:
         while True:
             await anyio.sleep(self.settings.index_poll_s)
-            try:
-                await anyio.to_thread.run_sync(self.holder.check)
-            except Exception:  # the poller must outlive any one bad version
-                log.exception("index poll failed")
+            for holder in self.holders.values():
+                try:
+                    await anyio.to_thread.run_sync(holder.check)
+                except Exception:  # the poller must outlive any one bad version
+                    log.exception("index poll of %s failed", holder.name)
 
     @asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(self._start)
-        self._search = SearchFacade(
-            holder=self.holder,
-            pipeline=self.pipeline,
-            telemetry=SearchTelemetry(self.metrics, self.monitor, self.languages),
-            limiter=self.limiter,
-            image_slots=self.settings.image_search_concurrency,
-            upload_budget=self.upload_budget,
-        )
+        telemetry = SearchTelemetry(self.metrics, self.monitor, self.languages)
+        first: SearchFacade | None = None
+        for name, holder in self.holders.items():
+            facade = SearchFacade(
+                holder=holder,
+                pipeline=self.pipeline,
+                telemetry=telemetry,
+                limiter=self.limiter,
+                image_slots=self.settings.image_search_concurrency,
+                upload_budget=self.upload_budget,
+            )
+            if first is not None:  # one bound on decodes per process, whichever catalogue they search
+                facade.image_slots = first.image_slots
+                facade.header_readers = first.header_readers
+            first = first or facade
+            self._facades[name] = facade
+        self._search = self._facades[self.settings.index_name]
         # What startup built (libraries, model, index) lives as long as the process: moved out of the
         # collector's way, collections under load scan only request garbage (longest pause at 1M items,
         # 32 clients: 6.5 -> 1.6 ms).
@@ -192,8 +346,9 @@ class Runtime:
             poller.cancel()
             with suppress(asyncio.CancelledError):
                 await poller
-            if self._holder is not None:
-                self._holder.close()
+            for holder in self.holders.values():
+                holder.close()
+            self.rate_limiter.close()
             if self.cache is not None:
                 self.cache.close()
             self.metrics.process_exited()

@@ -1,4 +1,5 @@
-"""Administration (API key in ``X-API-Key``; off when CCRK_ADMIN_API_KEY is unset)."""
+"""Administration: the admin key (CCRK_ADMIN_API_KEY) or an API key of scope admin, in ``X-API-Key`` or
+``Authorization: Bearer``; off when neither exists."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"])
     response_model=ReloadResponse,
     responses={
         401: {"description": "Missing or wrong API key."},
-        404: {"description": "Admin disabled."},
+        404: {"description": "Admin disabled, or the index is not served."},
+        403: {"description": "An API key of scope search."},
         409: {
             "description": "The version could not be loaded, or the quality gate refused it (use force); "
             "the old one keeps serving."
@@ -33,6 +35,14 @@ async def reload(
         str | None, Query(pattern=r"^\d{8}T\d{6}Z-[0-9a-f]{6}$", description="A kept version (rollback).")
     ] = None,
     force: Annotated[bool, Query(description="Serve a version the quality gate refused.")] = False,
+    index: Annotated[
+        str | None,
+        Query(
+            max_length=128,
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+            description="A served index (`ccrk serve --index-name a,b,c`); default: the default one.",
+        ),
+    ] = None,
 ) -> ReloadResponse:
     """Load CURRENT (or ``version``) in the background and swap it in; requests in flight finish on the old
     version. A ``version`` override lasts until CURRENT changes; with several server processes
@@ -44,7 +54,7 @@ async def reload(
             "them; publish the version instead (`ccrk index rollback --to VERSION`)",
             loc=("query", "version"),
         )
-    holder = runtime.holder
+    holder = runtime.holder if index is None else runtime.catalogue_holder(index, loc=("query", "index"))
     previous = holder.served.version if holder.served is not None else None
     fresh = await anyio.to_thread.run_sync(holder.reload, version, force)
     # Not ``previous`` when nothing was loaded: the background poller may have swapped the same version in

@@ -1,0 +1,81 @@
+"""Every served index by name (``ccrk serve --index-name a,b,c``): ``/v1/indexes/{name}/search``,
+``/search/image`` and ``/items/{id}/similar``, the same handlers as the default index's unprefixed routes.
+An API key restricted to other indexes gets 403 here (``service.api.deps.search_caller``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Request, Response
+from fastapi import Path as PathParam
+
+from service.api.deps import ExpensiveCallerDep, RuntimeDep, SearchCallerDep
+from service.api.routes.items import JSON_BODY_LIMIT as SIMILAR_BODY_LIMIT
+from service.api.routes.items import RESPONSES as SIMILAR_RESPONSES
+from service.api.routes.items import ItemId, similar_items
+from service.api.routes.search import (
+    ERRORS,
+    IMAGE_ERRORS,
+    JSON_BODY_LIMIT,
+    FiltersField,
+    Offset,
+    TopK,
+    UploadFileField,
+    image_search,
+    text_search,
+)
+from service.schemas import ImageSearchResponse, SearchRequest, SearchResponse, SimilarRequest
+
+router = APIRouter(prefix="/v1/indexes/{name}", tags=["indexes"])
+
+IndexName = Annotated[
+    str,
+    PathParam(
+        min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="A served index."
+    ),
+]
+NOT_SERVED = {404: {"description": "The index is not served here (or, for items, an unknown id)."}}
+
+
+@router.post(
+    "/search",
+    response_model=SearchResponse,
+    responses={**ERRORS, **NOT_SERVED},
+    max_body_size=JSON_BODY_LIMIT,
+)
+async def search(
+    name: IndexName, body: SearchRequest, runtime: RuntimeDep, caller: SearchCallerDep, request: Request
+) -> Response:
+    """Text search of one served index (as ``/v1/search``)."""
+    return await text_search(runtime.catalogue(name), runtime, caller, body, request)
+
+
+@router.post("/search/image", response_model=ImageSearchResponse, responses={**IMAGE_ERRORS, **NOT_SERVED})
+async def search_image(
+    name: IndexName,
+    file: UploadFileField,
+    runtime: RuntimeDep,
+    caller: ExpensiveCallerDep,
+    top_k: TopK = 20,
+    offset: Offset = 0,
+    filters: FiltersField = None,
+) -> Response:
+    """Image search of one served index (as ``/v1/search/image``)."""
+    return await image_search(runtime.catalogue(name), runtime, caller, file, top_k, offset, filters)
+
+
+@router.post(
+    "/items/{item_id:path}/similar",
+    response_model=ImageSearchResponse,
+    responses=SIMILAR_RESPONSES,
+    max_body_size=SIMILAR_BODY_LIMIT,
+)
+async def similar(
+    name: IndexName,
+    item_id: ItemId,
+    runtime: RuntimeDep,
+    caller: SearchCallerDep,
+    body: SimilarRequest | None = None,
+) -> Response:
+    """Items like an indexed one, in one served index (as ``/v1/items/{id}/similar``)."""
+    return await similar_items(runtime.catalogue(name), runtime, caller, item_id, body)

@@ -1,0 +1,102 @@
+"""Several indexes in one process (``extra_indexes``, ``ccrk serve --index-name a,b,c``): one model in memory
+for all; ``/v1/indexes/{name}/...`` searches, image searches and similar items of that index only; the
+unprefixed routes stay the default index's; a new version of any served index is swapped in; 404 for an
+index not served, 422 for a name that is none."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ccrk_settings import settings_with
+from service.runtime import served_index_names
+from tests.fixtures import Catalogue, LiveServer, make_settings, write_version
+
+SHOPS = {"shop": range(0, 20), "shopb": range(20, 40), "shopc": range(40, 60)}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory, catalogue: Catalogue) -> Path:
+    root = tmp_path_factory.mktemp("catalogues")
+    for name, rows in SHOPS.items():
+        write_version(root, catalogue, rows=list(rows), name=name)
+    return root
+
+
+@pytest.fixture(scope="module")
+def three(root: Path) -> Iterator[LiveServer]:
+    with LiveServer(make_settings(root, extra_indexes=["shopb", "shopc"])) as live:
+        yield live
+
+
+def ids_of(response: httpx.Response) -> set[str]:
+    assert response.status_code == 200, response.text
+    return {hit["id"] for hit in response.json()["results"]}
+
+
+def test_each_index_answers_from_its_own_items(three: LiveServer, catalogue: Catalogue) -> None:
+    runtime = three.app.state.runtime
+    # One model for the three: every index's facade holds the one pipeline (and its encoder).
+    facades = [runtime.catalogue(name) for name in SHOPS]
+    assert len({id(f.pipeline) for f in facades}) == 1 and len({id(f.pipeline.encoder) for f in facades}) == 1
+    assert len({id(f.holder) for f in facades}) == 3
+    ids = catalogue.ids()
+    with three.client() as client:
+        for name, rows in SHOPS.items():
+            own = {ids[r] for r in rows}
+            record = catalogue.records[rows[3]]
+            query = {"query": record.captions["en"][0], "lang": "en", "top_k": 20}
+            found = ids_of(client.post(f"/v1/indexes/{name}/search", json=query))
+            assert found == own  # top 20 of a 20-item index: all of its items, none of another's
+            with open(record.image, "rb") as fh:
+                data = fh.read()
+            image = client.post(
+                f"/v1/indexes/{name}/search/image",
+                files={"file": ("q.png", data, "image/png")},
+                data={"top_k": "3"},
+            )
+            assert image.status_code == 200 and image.json()["results"][0]["id"] == record.id
+            similar = client.post(f"/v1/indexes/{name}/items/{record.id}/similar", json={"top_k": 5})
+            assert ids_of(similar) <= own
+        default = ids_of(client.post("/v1/search", json={"query": "a bag", "top_k": 20}))
+        assert default == {ids[r] for r in SHOPS["shop"]}
+        # An item of shop is unknown to shopb.
+        assert client.post(f"/v1/indexes/shopb/items/{ids[0]}/similar", json={}).status_code == 404
+
+        missing = client.post("/v1/indexes/nope/search", json={"query": "bag"})
+        assert missing.status_code == 404 and missing.json()["detail"][0]["loc"] == ["path", "name"]
+        bad = client.post("/v1/indexes/..%2Fx/search", json={"query": "bag"})
+        assert bad.status_code in (404, 422)
+        assert client.post("/v1/indexes/-x/search", json={"query": "bag"}).status_code == 422
+
+        metrics = client.get("/metrics").text
+        for name, rows in SHOPS.items():
+            assert f'ccrk_catalogue_items{{index="{name}"}} {float(len(rows))}' in metrics
+
+
+def test_a_new_version_of_an_extra_index_is_swapped_in(
+    three: LiveServer, root: Path, catalogue: Catalogue
+) -> None:
+    ids = catalogue.ids()
+    version = write_version(root, catalogue, rows=list(range(40, 50)), name="shopc")
+    deadline = time.monotonic() + 20
+    with three.client() as client:
+        while True:
+            found = ids_of(client.post("/v1/indexes/shopc/search", json={"query": "a lamp", "top_k": 20}))
+            if found == {ids[r] for r in range(40, 50)}:
+                break
+            assert time.monotonic() < deadline, "shopc's new version not served"
+            time.sleep(0.1)
+        assert three.app.state.runtime.holders["shopc"].served.version == version
+        assert len(ids_of(client.post("/v1/indexes/shopb/search", json={"query": "lamp", "top_k": 20}))) == 20
+
+
+def test_all_means_every_index_under_the_root(root: Path) -> None:
+    settings = settings_with({"index_root": root, "index_name": "shopb", "extra_indexes": ["*"]})
+    assert served_index_names(settings) == ("shopb", "shop", "shopc")
+    settings = settings_with({"index_root": root, "index_name": "shop", "extra_indexes": "shopc,shopc"})
+    assert served_index_names(settings) == ("shop", "shopc")
