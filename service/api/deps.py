@@ -9,7 +9,8 @@ import secrets
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Request, Security
+from fastapi.security import APIKeyHeader
 
 from ccrk_settings import Settings
 from service.errors import NotFoundError, ScopeError, UnauthorizedError
@@ -52,14 +53,22 @@ def _presented_key(authorization: str | None, x_api_key: str | None) -> str | No
     return x_api_key
 
 
-AuthorizationHeader = Annotated[
-    str | None,
-    Header(description="`Bearer KEY`: an API key (`ccrk keys create`); or send it as X-API-Key."),
-]
-ApiKeyHeader = Annotated[
-    str | None,
-    Header(description="An API key (`ccrk keys create`), or the admin key (CCRK_ADMIN_API_KEY)."),
-]
+# Security schemes (not plain headers) so the OpenAPI schema lists them under securitySchemes; both hand
+# over the raw header, which ``_presented_key`` reads (a malformed Authorization is a 401 naming it).
+_BEARER = APIKeyHeader(
+    name="Authorization",
+    scheme_name="BearerKey",
+    description="`Bearer KEY`: an API key (`ccrk keys create`); or send it as X-API-Key.",
+    auto_error=False,
+)
+_X_API_KEY = APIKeyHeader(
+    name="X-API-Key",
+    scheme_name="ApiKey",
+    description="An API key (`ccrk keys create`), or the admin key (CCRK_ADMIN_API_KEY).",
+    auto_error=False,
+)
+AuthorizationHeader = Annotated[str | None, Security(_BEARER)]
+ApiKeyHeader = Annotated[str | None, Security(_X_API_KEY)]
 
 
 async def get_caller(
