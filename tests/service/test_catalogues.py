@@ -73,6 +73,12 @@ def test_each_index_answers_from_its_own_items(three: LiveServer, catalogue: Cat
         assert bad.status_code in (404, 422)
         assert client.post("/v1/indexes/-x/search", json={"query": "bag"}).status_code == 422
 
+        ready = client.get("/readyz")  # ready once every served index has a version, each named
+        assert ready.status_code == 200 and ready.json()["status"] == "ready"
+        versions = ready.json()["indexes"]
+        assert set(versions) == set(SHOPS) and all(versions.values())
+        assert versions["shop"] == ready.json()["index_version"]
+
         metrics = client.get("/metrics").text
         for name, rows in SHOPS.items():
             assert f'ccrk_catalogue_items{{index="{name}"}} {float(len(rows))}' in metrics
@@ -100,3 +106,15 @@ def test_all_means_every_index_under_the_root(root: Path) -> None:
     assert served_index_names(settings) == ("shopb", "shop", "shopc")
     settings = settings_with({"index_root": root, "index_name": "shop", "extra_indexes": "shopc,shopc"})
     assert served_index_names(settings) == ("shop", "shopc")
+
+
+def test_not_ready_while_an_extra_index_has_no_version(root: Path) -> None:
+    """A process serving several indexes is ready only when each has a version: an extra index without
+    one keeps /readyz at 503, naming it, while the others already answer."""
+    with LiveServer(make_settings(root, extra_indexes=["shopb", "nowhere"])) as live, live.client() as client:
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["status"] == "unavailable"
+        body = ready.json()
+        assert body["indexes"]["nowhere"] is None and body["indexes"]["shopb"]
+        assert body["detail"].startswith("nowhere: ")
+        assert client.post("/v1/indexes/shopb/search", json={"query": "a bag"}).status_code == 200

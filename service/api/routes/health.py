@@ -21,11 +21,24 @@ async def healthz() -> Status:
 
 @router.get("/readyz", response_model=Status, responses={503: {"model": Status}})
 async def readyz(runtime: RuntimeDep, request: Request) -> JSONResponse:
-    """Ready when the model and an index version are loaded; 503 with the reason (server paths left out)
-    otherwise."""
+    """Ready when the model and a version of every served index are loaded (``indexes`` lists each one's
+    where there are several); 503 with the reason (server paths left out) otherwise."""
     holder = runtime._holder
     served = holder.served if holder is not None else None
     if served is None:
         detail = request.app.state.redact((holder.last_error if holder is not None else None) or "starting")
         return JSONResponse(Status(status="unavailable", detail=detail).model_dump(), status_code=503)
-    return JSONResponse(Status(status="ready", index_version=served.version).model_dump())
+    if len(runtime.index_names) == 1:
+        return JSONResponse(Status(status="ready", index_version=served.version).model_dump())
+    versions: dict[str, str | None] = {}
+    missing = []
+    for name in runtime.index_names:
+        held = runtime.holders.get(name)
+        version = held.served.version if held is not None and held.served is not None else None
+        versions[name] = version
+        if version is None:
+            why = (held.last_error if held is not None else None) or "starting"
+            missing.append(f"{name}: {request.app.state.redact(why)}")
+    status = Status(status="ready" if not missing else "unavailable", index_version=served.version,
+                    indexes=versions, detail="; ".join(missing) or None)  # fmt: skip
+    return JSONResponse(status.model_dump(), status_code=200 if not missing else 503)
