@@ -315,12 +315,14 @@ class Status(BaseModel):
     status: str
     index_version: str | None = None
     detail: str | None = None
+    pid: int | None = Field(None, description="The server process that answered (`ccrk serve --workers N`).")
+
+
+class Readiness(Status):
     indexes: dict[str, str | None] | None = Field(
         None,
-        description="Readiness of a process serving several indexes: each one's served version (null while"
-        " it has none).",
+        description="A process serving several indexes: each one's served version (null while it has none).",
     )
-    pid: int | None = Field(None, description="The server process that answered (`ccrk serve --workers N`).")
 
 
 class ReloadResponse(BaseModel):

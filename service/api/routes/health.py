@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from service.api.deps import RuntimeDep
-from service.schemas import Status
+from service.schemas import Readiness, Status
 
 router = APIRouter(tags=["health"])
 
@@ -19,7 +19,7 @@ async def healthz() -> Status:
     return Status(status="ok", pid=os.getpid())
 
 
-@router.get("/readyz", response_model=Status, responses={503: {"model": Status}})
+@router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
 async def readyz(runtime: RuntimeDep, request: Request) -> JSONResponse:
     """Ready when the model and a version of every served index are loaded (``indexes`` lists each one's
     where there are several); 503 with the reason (server paths left out) otherwise."""
@@ -27,9 +27,9 @@ async def readyz(runtime: RuntimeDep, request: Request) -> JSONResponse:
     served = holder.served if holder is not None else None
     if served is None:
         detail = request.app.state.redact((holder.last_error if holder is not None else None) or "starting")
-        return JSONResponse(Status(status="unavailable", detail=detail).model_dump(), status_code=503)
+        return JSONResponse(Readiness(status="unavailable", detail=detail).model_dump(), status_code=503)
     if len(runtime.index_names) == 1:
-        return JSONResponse(Status(status="ready", index_version=served.version).model_dump())
+        return JSONResponse(Readiness(status="ready", index_version=served.version).model_dump())
     versions: dict[str, str | None] = {}
     missing = []
     for name in runtime.index_names:
@@ -39,6 +39,6 @@ async def readyz(runtime: RuntimeDep, request: Request) -> JSONResponse:
         if version is None:
             why = (held.last_error if held is not None else None) or "starting"
             missing.append(f"{name}: {request.app.state.redact(why)}")
-    status = Status(status="ready" if not missing else "unavailable", index_version=served.version,
+    status = Readiness(status="ready" if not missing else "unavailable", index_version=served.version,
                     indexes=versions, detail="; ".join(missing) or None)  # fmt: skip
     return JSONResponse(status.model_dump(), status_code=200 if not missing else 503)
