@@ -21,6 +21,8 @@ import fcntl
 import hashlib
 import hmac
 import json
+import logging
+import math
 import os
 import secrets
 import tempfile
@@ -31,6 +33,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
+
+log = logging.getLogger(__name__)
 
 KEYS_FILE = "api-keys.json"
 KEY_PREFIX = "ccrk_"
@@ -74,12 +78,19 @@ class KeyRecord:
         if scope not in SCOPES:
             raise KeyStoreError(f"key {data.get('id')!r}: scope {scope!r} is not one of {SCOPES}")
         indexes = data.get("indexes") or [ALL_INDEXES]
+        rate = None if data.get("rate") is None else float(data["rate"])  # type: ignore[arg-type]
+        if rate is not None and not (math.isfinite(rate) and rate > 0):  # NaN, inf or <= 0: no bucket math
+            raise KeyStoreError(f"key {data.get('id')!r}: rate {rate!r} is not a positive number")
+        for name in ("burst", "quota_per_day"):
+            value = data.get(name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise KeyStoreError(f"key {data.get('id')!r}: {name} {value!r} is not a positive integer")
         return cls(
             id=str(data["id"]),
             digest=str(data["digest"]),
             scope=scope,  # type: ignore[arg-type]
             indexes=tuple(str(i) for i in indexes),  # type: ignore[union-attr]
-            rate=None if data.get("rate") is None else float(data["rate"]),  # type: ignore[arg-type]
+            rate=rate,
             burst=None if data.get("burst") is None else int(data["burst"]),  # type: ignore[call-overload]
             quota_per_day=None if data.get("quota_per_day") is None else int(data["quota_per_day"]),  # type: ignore[call-overload]
             name=str(data.get("name") or ""),
@@ -262,6 +273,8 @@ class KeyRing:
             try:
                 records = read_records(self.path) if stamp is not None else {}
             except KeyStoreError as exc:
+                if str(exc) != self.last_error:  # once per new problem: the last good keys stay in force
+                    log.error("keys file %s not loaded, the last good keys stay in force: %s", self.path, exc)
                 self.last_error = str(exc)
                 return
             self._records, self._stamp, self.last_error = records, stamp, None

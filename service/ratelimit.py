@@ -154,11 +154,16 @@ class BucketConnection:
             if not str(exc).startswith("NOSCRIPT"):
                 raise
             answer = self._roundtrip(_command(b"EVAL", BUCKET_LUA.encode(), *tail))
-        assert isinstance(answer, list)
+        if not isinstance(answer, list):  # a proxy or another server answering: Redis counts as down
+            raise ScriptError(f"unexpected reply to the bucket script: {answer[:80]!r}")
         return answer
 
     def close(self) -> None:
         sock, self._sock = self._sock, None
+        reader, self._reader = self._reader, None
+        if reader is not None:  # the makefile reader holds the descriptor open too
+            with contextlib.suppress(OSError):
+                reader.close()  # type: ignore[attr-defined]
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.close()

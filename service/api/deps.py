@@ -14,6 +14,7 @@ from fastapi.security import APIKeyHeader
 
 from ccrk_settings import Settings
 from service.errors import NotFoundError, ScopeError, UnauthorizedError
+from service.keys import KeyRecord
 from service.runtime import Caller, Runtime
 from service.search.pipeline import SearchPipeline
 
@@ -126,19 +127,21 @@ ExpensiveCallerDep = Annotated[Caller, Depends(expensive_slot)]
 
 async def require_admin(
     runtime: RuntimeDep, authorization: AuthorizationHeader = None, x_api_key: ApiKeyHeader = None
-) -> None:
-    """The admin key (CCRK_ADMIN_API_KEY) or an API key of scope admin; 404 when neither exists."""
+) -> KeyRecord | None:
+    """The admin key (CCRK_ADMIN_API_KEY: None, every index) or an API key of scope admin (its record,
+    whose indexes the route checks); 404 when neither exists."""
     admin_key = runtime.settings.admin_api_key
     if not admin_key and not runtime.keys.has_admin_keys:
         raise NotFoundError("admin routes are disabled (CCRK_ADMIN_API_KEY is not set, no admin API key)")
     key = _presented_key(authorization, x_api_key)
     if key is not None and admin_key and secrets.compare_digest(key.encode(), admin_key.encode()):
-        return
+        return None
     record = runtime.keys.lookup(key) if key is not None else None
     if record is None:
         raise UnauthorizedError("missing or wrong X-API-Key header", loc=("header", "x-api-key"))
     if not record.allows_scope("admin"):
         raise ScopeError("this API key has scope search, not admin", loc=("header", "x-api-key"))
+    return record
 
 
-AdminDep = Annotated[None, Depends(require_admin)]
+AdminDep = Annotated[KeyRecord | None, Depends(require_admin)]

@@ -148,6 +148,30 @@ def test_401_403_and_both_headers(keyed: LiveServer, shops: Path) -> None:
         assert client.post("/v1/search", json=QUERY, headers=legacy).status_code == 200
 
 
+def test_an_admin_key_of_one_index_administers_that_index_only(keyed: LiveServer, shops: Path) -> None:
+    _, shopb_admin = KeyStore(shops).create("admin", ["shopb"])
+    headers = {"X-API-Key": shopb_admin}
+    with keyed.client() as client:
+        own = client.post("/v1/admin/reload", headers=headers, params={"index": "shopb"})
+        assert own.status_code == 200
+        for params in ({}, {"index": "shop"}):  # the default index, by default or by name
+            other = client.post("/v1/admin/reload", headers=headers, params=params)
+            assert other.status_code == 403 and other.json()["detail"][0]["loc"] == ["query", "index"]
+
+
+def test_a_keys_file_with_a_bad_rate_is_refused_naming_it(tmp_path: Path) -> None:
+    """A hand-edited rate that is not a positive number (NaN, inf, 0) never reaches the bucket arithmetic."""
+    store = KeyStore(tmp_path)
+    store.create("search", [])
+    path = tmp_path / KEYS_FILE
+    for bad in (float("nan"), float("inf"), 0.0):
+        data = json.loads(path.read_text())
+        data["keys"][0]["rate"] = bad
+        path.write_text(json.dumps(data))  # NaN and Infinity as Python's json writes (and reads) them
+        with pytest.raises(KeyStoreError, match="rate"):
+            KeyStore(tmp_path).records()
+
+
 def test_a_revoked_key_is_refused_within_a_second(keyed: LiveServer, shops: Path) -> None:
     store = KeyStore(shops)
     record, key = store.create("search", [])

@@ -9,7 +9,7 @@ import anyio
 from fastapi import APIRouter, Query
 
 from service.api.deps import AdminDep, RuntimeDep
-from service.errors import ReloadFailedError
+from service.errors import ReloadFailedError, ScopeError
 from service.schemas import ReloadResponse
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
@@ -29,7 +29,7 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"])
     },
 )
 async def reload(
-    _: AdminDep,
+    admin: AdminDep,
     runtime: RuntimeDep,
     version: Annotated[
         str | None, Query(pattern=r"^\d{8}T\d{6}Z-[0-9a-f]{6}$", description="A kept version (rollback).")
@@ -54,6 +54,9 @@ async def reload(
             "them; publish the version instead (`ccrk index rollback --to VERSION`)",
             loc=("query", "version"),
         )
+    target = index if index is not None else runtime.settings.index_name
+    if admin is not None and not admin.allows_index(target):  # an admin key restricted to other indexes
+        raise ScopeError(f"this API key may not administer index {target!r}", loc=("query", "index"))
     holder = runtime.holder if index is None else runtime.catalogue_holder(index, loc=("query", "index"))
     previous = holder.served.version if holder.served is not None else None
     fresh = await anyio.to_thread.run_sync(holder.reload, version, force)
