@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from store.reader import IndexVersion
 from store.versions import current_version
 from tests.conftest import REPO_ROOT
 from tests.indexer.files import make_bad_files, write_photo
+from tests.indexer.killing import kill_after_shards
 from tests.ray_cluster import LOOPBACK_ENV, loopback_cluster
 
 pytestmark = pytest.mark.ray
@@ -155,19 +155,8 @@ def test_a_killed_ray_driver_resumes(cluster: Any, settings: Settings, tmp_path:
     log = tmp_path / "first.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    shards = "r/.builds/build-*/shards/shard-*.npz"
-    deadline = time.monotonic() + 90
-    try:
-        while not list(root.glob(shards)):
-            if proc.poll() is not None:
-                pytest.fail(f"the driver ended before it could be killed: {log.read_text()[-2000:]}")
-            assert time.monotonic() < deadline, "no shard written within 90 s"
-            time.sleep(0.005)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    assert 1 <= len(list(root.glob(shards))) < n // shard
+    written = kill_after_shards(proc, root, "r/.builds/build-*/shards/shard-*.npz", 1, timeout_s=90, log=log)
+    assert 1 <= written < n // shard
     assert current_version(root, "r") is None
     command = _cli(folder, root, tmp_path / "second.json", cluster.address)
     rerun = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=180)
