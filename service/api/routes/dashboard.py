@@ -82,7 +82,8 @@ async def dashboard(
 ) -> Response:
     payload = await _history(runtime, time.time() - hours * 3600, lang)
     figures = await anyio.to_thread.run_sync(dashboard_figures, payload)
-    served = runtime._holder.served if runtime._holder is not None else None
+    holder = runtime.holders.get(runtime.settings.index_name)
+    served = holder.served if holder is not None else None
     runs = [r for r in payload["runs"] if r.get("source") != "gate"]
     monitor = runtime.monitor
     context = {

@@ -23,7 +23,7 @@ async def healthz() -> Status:
 async def readyz(runtime: RuntimeDep, request: Request) -> JSONResponse:
     """Ready when the model and a version of every served index are loaded (``indexes`` lists each one's
     where there are several); 503 with the reason (server paths left out) otherwise."""
-    holder = runtime._holder
+    holder = runtime.holders.get(runtime.settings.index_name)
     served = holder.served if holder is not None else None
     if served is None:
         detail = request.app.state.redact((holder.last_error if holder is not None else None) or "starting")
