@@ -503,7 +503,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if tantivy is None:
-        print("bench/lexical_engines.py needs tantivy: pip install tantivy==0.27.0 (or the 'bench' extra)",
+        print("bench/lexical_engines.py needs tantivy (a dependency of the product): make install",
               file=sys.stderr)  # fmt: skip
         return 2
 

@@ -155,6 +155,7 @@ def write_sparse_zeros(path: Path, dtype: Any, shape: tuple[int, ...]) -> None:
 
 def link_or_copy(src: Path, dst: Path) -> bool:
     """A hard link of ``src`` at ``dst`` (True), or a copy where links are not possible (False)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)  # a file of a nested folder (``store.layout.NESTED_DIRS``)
     try:
         os.link(src, dst)  # published files are immutable, so sharing them between versions is safe
     except OSError:

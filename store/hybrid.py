@@ -5,7 +5,7 @@ candidates, each candidate gets one feature per channel, and the fusion calibrat
 Channels of a text query:
 1. cross-modal: the query embedding against every photo of a product (best photo wins);
 2. dense text: the query embedding against the product's text-field embeddings (best field wins);
-3. lexical: BM25 over the analysed text fields (FTS5), best field wins.
+3. lexical: BM25 over the analysed text fields (``store.lexical_index``), best field wins.
 
 Features of a candidate (the same for fitting and for serving, so a fitted model means what it says):
 ``image`` and ``text`` the exact best cosine (computed for every candidate, whichever channel found it),

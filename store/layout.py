@@ -11,6 +11,9 @@ Layout::
         metadata.sqlite                 items(row, id, path, fields JSON, deleted) + field_names(name)
         image_digests.npy               (N, 16) uint8 content digest of each row's image (``store.reuse``)
         row_digests.npy                 (N, 16) uint8 checksum of each row's stored vectors (full builds)
+        products.json, ...              product channels, when built from products (``store.products``)
+        lexical.tantivy/                their full-text index: a folder, its files checksummed as
+                                        ``lexical.tantivy/<name>`` (``NESTED_DIRS``)
     INDEX_ROOT/NAME/.builds/...         work dirs of unfinished writers, never read by readers
 
 A sharded version (``store.sharding``) holds no data files of its own::
@@ -48,6 +51,8 @@ RERANK_SCALES_FILE = "rerank_scales.npy"
 METADATA_FILE = "metadata.sqlite"
 IMAGE_DIGESTS_FILE = "image_digests.npy"
 ROW_DIGESTS_FILE = "row_digests.npy"
+LEXICAL_DIR = "lexical.tantivy"
+NESTED_DIRS = (LEXICAL_DIR,)  # folders of a version whose files are data files (a shard folder is not one)
 
 VERSION_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
 STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
@@ -109,8 +114,10 @@ def file_checksums(version_dir: Path, known: dict[str, str] | None = None) -> di
     them again (a link shares the inode, so its bytes are that version's; if they rotted since, ``verify``
     still says so, for both versions)."""
     known = known or {}
-    return {
-        p.name: known.get(p.name) or sha256_file(p)
-        for p in sorted(Path(version_dir).iterdir())
-        if p.is_file() and p.name != MANIFEST_FILE and not p.name.startswith(".")
-    }
+    folder = Path(version_dir)
+    files = [p for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST_FILE]
+    for nested in NESTED_DIRS:
+        if (folder / nested).is_dir():
+            files += sorted(p for p in (folder / nested).iterdir() if p.is_file())
+    names = {p.relative_to(folder).as_posix(): p for p in files if not p.name.startswith(".")}
+    return {name: known.get(name) or sha256_file(p) for name, p in sorted(names.items())}

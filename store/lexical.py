@@ -9,8 +9,8 @@ are analysed): both sides must turn text into the same terms, so the analysis is
 - Other words are stemmed with the Snowball stemmer of the text's language where one exists (``STEMMERS``);
   a language without one keeps the case-folded word.
 
-Terms are joined by spaces and stored in an SQLite FTS5 table (``unicode61``, diacritics removed), whose
-``bm25()`` ranks them (``store.products``).
+Terms are joined by spaces and indexed, diacritics folded, by the version's full-text engine
+(``store.lexical_index``: tantivy, or SQLite FTS5 in versions written before it), which ranks them by BM25.
 """
 
 from __future__ import annotations

@@ -16,8 +16,12 @@ also holds, beside them (all written through ``ProductChannelsWriter``, read thr
     text_fields.npy          (F,) int16 index into products.json's ``fields``
     text_langs.npy           (F,) int16 index into products.json's ``text_languages``
     texts.faiss              ANN index over text_embeddings (ids: text rows)
-    products.sqlite          photos(row, owner, path); texts(row, owner, field, lang, text);
-                             lexical: FTS5 over the analysed terms (``store.lexical``), rowid = text row
+    products.sqlite          photos(row, owner, path); texts(row, owner, field, lang, text, terms)
+                             (terms: ``store.lexical.analyze`` of the text, space-separated)
+    lexical.tantivy/         BM25 over those terms (``store.lexical_index``), document id = text row
+
+Products format 1 (written before tantivy, still served) keeps the lexical index in ``products.sqlite`` as
+an FTS5 table ``lexical`` (rowid = text row, its ``terms`` column the analysed terms) instead.
 
 A version without these files (every version written before them, and one-photo catalogues without text
 fields) is searched exactly as before. Checksums cover these files like any other (``store.layout``).
@@ -38,7 +42,7 @@ import numpy as np
 
 from store.errors import IndexFormatError
 from store.files import names_full_disk
-from store.lexical import fold_diacritics, match_expression
+from store.lexical_index import TANTIVY_DIR, Fts5Lexical, LexicalIndex, TantivyLexical, write_tantivy
 from store.product_vectors import ChannelHits, GroupedVectors, best_per_owner
 
 PRODUCTS_FILE = "products.json"
@@ -52,7 +56,7 @@ TEXT_FIELDS = "text_fields.npy"
 TEXT_LANGS = "text_langs.npy"
 TEXT_INDEX = "texts.faiss"
 PRODUCTS_DB = "products.sqlite"
-PRODUCTS_FORMAT = 1
+PRODUCTS_FORMAT = 2  # 2: the lexical index in tantivy; 1: in FTS5 (read, never written)
 # Vector sets up to this size are searched exactly (a matmul beats a graph walk, and is the reference).
 EXACT_MAX = 20_000
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 80, 96
@@ -60,9 +64,7 @@ HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 80, 96
 _SCHEMA = """
 CREATE TABLE photos(row INTEGER PRIMARY KEY, owner INTEGER NOT NULL, path TEXT NOT NULL);
 CREATE TABLE texts(row INTEGER PRIMARY KEY, owner INTEGER NOT NULL, field TEXT NOT NULL, lang TEXT,
-                   text TEXT NOT NULL);
-CREATE VIRTUAL TABLE lexical USING fts5(terms, tokenize = 'unicode61 remove_diacritics 2');
-CREATE VIRTUAL TABLE lexical_vocab USING fts5vocab(lexical, 'row');
+                   text TEXT NOT NULL, terms TEXT NOT NULL);
 CREATE INDEX photos_owner ON photos(owner);
 CREATE INDEX texts_owner ON texts(owner);
 """
@@ -186,19 +188,15 @@ def write_product_channels(
                 "INSERT INTO photos(row, owner, path) VALUES (?, ?, ?)",
                 ((i, int(o), p) for i, (o, p) in enumerate(zip(photos.owners, photos.paths, strict=True))),
             )
-            rows = zip(texts.owners, texts.fields, texts.langs, texts.texts, strict=True)
+            rows = zip(texts.owners, texts.fields, texts.langs, texts.texts, texts.terms, strict=True)
             con.executemany(
-                "INSERT INTO texts(row, owner, field, lang, text) VALUES (?, ?, ?, ?, ?)",
-                ((i, int(o), f, lang, t) for i, (o, f, lang, t) in enumerate(rows)),
+                "INSERT INTO texts(row, owner, field, lang, text, terms) VALUES (?, ?, ?, ?, ?, ?)",
+                ((i, int(o), f, lang, t, " ".join(terms)) for i, (o, f, lang, t, terms) in enumerate(rows)),
             )
-            con.executemany(
-                "INSERT INTO lexical(rowid, terms) VALUES (?, ?)",
-                ((i, " ".join(terms)) for i, terms in enumerate(texts.terms)),
-            )
-            con.execute("INSERT INTO lexical(lexical) VALUES ('optimize')")
             con.commit()
         finally:
             con.close()
+    write_tantivy(stage, texts.terms)
     with names_full_disk(stage / PRODUCTS_FILE):
         (stage / PRODUCTS_FILE).write_text(info.to_json() + "\n", encoding="utf-8")
 
@@ -238,6 +236,16 @@ class ProductChannels:
         self._db = sqlite3.connect(
             f"file:{self.path / PRODUCTS_DB}?mode=ro&immutable=1", uri=True, check_same_thread=False
         )
+        self._fts5 = not (self.path / TANTIVY_DIR).is_dir()
+        try:
+            self._lexical: LexicalIndex = (
+                Fts5Lexical(self._db, self._lock)
+                if self._fts5
+                else TantivyLexical(self.path / TANTIVY_DIR, int(t_owners.size))
+            )
+        except IndexFormatError:
+            self._db.close()
+            raise
 
     def _index(self, name: str, rows: int) -> Any | None:
         path = self.path / name
@@ -251,6 +259,7 @@ class ProductChannels:
         return index
 
     def close(self) -> None:
+        self._lexical.close()
         with self._lock:
             self._db.close()
 
@@ -264,29 +273,22 @@ class ProductChannels:
     def lexical(
         self, terms: Sequence[str], n: int, allowed: np.ndarray | None, row_mask: np.ndarray | None = None
     ) -> ChannelHits:
-        """BM25 (FTS5) over the text values, best value per product: scores are ``-bm25`` (higher is
-        better); ``row_mask`` over text rows (calibration leaves fields or languages out)."""
+        """BM25 over the text values, best value per product (higher is better); ``row_mask`` over text
+        rows (calibration leaves fields or languages out)."""
         if not terms or self.info.texts == 0:
             return ChannelHits.empty()
         if allowed is not None and not allowed.any():
             return ChannelHits.empty()
-        expression = match_expression(terms)
         limit = max(8 * n, 200)
         while True:  # wider while a filter (or deletions) leaves too few of the best matches
-            with self._lock:
-                found = self._db.execute(
-                    "SELECT rowid, bm25(lexical) FROM lexical WHERE lexical MATCH ? ORDER BY rank LIMIT ?",
-                    (expression, limit),
-                ).fetchall()
-            rows = np.asarray([r for r, _ in found], np.int64)
-            scores = np.asarray([-s for _, s in found], np.float32)
+            rows, scores = self._lexical.search(terms, limit)
             keep = np.ones(rows.size, bool)
             if rows.size and allowed is not None:
                 keep &= allowed[self.texts.owners[rows]]
             if rows.size and row_mask is not None:
                 keep &= row_mask[rows]
             hits = best_per_owner(self.texts.owners[rows[keep]], scores[keep], rows[keep])
-            if len(hits.owners) >= n or len(found) < limit:
+            if len(hits.owners) >= n or rows.size < limit:
                 return ChannelHits(hits.owners[:n], hits.scores[:n], hits.via[:n])
             limit *= 4
 
@@ -294,16 +296,7 @@ class ProductChannels:
         """Inverse document frequency (BM25's, floored at a small positive value) of each term."""
         if not terms:
             return {}
-        # The vocabulary holds terms as the tokenizer folded them (diacritics removed): look them up so.
-        folded = {t: fold_diacritics(t) for t in terms}
-        marks = ",".join("?" * len(folded))
-        with self._lock:
-            by_folded = dict(
-                self._db.execute(
-                    f"SELECT term, doc FROM lexical_vocab WHERE term IN ({marks})", list(folded.values())
-                )
-            )
-        docs = {t: by_folded.get(f, 0) for t, f in folded.items()}
+        docs = self._lexical.doc_freqs(terms)
         total = max(1, self.info.texts)
         idf = {}
         for term in terms:
@@ -317,8 +310,13 @@ class ProductChannels:
         if not wanted:
             return {}
         marks = ",".join("?" * len(wanted))
+        table = (
+            "SELECT rowid, terms FROM lexical WHERE rowid"  # format 1
+            if self._fts5
+            else "SELECT row, terms FROM texts WHERE row"
+        )
         with self._lock:
-            found = self._db.execute(f"SELECT rowid, terms FROM lexical WHERE rowid IN ({marks})", wanted)
+            found = self._db.execute(f"{table} IN ({marks})", wanted)
             return {int(r): t.split() for r, t in found}
 
     def texts_of(self, text_rows: Sequence[int]) -> dict[int, tuple[str, str | None, str]]:

@@ -5,6 +5,7 @@ explanations, sort and "more like this". The shipped demo model, real files, rea
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -249,10 +250,7 @@ def test_useless_channel_gets_a_weight_near_zero(
     items = read_sources([_manifest(catalogue, tmp_path)]).items
     texts, info = text_rows(items, encoder, settings)
     noisy = tmp_path / "noisy"
-    noisy.mkdir()
-    for f in vdir.iterdir():
-        if f.is_file():
-            (noisy / f.name).write_bytes(f.read_bytes())
+    shutil.copytree(vdir, noisy)  # copies, not links: the photo arrays are rewritten below
     rng = np.random.default_rng(0)
     emb = np.load(noisy / "photo_embeddings.npy")
     noise = rng.normal(size=emb.shape).astype(np.float32)

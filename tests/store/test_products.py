@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from store.hybrid import FEATURES, FusionModel, GroupParams, HybridQuery, fuse, gather, rrf
+from store.layout import LEXICAL_DIR, file_checksums
 from store.lexical import analyze, analyze_variants, match_expression
 from store.products import PhotoRows, ProductChannels, ProductInfo, TextRows, write_product_channels
 
@@ -117,6 +118,46 @@ def test_lexical_bm25_cjk_and_masks(tmp_path: Path) -> None:
     assert channels.lexical([], 10, None).owners.size == 0
     idf = channels.term_idf(["milk", "nothing"])
     assert idf["nothing"] > idf["milk"] > 0
+
+
+def test_lexical_scores_are_bm25_and_the_index_is_checksummed(tmp_path: Path) -> None:
+    """tantivy's scores equal BM25 computed here (k1 1.2, b 0.75, IDF ln(1 + (N - n + 0.5) / (n + 0.5)),
+    document length in terms), diacritics fold, and the index folder's files are data files."""
+    channels = make_channels(tmp_path)[0]
+    docs = [analyze(t[3], t[2]) for t in TEXTS]
+    avgdl = sum(map(len, docs)) / len(docs)
+
+    def bm25(doc: list[str], terms: list[str]) -> float:
+        total = 0.0
+        for term in dict.fromkeys(terms):
+            df = sum(term in d for d in docs)
+            tf = doc.count(term)
+            if tf:
+                idf = np.log(1 + (len(docs) - df + 0.5) / (df + 0.5))
+                total += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * len(doc) / avgdl))
+        return total
+
+    terms = analyze("fresh apple milk", "en")
+    hits = channels.lexical(terms, 10, None)
+    want = {o: max(bm25(docs[r], terms) for r in range(len(TEXTS)) if TEXTS[r][0] == o) for o in (1, 2)}
+    assert sorted(hits.owners.tolist()) == [1, 2]
+    # tantivy quantises document lengths into 256 buckets (fieldnorms): exact for these short values.
+    np.testing.assert_allclose(hits.scores, [want[o] for o in hits.owners.tolist()], rtol=1e-5)
+    assert channels.lexical(["öat"], 10, None).owners.tolist() == [0]  # folded as the index folds
+    assert channels.term_idf(["oat"])["oat"] == pytest.approx(np.log(1 + (6 - 1 + 0.5) / 1.5))
+    # The reader writes nothing into the version (tantivy locks its private view of links instead).
+    written = sorted(p.name for p in (tmp_path / LEXICAL_DIR).iterdir())
+    assert not any(name.endswith(".lock") for name in written)
+    view = channels._lexical._view  # the private view is what this checks
+    assert view.is_dir()
+    channels.close()
+    assert not view.exists()
+    names = file_checksums(tmp_path)
+    nested = [n for n in names if n.startswith(f"{LEXICAL_DIR}/")]
+    assert nested and not any(Path(n).name.startswith(".") for n in nested)
+    target = tmp_path / nested[0]
+    target.write_bytes(target.read_bytes() + b"x")
+    assert file_checksums(tmp_path)[nested[0]] != names[nested[0]]
 
 
 def test_gather_features_and_fusion(tmp_path: Path) -> None:

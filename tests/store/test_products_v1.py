@@ -1,0 +1,62 @@
+"""A product index written before tantivy (``products_v1/``, see its README: its lexical channel is an FTS5
+table) verifies and serves with the answers the old code gave on it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ccrk_settings import DEFAULT_MODEL_DIR
+from store.layout import LEXICAL_DIR, index_dir
+from store.verify import verify_version
+from store.versions import current_version
+from tests.fixtures import LiveServer, make_settings
+
+FIXTURE = Path(__file__).parent / "products_v1"
+EXPECTED = json.loads((FIXTURE / "expected.json").read_text(encoding="utf-8"))
+NAME = "shop"
+SCORE_TOL = 1e-4  # ONNX Runtime on another CPU may round the last bits differently; ranks must not move
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A copy: nothing here may write into the checkout."""
+    shutil.copytree(FIXTURE / NAME, tmp_path / NAME)
+    return tmp_path
+
+
+def test_the_fts5_version_verifies(root: Path) -> None:
+    assert current_version(root, NAME) == EXPECTED["version"]
+    folder = index_dir(root, NAME) / EXPECTED["version"]
+    assert (folder / "products.sqlite").is_file() and not (folder / LEXICAL_DIR).exists()
+    assert verify_version(root, NAME, model_dir=DEFAULT_MODEL_DIR) == []
+
+
+def test_the_fts5_version_serves_as_the_old_code_did(root: Path, tmp_path: Path) -> None:
+    settings = make_settings(root, index_name=NAME, history_db=tmp_path / "history.sqlite")
+    with LiveServer(settings) as live, live.client() as client:
+        for case in EXPECTED["service"]:
+            response = client.post("/v1/search", json=case["request"])
+            assert response.status_code == 200, response.text
+            body = response.json()
+            assert body["index_version"] == EXPECTED["version"]
+            assert (body["language"]["code"], body["match"]) == (case["language"], case["match"])
+            got, want = body["results"], case["results"]
+            assert [h["id"] for h in got] == [h["id"] for h in want], case["request"]
+            for hit, old in zip(got, want, strict=True):
+                for key in ("rank", "match", "metadata", "image_url", "images"):
+                    assert hit[key] == old[key], (key, case["request"])
+                assert hit["score"] == pytest.approx(old["score"], abs=SCORE_TOL)
+                new, was = hit["explain"], old["explain"]
+                for key in ("method", "group", "text_field", "lexical_field", "terms", "image_url"):
+                    assert new[key] == was[key], (key, case["request"])
+                for channel, score in was["channels"].items():
+                    assert new["channels"][channel]["rank"] == score["rank"], (channel, case["request"])
+                    assert new["channels"][channel]["score"] == pytest.approx(score["score"], abs=SCORE_TOL)
+        similar = client.post("/v1/items/prod-0/similar", json={"top_k": 3}).json()["results"]
+        assert [h["id"] for h in similar] == [h["id"] for h in EXPECTED["similar"]]
+        for hit, old in zip(similar, EXPECTED["similar"], strict=True):
+            assert hit["score"] == pytest.approx(old["score"], abs=SCORE_TOL)
