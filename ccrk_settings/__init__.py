@@ -3,6 +3,9 @@ here, from environment variables prefixed ``CCRK_`` (or a ``.env`` file), never 
 
 Command-line options override these per run; defaults are the embedded ones (default model, demo index,
 in-process cache), so a fresh machine needs no configuration.
+
+Over 400 lines because it is one flat list of every setting with its description, which the configuration
+reference (``ccrk config reference``) is generated from; splitting it would split that one list.
 """
 
 from __future__ import annotations
