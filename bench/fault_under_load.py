@@ -19,6 +19,7 @@ import asyncio
 import json
 import os
 import random
+import shlex
 import shutil
 import signal
 import socket
@@ -272,6 +273,7 @@ def main() -> int:
 
     result = {
         "benchmark": "fault_under_load",
+        "command": "sudo python bench/fault_under_load.py " + shlex.join(sys.argv[1:]),
         "setup": {
             "items": args.items, "rate_per_s": args.rate, "clients": args.clients, "seconds": args.seconds,
             "workers": 2, "retries": 0, "index_root_tmpfs_mb": None if no_mount else args.tmpfs_mb,

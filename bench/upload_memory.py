@@ -20,6 +20,7 @@ import argparse
 import io
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -174,6 +175,7 @@ def main() -> int:
 
     result = {
         "benchmark": "upload_memory",
+        "command": "python bench/upload_memory.py " + shlex.join(sys.argv[1:]),
         "code": args.label,
         "setup": {"items": args.items, "workers": 1, "pod_limit_mb": POD_LIMIT_MB, "cpus": os.cpu_count()},
         "scenarios": results,

@@ -3,6 +3,9 @@ here, from environment variables prefixed ``CCRK_`` (or a ``.env`` file), never 
 
 Command-line options override these per run; defaults are the embedded ones (default model, demo index,
 in-process cache), so a fresh machine needs no configuration.
+
+Over 400 lines because it is one flat list of every setting with its description, which the configuration
+reference (``ccrk config reference``) is generated from; splitting it would split that one list.
 """
 
 from __future__ import annotations
@@ -332,13 +335,21 @@ class Settings(BaseSettings):
     image_search_concurrency: int = Field(
         2,
         ge=1,
-        description="Image searches decoding at once per process; more wait (up to 10 s, then 503).",
+        description="Image searches decoding at once per process; more wait (up to image_wait_s, then 503).",
     )
     upload_memory_mb: int = Field(
         384,
         ge=16,
         description="Memory image searches may hold at once per process (uploads' bytes and their decodes,"
-        " estimated from the header before decoding); more wait (up to 10 s, then 503 with Retry-After).",
+        " estimated from the header before decoding); more wait (up to image_wait_s, then 503 with"
+        " Retry-After).",
+    )
+    image_wait_s: float = Field(
+        10.0,
+        gt=0.0,
+        le=120.0,
+        description="How long an image search waits for its share of upload_memory_mb, and then for a"
+        " decoding slot, before a 503 with Retry-After.",
     )
     cache_prefix: str = Field("ccrk:", description="Prefix of every Redis key the service writes.")
     redis_retry_s: float = Field(

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -139,12 +141,30 @@ def echo_safe(value: object, depth: int = 0) -> object:
     return echo_safe(str(value), depth + 1)
 
 
+# Places pydantic adds to an error's loc for the member of a union or the validator it tried
+# ("function-after[_valid_unicode(), str]", "literal['auto','weak','strong']", "constrained-float", "[key]"):
+# names from inside its schema (validator functions with their memory addresses), not the request's fields.
+_SCHEMA_LABEL = re.compile(r"[a-z][a-z-]*\[.*\]|constrained-[a-z]+|\[key\]", re.S)
+
+
+def public_loc(error: Mapping[str, Any]) -> list[str | int]:
+    """A validation error's loc without pydantic's schema labels (an extra field's own name is kept)."""
+    loc = list(error.get("loc", ()))
+    keep = len(loc) - 1 if error.get("type") == "extra_forbidden" else len(loc)
+    return [
+        part if isinstance(part, int) else str(part)
+        for n, part in enumerate(loc)
+        if n >= keep or isinstance(part, int) or not _SCHEMA_LABEL.fullmatch(str(part))
+    ]
+
+
 def validation_errors(exc: RequestValidationError) -> list[dict[str, object]]:
-    """FastAPI's error list with every echoed part (input, context, message) made safe."""
+    """FastAPI's error list with every echoed part (input, context, message) made safe, its places without
+    pydantic's schema labels."""
     return [
         {
             "type": str(error.get("type", "value_error")),
-            "loc": [part if isinstance(part, int) else echo_safe(str(part)) for part in error.get("loc", ())],
+            "loc": [part if isinstance(part, int) else echo_safe(part) for part in public_loc(error)],
             "msg": echo_safe(str(error.get("msg", ""))),
             **({"input": echo_safe(error["input"])} if "input" in error else {}),
             **({"ctx": echo_safe(error["ctx"])} if error.get("ctx") else {}),

@@ -30,7 +30,7 @@ from service.language import LanguageDetector
 from service.metrics import Metrics
 from service.monitor import Monitor
 from service.ratelimit import CallerQueues, ExpensiveSlots, Limit, QueueTimeout, RateLimiter
-from service.search.facade import IMAGE_SLOT_WAIT_S, SearchFacade
+from service.search.facade import SearchFacade
 from service.search.pipeline import SearchPipeline
 from service.search.telemetry import SearchTelemetry
 from service.upload_budget import UploadBudget
@@ -93,7 +93,7 @@ class Runtime:
         # Bounds the worker threads doing CPU work at once: more than a few only adds contention.
         self.limiter = anyio.CapacityLimiter(settings.search_workers)
         # What image searches hold at once, their request bodies and decodes (service.upload_budget).
-        self.upload_budget = UploadBudget(settings.upload_memory_mb * 2**20, wait_s=IMAGE_SLOT_WAIT_S)
+        self.upload_budget = UploadBudget(settings.upload_memory_mb * 2**20, wait_s=settings.image_wait_s)
         self.monitor = Monitor(settings)  # probes, traffic, ANN recall (started in the lifespan)
         # How the index holder opens a version (None: ``store.opening.open_version``); set before the
         # lifespan starts, e.g. by ``service.cluster`` to search a sharded version's shards on Ray Serve.
@@ -325,6 +325,7 @@ class Runtime:
                 telemetry=telemetry,
                 limiter=self.limiter,
                 image_slots=self.settings.image_search_concurrency,
+                image_slot_wait_s=self.settings.image_wait_s,
                 upload_budget=self.upload_budget,
             )
             if first is not None:  # one bound on decodes per process, whichever catalogue they search

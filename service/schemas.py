@@ -12,8 +12,13 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 MAX_TOP_K = 200
 MAX_RERANK_K = 512
@@ -50,8 +55,9 @@ FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 LangCode = Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*$", max_length=32)]
 QueryText = Annotated[UnicodeText, StringConstraints(min_length=1, max_length=MAX_QUERY_CHARS)]
 FieldName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")]
+MAX_FILTER_CHARS = 256
 Scalar = Annotated[
-    Annotated[UnicodeText, StringConstraints(max_length=256)] | int | float | bool,
+    Annotated[UnicodeText, StringConstraints(max_length=MAX_FILTER_CHARS)] | int | float | bool,
     BeforeValidator(_finite_scalar),
 ]
 
@@ -77,8 +83,67 @@ MatchLabel = Literal["strong", "weak", "none"]
 MinScore = Literal["auto", "weak", "strong"] | Annotated[float, Field(ge=-1.0, le=1.0, allow_inf_nan=False)]
 
 
+_SCALAR: TypeAdapter[Any] = TypeAdapter(Scalar)
+_RANGE: TypeAdapter[RangeFilter] = TypeAdapter(RangeFilter)
+
+
+def _scalar_problem(value: object) -> str | None:
+    """Why ``value`` is not a filter scalar, in the words of the check it failed (not one line per member
+    of the union); None when it is one."""
+    if isinstance(value, str) and len(value) > MAX_FILTER_CHARS:
+        return f"a string of {len(value)} characters; at most {MAX_FILTER_CHARS} are taken"
+    try:
+        _SCALAR.validate_python(value)
+    except ValidationError as exc:
+        specific = [e for e in exc.errors() if not e["type"].endswith(("_type", "_parsing", "_from_float"))]
+        if specific:
+            return str(specific[0]["msg"]).removeprefix("Value error, ")
+        kind = "null" if value is None else "a list" if isinstance(value, list) else "an object"
+        return f"{kind} is not a string, number or boolean"
+    return None
+
+
+def _filter_value_problem(value: object) -> str:
+    """Why ``value`` is not a filter value, judged by the one shape its JSON type can take: an object is a
+    range, an array a list of scalars, anything else a scalar."""
+    if isinstance(value, dict):
+        try:
+            _RANGE.validate_python(value)
+        except ValidationError as exc:
+            return "; ".join(
+                f"range {'.'.join(map(str, e['loc']))}: {e['msg']}" if e["loc"] else f"range: {e['msg']}"
+                for e in exc.errors(include_url=False)[:3]
+            ).replace("Value error, ", "")
+    elif isinstance(value, list):
+        if not 1 <= len(value) <= 100:
+            return f"a list of {len(value)} values; a list takes 1 to 100"
+        for n, item in enumerate(value):
+            if problem := _scalar_problem(item):
+                return f"item {n}: {problem}"
+    elif value is None:
+        return (
+            "null is not a filter: a string, number or boolean, a list of them, or a range {gte, gt, lte, lt}"
+        )
+    elif problem := _scalar_problem(value):
+        return problem
+    return "not a filter"  # every shape's own check passed: the union refused it for another reason
+
+
+def _one_filter_error(value: object, handler: ValidatorFunctionWrapHandler) -> object:
+    """A filter value's 422 is one error at the filter's own place saying what is wrong, not pydantic's
+    error per member of the union, whose places name its validator functions (memory addresses
+    included)."""
+    try:
+        return handler(value)
+    except ValidationError:
+        raise PydanticCustomError("filter_value", _filter_value_problem(value)) from None
+
+
 # equality (scalar), any-of (list of scalars), or numeric range
-FilterValue = Scalar | Annotated[list[Scalar], Field(min_length=1, max_length=100)] | RangeFilter
+FilterValue = Annotated[
+    Scalar | Annotated[list[Scalar], Field(min_length=1, max_length=100)] | RangeFilter,
+    WrapValidator(_one_filter_error),
+]
 Filters = Annotated[dict[FieldName, FilterValue], Field(max_length=16)]
 
 

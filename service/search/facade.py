@@ -35,7 +35,7 @@ from service.search.telemetry import SearchTelemetry
 from service.upload_budget import UploadBudget
 from service.uploads import decode_cost
 
-IMAGE_SLOT_WAIT_S = 10.0  # how long an image search waits for a decoding slot before a 503
+IMAGE_SLOT_WAIT_S = 10.0  # how long an image search waits for a decoding slot before a 503 (the default)
 # Uploads' headers read at once (to learn a decode's cost; WebP's reader takes the whole file).
 HEADER_READERS = 2
 
@@ -57,6 +57,7 @@ class SearchFacade:
         limiter: anyio.CapacityLimiter,
         image_slots: int,
         upload_budget: UploadBudget,
+        image_slot_wait_s: float = IMAGE_SLOT_WAIT_S,
     ) -> None:
         self.holder = holder
         self.pipeline = pipeline
@@ -65,7 +66,7 @@ class SearchFacade:
         # Decoding an upload takes up to ~100 MB and seconds of CPU: a few at a time; the rest wait on the
         # event loop (holding no worker thread, so text searches are not queued behind them).
         self.image_slots = anyio.Semaphore(image_slots)
-        self.image_slot_wait_s = IMAGE_SLOT_WAIT_S
+        self.image_slot_wait_s = image_slot_wait_s  # for the budget, then for a slot (settings.image_wait_s)
         # What uploads may hold at once, bytes and decodes (service.upload_budget): reserved before the
         # upload is read, so 40 clients cannot take the process past its memory limit.
         self.upload_budget = upload_budget

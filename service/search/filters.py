@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from service.errors import InvalidInputError
+from service.errors import InvalidInputError, public_loc
 from service.index_holder import Served
 from service.json_limits import JsonLimitError, parse_json
 from service.schemas import Filters, FilterValue
@@ -78,9 +78,7 @@ def describe(exc: ValidationError, most: int = 3) -> str:
     input echoes, documentation links)."""
     parts = []
     for error in exc.errors(include_url=False, include_input=False, include_context=False)[:most]:
-        where = ".".join(
-            str(part) for part in error["loc"] if not str(part).startswith(("function-", "json-"))
-        )
+        where = ".".join(str(part) for part in public_loc(error))
         parts.append(f"{where or 'value'}: {error['msg']}")
     more = exc.error_count() - len(parts)
     return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")

@@ -3,13 +3,18 @@ set, builds the index once, then serves that index on 127.0.0.1:8000; every comm
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+from ccrk_settings import DEFAULT_MODEL_DIR
 from tests.deploy.deployment import REPO, check_ccrk, check_settings_env, make_dry_run
+from tests.indexer.files import write_photo
 
 
 def recipe(target: str) -> list[tuple[dict[str, str], list[str]]]:
@@ -81,3 +86,39 @@ def test_make_photos_passes_a_folder_name_as_one_argument(folder: str) -> None:
     serve = next(argv for argv in commands if argv[1] == "serve")
     assert build[-1] == folder
     assert option(build, "--index-root") == option(serve, "--index-root") == "my indexes"
+
+
+def test_make_photos_runs_with_a_folder_name_with_spaces_and_a_quote(tmp_path: Path) -> None:
+    """`make photos "PHOTOS=dir with space"` run for real through the shell: the index of the folder's photos
+    is built and published under an index root with a space, and serve gets both as one argument each.
+    ``VENV`` points at a folder whose ``ccrk`` runs the real one, except ``serve`` (it would not return),
+    whose arguments it writes down; the demo model stands in for the starter model (no 45-minute build)."""
+    photos = tmp_path / "dir with space" / "it's mine"
+    for n in range(3):
+        write_photo(photos / f"photo {n}.jpg", n)
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / ".installed").touch()  # newer than pyproject.toml and constraints.txt: nothing to install
+    served = tmp_path / "serve.args"
+    ccrk = venv / "bin" / "ccrk"
+    ccrk.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = serve ]; then printf \'%s\\n\' "$@" > {shlex.quote(str(served))}; exit 0; fi\n'
+        f'exec {shlex.quote(str(Path(sys.executable).parent / "ccrk"))} "$@"\n'
+    )
+    ccrk.chmod(0o755)
+    root = tmp_path / "my indexes"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CCRK_", "MAKE", "MFLAGS"))}
+    env["CCRK_RERANK_POLICY_QUERIES"] = "0"  # the build's re-rank calibration: not what this is about
+    done = subprocess.run(
+        ["make", "--no-print-directory", "photos", f"VENV={venv}", f"PHOTOS={photos}", f"INDEX_ROOT={root}",
+         f"STARTER_MODEL={DEFAULT_MODEL_DIR}"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert re.search(r"items indexed\W+3\b", done.stdout), done.stdout  # the folder's 3 photos
+    current = (root / "photos" / "CURRENT").read_text().strip()
+    assert (root / "photos" / current).is_dir()
+    argv = served.read_text().splitlines()
+    assert argv[0] == "serve" and option(argv, "--index-root") == str(root)
+    assert option(argv, "--index-name") == "photos" and option(argv, "--model") == str(DEFAULT_MODEL_DIR)

@@ -26,33 +26,46 @@ def read_all(conn: socket.socket) -> bytes:
     return data
 
 
+def trickle(port: int, every_s: float, for_s: float) -> float | None:
+    """Send a request head, then one body byte every ``every_s`` seconds for at most ``for_s`` seconds:
+    the seconds after the head at which the server closed the connection, None if it never did."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as slow:
+        slow.sendall(HEAD)
+        started = time.monotonic()
+        while time.monotonic() - started < for_s:
+            try:
+                slow.sendall(b" ")
+                slow.settimeout(every_s)
+                if slow.recv(1024) == b"":
+                    return time.monotonic() - started
+            except (BrokenPipeError, ConnectionResetError):
+                return time.monotonic() - started
+            except TimeoutError:
+                pass
+    return None
+
+
 def test_a_trickling_body_is_closed_at_the_total_limit(index_root: Path) -> None:
     """One byte a second never pauses past the 30 s pause limit; the 3 s total limit closes it."""
     index = ("--index-root", str(index_root), "--index-name", "shop")
     with ServeProcess(*index, env={"CCRK_HTTP_BODY_TOTAL_S": "3"}) as served:
-        with socket.create_connection(("127.0.0.1", served.port), timeout=10) as slow:
-            slow.sendall(HEAD)
-            started = time.monotonic()
-            closed_after = None
-            for _ in range(10):  # bounded: 10 bytes, 1 s apart
-                try:
-                    slow.sendall(b" ")
-                except (BrokenPipeError, ConnectionResetError):
-                    closed_after = time.monotonic() - started
-                    break
-                slow.settimeout(1.0)
-                try:
-                    if slow.recv(1024) == b"":
-                        closed_after = time.monotonic() - started
-                        break
-                except TimeoutError:
-                    pass
-            assert closed_after is not None, "a body trickling for 10 s was still open"
-            assert 2.5 <= closed_after <= 5.0, closed_after
+        closed_after = trickle(served.port, every_s=1.0, for_s=10.0)
+        assert closed_after is not None, "a body trickling for 10 s was still open"
+        assert 2.5 <= closed_after <= 5.0, closed_after
         # A normal search meanwhile and after: answered.
         assert (
             httpx.post(served.url + "/v1/search", json={"query": "a red mug"}, timeout=10).status_code == 200
         )
+
+
+def test_a_body_of_a_byte_every_20_s_is_closed_at_the_total_limit(index_root: Path) -> None:
+    """The outside sweep's body, a byte every 20 s under the default 30 s pause limit (it was still open at
+    69 s), is closed when the total limit of 25 s is up (a timer: not at its next byte, 40 s)."""
+    index = ("--index-root", str(index_root), "--index-name", "shop")
+    with ServeProcess(*index, env={"CCRK_HTTP_BODY_TOTAL_S": "25"}) as served:
+        closed_after = trickle(served.port, every_s=20.0, for_s=60.0)
+        assert closed_after is not None, "a body of a byte every 20 s was still open at 60 s"
+        assert 24.5 <= closed_after <= 28.0, closed_after
 
 
 def test_slow_clients_of_one_address_do_not_block_another(index_root: Path) -> None:

@@ -4,6 +4,7 @@ security headers and leaves the connection usable (a real uvicorn on loopback)."
 from __future__ import annotations
 
 import io
+import json
 import socket
 
 import pytest
@@ -34,7 +35,7 @@ def test_depth_ignores_brackets_in_strings_and_refuses_deep_text() -> None:
 
 
 def test_nested_filters_form_field_is_a_422_naming_filters(server: LiveServer) -> None:
-    deep = '{"a":' * 1500 + "1" + "}" * 1500  # 3,000 levels would be the same answer; 12 KB
+    deep = '{"a":' * 3000 + "1" + "}" * 3000  # 18 KB: the 500 of the outside sweep (a RecursionError)
     with server.client() as client:
         answer = client.post(
             "/v1/search/image", files={"file": ("a.png", png(), "image/png")}, data={"filters": deep}
@@ -43,7 +44,7 @@ def test_nested_filters_form_field_is_a_422_naming_filters(server: LiveServer) -
         (error,) = answer.json()["detail"]
         assert error["loc"] == ["body", "filters"]
         assert error["msg"] == (
-            "filters must be a JSON object of filters: JSON nested 1500 levels deep; at most 32 are accepted"
+            "filters must be a JSON object of filters: JSON nested 3000 levels deep; at most 32 are accepted"
         )
         assert answer.headers["x-frame-options"] == "DENY"
         # The 422 of a wrong filter says where and what, without pydantic's internals.
@@ -59,6 +60,69 @@ def test_nested_filters_form_field_is_a_422_naming_filters(server: LiveServer) -
             == "filters must be a JSON object of filters: value: Input should be a valid dictionary"
         )
         assert "pydantic" not in wrong.text and "input_value" not in wrong.text
+
+
+# Marks of pydantic's internals in an answer: its schema's labels for union members and validators (with
+# memory addresses), class names, input echoes and documentation links.
+INTERNALS = ("function-", " at 0x", "union[", "literal[", "constrained-", "[key]", "RangeFilter", "pydantic",
+             "input_value", ".int:", ".float:", ".str:", ".bool:")  # fmt: skip
+
+# (filter value, the message of its one 422)
+BAD_FILTERS: list[tuple[object, str]] = [
+    ({"gte": "abc"}, "range gte: Input should be a valid number, unable to parse string as a number"),
+    ({"in": 5}, "range in: Extra inputs are not permitted"),
+    ({}, "range: a range needs at least one of gte, gt, lte, lt"),
+    ({"b": {"c": 1}}, "range b: Extra inputs are not permitted"),
+    ({"lt": [1, 2]}, "range lt: Input should be a valid number"),
+    ([1, {"a": 1}], "item 1: an object is not a string, number or boolean"),
+    ([1, [2]], "item 1: a list is not a string, number or boolean"),
+    ([], "a list of 0 values; a list takes 1 to 100"),
+    ("x" * 300, "a string of 300 characters; at most 256 are taken"),
+    (2**63, "integers must lie within -2**63 .. 2**63 - 1"),
+    (
+        None,
+        "null is not a filter: a string, number or boolean, a list of them, or a range {gte, gt, lte, lt}",
+    ),
+]
+
+
+def test_a_bad_filter_is_one_422_naming_it_without_pydantic_internals(server: LiveServer) -> None:
+    """Each bad filter value, in the JSON body and in the image form: one error at the filter's place with
+    what is wrong (pydantic answered one error per member of the union, placed at its validator functions'
+    names with their memory addresses, e.g. ``function-after[functools.partial(<function ... at 0x..>``)."""
+    with server.client() as client:
+        for value, msg in BAD_FILTERS:
+            body = client.post("/v1/search", json={"query": "a red mug", "filters": {"colour": value}})
+            assert body.status_code == 422, (value, body.text)
+            (error,) = body.json()["detail"]
+            assert error["loc"] == ["body", "filters", "colour"] and error["msg"] == msg, (value, error)
+            form = client.post(
+                "/v1/search/image",
+                files={"file": ("a.png", png(), "image/png")},
+                data={"filters": json.dumps({"colour": value})},
+            )
+            assert form.status_code == 422, (value, form.text)
+            (error,) = form.json()["detail"]
+            assert error == {
+                "loc": ["body", "filters"],
+                "msg": f"filters must be a JSON object of filters: colour: {msg}",
+                "type": "invalid_input",
+            }
+            for answer in (body, form):
+                assert not [mark for mark in INTERNALS if mark in answer.text], answer.text
+        # The same for the other union of the request and a bad filter name: the places are the request's.
+        others = [
+            ({"min_score": "bogus"}, ["body", "min_score"]),
+            ({"filters": {"a b": 1}}, ["body", "filters", "a b"]),
+        ]
+        for extra, loc in others:
+            answer = client.post("/v1/search", json={"query": "a red mug", **extra})
+            assert answer.status_code == 422
+            assert {tuple(e["loc"]) for e in answer.json()["detail"]} == {tuple(loc)}, answer.text
+            assert not [mark for mark in INTERNALS if mark in answer.text], answer.text
+        # An unknown field of the request keeps its own name, whatever it looks like.
+        answer = client.post("/v1/search", json={"query": "a red mug", "literal[x]": 1})
+        assert answer.json()["detail"][0]["loc"] == ["body", "literal[x]"]
 
 
 def test_a_forced_500_has_security_headers_and_keeps_the_connection(server: LiveServer) -> None:
