@@ -6,7 +6,8 @@ Thresholds come from the settings (all off by default): every language's recall@
 ``quality_gate`` on the staged version; it is injected, since the indexer may not import monitoring
 (``ccrk_cli`` installs it; ``indexer.quality_gate`` holds the thresholds and verdict types). A refused
 version is installed (kept) but not published, and the verdict goes to the build report, the manifest
-and the probe history (where the dashboard shows it).
+and the probe history (where the dashboard shows it). Probes search each version in its default mode:
+hybrid where it has searched text fields (products), else image.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from ccrk_settings import Settings
 from indexer.quality_gate import Captioned, GateThresholds, GateVerdict  # the builder's types, re-exported
 from model.runtime import Encoder
 from monitoring.history import HistoryError, open_history
-from monitoring.probe import ProbeError, index_searcher, run_probes, run_record
+from monitoring.probe import ProbeError, has_text_channels, index_searcher, run_probes, run_record
 from monitoring.probe_set import Probe, ProbeSetError, load_probe_set, probes_from_captions
 from monitoring.report import recall_drops
 from store.errors import IndexFormatError
 from store.manifest import IndexManifest
 from store.opening import open_path, open_version
+from store.reader import SearchableIndex
 from store.versions import current_version
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,11 @@ def gate_probes(settings: Settings, captioned: Captioned) -> list[Probe]:
     return probes_from_captions(captioned, n=settings.gate_probe_size, seed=0)
 
 
+def default_mode(index: SearchableIndex) -> str:
+    """The mode a query without one searches a version in: hybrid where it has searched text fields."""
+    return "hybrid" if has_text_channels(index) else "image"
+
+
 def quality_gate(
     stage: Path,
     manifest: IndexManifest,
@@ -94,7 +101,10 @@ def quality_gate(
     search_kw: dict[str, Any] = {"depth": settings.probe_depth}
     try:
         with open_path(stage, manifest) as staged:
-            candidate = run_probes(probes, index_searcher(staged, encoder, manifest.model_name), **search_kw)
+            # What a query gets by default (``mode``: hybrid where the version has searched text fields).
+            mode = default_mode(staged)
+            searcher = index_searcher(staged, encoder, manifest.model_name, mode=mode)
+            candidate = run_probes(probes, searcher, **search_kw)
     except ProbeError as exc:
         refuse.reasons.append(f"the probe run failed: {exc}")
         return refuse
@@ -104,13 +114,15 @@ def quality_gate(
     if current is not None and thresholds.max_recall_drop is not None:
         try:
             with open_version(settings.index_root, manifest.name, current) as published:
-                baseline = run_probes(probes, index_searcher(published, encoder), **search_kw)
+                # CURRENT in its own default mode: the drop is what shoppers would lose.
+                searcher = index_searcher(published, encoder, mode=default_mode(published))
+                baseline = run_probes(probes, searcher, **search_kw)
         except (IndexFormatError, OSError, ProbeError) as exc:
             notes.append(f"CURRENT {current} could not be probed ({exc}); no drop check")
     verdict = evaluate_gate(candidate, baseline, thresholds, baseline_version=current)
-    verdict.notes.extend(notes)
+    verdict.notes.extend([f"the gate probed the version's default mode, {mode}", *notes])
     record = run_record(
-        {**candidate, "index_version": manifest.version, "model": manifest.model_name},
+        {**candidate, "index_version": manifest.version, "model": manifest.model_name, "mode": mode},
         source="gate",
         gate={"passed": verdict.passed, "reasons": verdict.reasons, "baseline_version": current},
     )

@@ -12,10 +12,14 @@ from typer.testing import CliRunner
 from ccrk_cli.main import app as ccrk_app
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings, get_settings
 from indexer.build import build
+from model.runtime import Encoder
 from monitoring.gate import GateThresholds, evaluate_gate, quality_gate
 from monitoring.history import SqliteHistory
+from monitoring.probe import has_text_channels, index_searcher, run_probes
+from monitoring.probe_set import probes_from_captions
 from store.layout import MANIFEST_FILE
 from store.manifest import IndexManifest
+from store.opening import open_version
 from store.verify import verify_version
 from store.versions import current_version, list_versions
 from tests.fixtures import Catalogue
@@ -147,3 +151,38 @@ def test_gate_without_probes_refuses(catalogue: Catalogue, tmp_path: Path) -> No
     report = build("plain", [manifest], settings=settings, gate=quality_gate)
     assert not report.published and current_version(settings.index_root, "plain") is None
     assert "no probes" in report.gate["reasons"][0]
+
+
+def test_gate_probes_a_product_version_in_hybrid_mode(
+    catalogue: Catalogue, tmp_path: Path, encoder: Encoder
+) -> None:
+    """A version with searched text fields is probed as shoppers search it by default (hybrid): the
+    history's gate run holds exactly what hybrid probes measure on it, and says which mode it was."""
+    settings = gate_settings(tmp_path).model_copy(
+        update={"text_fields": ["title"], "gate_max_recall_drop": None}
+    )
+    records = catalogue.records[:40]
+    manifest = tmp_path / "products.jsonl"
+    manifest.write_text(
+        "".join(
+            json.dumps(
+                {"id": r.id, "image": str(r.image), "title": r.captions["de"][0], "captions": r.captions}
+            )
+            + "\n"
+            for r in records
+        ),
+        encoding="utf-8",
+    )
+    report = build("products", [manifest], settings=settings, gate=quality_gate)
+    assert report.gate is not None and report.published, report.gate
+    assert "the gate probed the version's default mode, hybrid" in report.gate["notes"]
+    (run_,) = SqliteHistory(settings.history_db, 86400).runs(0)
+    assert run_["mode"] == "hybrid" and run_["index_version"] == report.version
+    probes = probes_from_captions([(r.id, r.captions) for r in records], n=settings.gate_probe_size, seed=0)
+    with open_version(settings.index_root, "products", report.version) as version:
+        assert has_text_channels(version)
+        want = run_probes(probes, index_searcher(version, encoder, mode="hybrid"), depth=settings.probe_depth)
+    assert run_["mrv"] == want["mrv"] and run_["per_language"].keys() == want["per_language"].keys()
+    for lang, measured in want["per_language"].items():
+        quality = {k: v for k, v in measured.items() if not k.startswith("latency")}
+        assert {k: run_["per_language"][lang][k] for k in quality} == quality, lang
