@@ -53,7 +53,7 @@ from indexer.incremental import (
 from indexer.maintenance import delete, rollback
 from indexer.parent import appended_metadata, read_parent
 from indexer.pipeline import Operation, rerank_info, utc_now
-from indexer.products import wants_products, write_products
+from indexer.products import extend_products, wants_products, write_products
 from indexer.quality_gate import QualityGate
 from indexer.report import BuildReport
 from indexer.sharded import add_to_shards, build_sharded
@@ -66,7 +66,7 @@ from model.runtime import Encoder
 from store import versions
 from store.layout import BUILDS_DIR, FORMAT_VERSION, INDEX_FILE, MANIFEST_FILE, METADATA_FILE, index_dir
 from store.manifest import IndexManifest, model_fingerprint, model_name_of
-from store.products import has_product_channels
+from store.products import ProductChannels, has_product_channels
 from store.reuse import REUSE_KEY, reuse_key, write_reuse_digests
 
 __all__ = ["BuildReport", "add", "build", "delete", "rollback"]
@@ -327,11 +327,6 @@ def add(
     with index_lock(root, name) as guard:
         parent = read_parent(root, name, expect_fingerprint=fingerprint)
         pm, parent_dir, n_old, parent_count = parent.manifest, parent.path, parent.total_rows, parent.count
-        if not parent.sharded and has_product_channels(parent_dir):
-            raise BuildError(
-                f"index {name!r} holds products (several photos or searched text fields): `ccrk index add` "
-                "does not extend their channels yet; run `ccrk index build` with the whole manifest"
-            )
         live_ids = parent.live()
         new_items = [it for it in scan.items if it.id not in live_ids]
         report = BuildReport(
@@ -400,6 +395,24 @@ def add(
             index.add(np.ascontiguousarray(embeds[n_old:], dtype=np.float32))
             writer.write_index(index)
             del index, embeds
+            if has_product_channels(parent_dir):  # extended: the parent's photos and texts, then the added
+                channels = ProductChannels(parent_dir, n_old)
+                try:
+                    extend_products(
+                        writer.stage,
+                        channels,
+                        encoded.ok_items,
+                        encoded.store,
+                        encoder,
+                        first_row=n_old,
+                        work_dir=work_dir,
+                        model_dir=model_dir,
+                        settings=settings,
+                        cfg=cfg,
+                        report=report,
+                    )
+                finally:
+                    channels.close()
             # Derived from the parent's: an add without captions keeps its language recall, for one.
             manifest = dataclasses.replace(
                 pm,

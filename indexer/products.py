@@ -226,11 +226,63 @@ def write_products(
     """Write the product channels of a staged version and calibrate its fusion on them."""
     photos = photo_rows(items, main, work_dir, model_dir, settings, cfg, report)
     texts, info = text_rows(items, encoder, settings)
+    return write_and_calibrate(stage, info, photos, texts, encoder, len(items), report)
+
+
+def extend_products(
+    stage: Path,
+    parent: ProductChannels,
+    added: Sequence[SourceItem],
+    main: ShardStore,
+    encoder: Encoder,
+    *,
+    first_row: int,
+    work_dir: Path,
+    model_dir: Path,
+    settings: Settings,
+    cfg: ModelConfig,
+    report: BuildReport,
+) -> ProductInfo:
+    """``ccrk index add`` on products: the parent's photos and text values as stored (nothing encoded
+    again), then those of the ``added`` items (rows ``first_row`` on; their first photos from the add's
+    shards ``main``), written into the staged version; the fusion is calibrated again on the whole, as a
+    build would. The parent's searched fields stay the version's (``settings.text_fields`` is not read)."""
+    old_photos, old_texts = parent.all_rows()
+    photos = photo_rows(added, main, work_dir, model_dir, settings, cfg, report)
+    photos.owners = photos.owners + first_row
+    if (old_photos.visual is None) != (photos.visual is None):
+        raise ValueError("internal: the added photos and the parent's differ in visual embeddings")
+    fields = list(parent.info.fields)
+    texts, _ = text_rows(added, encoder, settings.model_copy(update={"text_fields": fields}))
+    texts.owners = texts.owners + first_row
+    all_texts = old_texts.extended(texts)
+    counts = Counter(all_texts.langs)
+    info = ProductInfo(
+        fields=fields,
+        text_languages=sorted(counts),
+        language_counts=dict(sorted(counts.items())),
+        photos=0,
+        texts=len(all_texts.texts),
+    )
+    products = first_row + len(added)
+    return write_and_calibrate(stage, info, old_photos.extended(photos), all_texts, encoder, products, report)
+
+
+def write_and_calibrate(
+    stage: Path,
+    info: ProductInfo,
+    photos: PhotoRows,
+    texts: TextRows,
+    encoder: Encoder,
+    products: int,
+    report: BuildReport,
+) -> ProductInfo:
+    """Write the channels into the staged version and calibrate their fusion (when there is text)."""
     write_product_channels(stage, info, photos, texts)
     if texts.texts:
-        channels = ProductChannels(stage, len(items))
+        channels = ProductChannels(stage, products)
         try:
-            result = calibrate(channels, texts, encoder, info.language_counts, len(items))
+            result = calibrate(channels, texts, encoder, info.language_counts, products)
         finally:
             channels.close()
         info.fusion, info.calibration = result.model.to_dict(), result.report
@@ -243,7 +295,5 @@ def write_products(
             f"(held-out R-precision by method: {held_out})"
         )
     else:
-        report.notes.append(
-            f"products: {info.photos} photos of {len(items)} products (no text fields searched)"
-        )
+        report.notes.append(f"products: {info.photos} photos of {products} products (no text field searched)")
     return info

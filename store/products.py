@@ -25,6 +25,8 @@ an FTS5 table ``lexical`` (rowid = text row, its ``terms`` column the analysed t
 
 A version without these files (every version written before them, and one-photo catalogues without text
 fields) is searched exactly as before. Checksums cover these files like any other (``store.layout``).
+
+(Over 400 lines: the channel files are written and read here only, so that their format is in one place.)
 """
 
 from __future__ import annotations
@@ -118,6 +120,18 @@ class PhotoRows:
     embeds: np.ndarray  # (M, D) float32
     visual: np.ndarray | None = None  # (M, V) float32
 
+    def extended(self, more: PhotoRows) -> PhotoRows:
+        """These photos, then ``more`` (whose owners must come after these')."""
+        visual = None
+        if self.visual is not None and more.visual is not None:
+            visual = np.concatenate([self.visual, more.visual])
+        return PhotoRows(
+            np.concatenate([self.owners, more.owners]),
+            [*self.paths, *more.paths],
+            np.concatenate([self.embeds, more.embeds]),
+            visual,
+        )
+
 
 @dataclass
 class TextRows:
@@ -129,6 +143,17 @@ class TextRows:
     texts: list[str]
     terms: list[list[str]]  # ``store.lexical.analyze`` of each value in its language
     embeds: np.ndarray  # (F, D) float32
+
+    def extended(self, more: TextRows) -> TextRows:
+        """These values, then ``more`` (whose owners must come after these')."""
+        return TextRows(
+            np.concatenate([self.owners, more.owners]),
+            [*self.fields, *more.fields],
+            [*self.langs, *more.langs],
+            [*self.texts, *more.texts],
+            [*self.terms, *more.terms],
+            np.concatenate([self.embeds, more.embeds.reshape(-1, self.embeds.shape[1])]),
+        )
 
 
 def _vector_index(vectors: np.ndarray, exact_max: int) -> Any:
@@ -344,6 +369,37 @@ class ProductChannels:
             ):
                 out[int(owner)].append(path)
         return out
+
+    def all_rows(self) -> tuple[PhotoRows, TextRows]:
+        """Every photo and text value as written (vectors read into memory): what ``ccrk index add``
+        extends into a new version's channels."""
+        with self._lock:
+            paths = [p for (p,) in self._db.execute("SELECT path FROM photos ORDER BY row")]
+            if self._fts5:  # format 1: the terms live in the FTS5 table
+                terms = dict(self._db.execute("SELECT rowid, terms FROM lexical"))
+                values = [
+                    (f, lang, t, terms.get(r, ""))
+                    for r, f, lang, t in self._db.execute(
+                        "SELECT row, field, lang, text FROM texts ORDER BY row"
+                    )
+                ]
+            else:
+                values = list(self._db.execute("SELECT field, lang, text, terms FROM texts ORDER BY row"))
+        photos = PhotoRows(
+            owners=np.array(self.photos.owners, np.int64),
+            paths=paths,
+            embeds=np.array(self.photos.vectors, np.float32),
+            visual=None if self.visual is None else np.array(self.visual.vectors, np.float32),
+        )
+        texts = TextRows(
+            owners=np.array(self.texts.owners, np.int64),
+            fields=[f for f, _, _, _ in values],
+            langs=[lang or "und" for _, lang, _, _ in values],
+            texts=[t for _, _, t, _ in values],
+            terms=[str(terms).split() for _, _, _, terms in values],
+            embeds=np.array(self.texts.vectors, np.float32),
+        )
+        return photos, texts
 
     def photo_index_of(self, photo_row: int) -> int:
         """A photo row's position among its product's photos (0: the first)."""

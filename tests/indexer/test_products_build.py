@@ -14,7 +14,6 @@ import pytest
 
 from ccrk_settings import Settings
 from indexer.build import add, build, delete
-from indexer.errors import BuildError
 from indexer.fusion_calibration import calibrate
 from indexer.products import text_rows
 from indexer.sources import read_sources
@@ -86,9 +85,6 @@ def test_build_and_serve_products(
     assert verify_version(settings.index_root, "shop") == []
     with IndexVersion.open(settings.index_root, "shop") as opened:
         assert opened.products is not None and opened.products.info.photos == 2 * PRODUCTS
-    # A product index is not extended by add (yet): refused, naming the command to run.
-    with pytest.raises(BuildError, match="ccrk index build"):
-        add("shop", [manifest], settings=settings)
 
     serve = make_settings(settings.index_root, index_name="shop", text_fields=[])
     recs = [json.loads(line) for line in manifest.read_text().splitlines()]
@@ -158,6 +154,48 @@ def test_build_and_serve_products(
             assert "prod-3" not in [h["id"] for h in body["results"]] and len(body["results"]) == PRODUCTS - 1
         similar = client.post("/v1/items/prod-4/similar", json={"top_k": 20}).json()
         assert "prod-3" not in [h["id"] for h in similar["results"]]
+
+
+def test_add_extends_the_product_channels(
+    product_settings: Settings, catalogue: Path, tmp_path: Path
+) -> None:
+    """``ccrk index add`` on products: the parent's photos and texts kept as stored, the added products'
+    encoded as a full build encodes them, the fusion calibrated again; the added products are found."""
+    settings = product_settings
+    manifest = _manifest(catalogue, tmp_path)
+    rows = manifest.read_text().splitlines()
+    first = tmp_path / "first.jsonl"
+    first.write_text("\n".join(rows[:15]) + "\n")
+    build("shop", [first], settings=settings)
+    parent = current_version(settings.index_root, "shop")
+    report = add("shop", [manifest], settings=settings)
+    assert report.published and report.items_indexed == PRODUCTS - 15
+    assert verify_version(settings.index_root, "shop") == []
+    full = settings.model_copy(update={"index_root": tmp_path / "full"})
+    build("shop", [manifest], settings=full)
+    base = index_dir(settings.index_root, "shop")
+    with (
+        IndexVersion.open(settings.index_root, "shop") as added,
+        IndexVersion.open(base.parent, "shop", parent) as before,
+        IndexVersion.open(full.index_root, "shop") as whole,
+    ):
+        new, old, ref = added.products, before.products, whole.products
+        assert new is not None and old is not None and ref is not None
+        assert (new.info.photos, new.info.texts) == (2 * PRODUCTS, 3 * PRODUCTS)
+        assert new.info.fusion and new.info.fields == ["title", "description"]
+        k, t = old.info.photos, old.info.texts
+        assert np.array_equal(np.asarray(new.photos.vectors[:k]), np.asarray(old.photos.vectors))
+        assert np.array_equal(np.asarray(new.texts.vectors[:t]), np.asarray(old.texts.vectors))
+        for mine, theirs in ((new.photos, ref.photos), (new.texts, ref.texts)):
+            assert np.array_equal(mine.owners, theirs.owners)
+            np.testing.assert_allclose(np.asarray(mine.vectors), np.asarray(theirs.vectors), atol=1e-5)
+        assert new.texts_of(range(3 * PRODUCTS)) == ref.texts_of(range(3 * PRODUCTS))
+        assert new.terms_of(range(3 * PRODUCTS)) == ref.terms_of(range(3 * PRODUCTS))
+    recs = [json.loads(line) for line in rows]
+    with LiveServer(make_settings(settings.index_root, index_name="shop")) as live, live.client() as client:
+        body = client.post("/v1/search", json={"query": recs[17]["title"], "top_k": 3}).json()
+        assert body["mode"] == "hybrid" and body["results"][0]["id"] == "prod-17"
+        assert len(body["results"][0]["images"]) == 2
 
 
 def test_index_without_products_is_unchanged(settings: Settings, catalogue: Path) -> None:
