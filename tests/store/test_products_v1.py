@@ -10,10 +10,14 @@ from pathlib import Path
 import pytest
 
 from ccrk_settings import DEFAULT_MODEL_DIR
+from indexer.build import add
 from store.layout import LEXICAL_DIR, index_dir
+from store.reader import IndexVersion
 from store.verify import verify_version
 from store.versions import current_version
-from tests.fixtures import LiveServer, make_settings
+from tests.fixtures import Catalogue, LiveServer, catalogue, encoder, make_settings
+
+__all__ = ["catalogue", "encoder"]  # fixtures
 
 FIXTURE = Path(__file__).parent / "products_v1"
 EXPECTED = json.loads((FIXTURE / "expected.json").read_text(encoding="utf-8"))
@@ -60,3 +64,35 @@ def test_the_fts5_version_serves_as_the_old_code_did(root: Path, tmp_path: Path)
         assert [h["id"] for h in similar] == [h["id"] for h in EXPECTED["similar"]]
         for hit, old in zip(similar, EXPECTED["similar"], strict=True):
             assert hit["score"] == pytest.approx(old["score"], abs=SCORE_TOL)
+
+
+def test_add_to_the_fts5_version_writes_tantivy_and_keeps_its_text(
+    root: Path, tmp_path: Path, catalogue: Catalogue
+) -> None:
+    """``ccrk index add`` on the old version: its stored text values and terms carried over as they were,
+    the new version's lexical index in tantivy, the old products still found by their words."""
+    settings = make_settings(root, index_name=NAME, text_fields=["title"], keep_versions=3)
+    manifest = tmp_path / "more.jsonl"
+    manifest.write_text(
+        "".join(
+            json.dumps({"id": f"new-{i}", "paths": [str(r.image)], "title": r.captions["en"][0]}) + "\n"
+            for i, r in enumerate(catalogue.records[:2])
+        ),
+        encoding="utf-8",
+    )
+    with IndexVersion.open(root, NAME) as old:
+        assert old.products is not None
+        old_texts = old.products.texts_of(range(old.products.info.texts))
+        old_terms = old.products.terms_of(range(old.products.info.texts))
+    report = add(NAME, [manifest], settings=settings)
+    assert report.published and report.items_indexed == 2
+    assert verify_version(root, NAME, model_dir=DEFAULT_MODEL_DIR) == []
+    folder = index_dir(root, NAME) / report.version
+    assert (folder / LEXICAL_DIR).is_dir()
+    with IndexVersion.open(root, NAME) as new:
+        channels = new.products
+        assert channels is not None and channels.info.format == 2
+        assert channels.info.fields == ["title", "description"]  # the index's own fields, not the setting
+        assert {r: channels.texts_of([r])[r] for r in old_texts} == old_texts
+        assert {r: channels.terms_of([r])[r] for r in old_terms} == old_terms
+        assert channels.lexical(["牛奶"], 3, None).owners[0] == 0  # prod-0's Chinese title
