@@ -51,8 +51,9 @@ from indexer.sources import read_sources  # noqa: E402
 from model.model_dir import load_model_config  # noqa: E402
 from store.layout import FORMAT_VERSION, index_dir  # noqa: E402
 from store.manifest import IndexManifest, model_fingerprint, model_name_of  # noqa: E402
-from store.reader import IndexVersion  # noqa: E402
+from store.opening import open_version  # noqa: E402
 from store.reuse import REUSE_KEY, reuse_key, row_digests, write_reuse_digests  # noqa: E402
+from store.versions import current_version  # noqa: E402
 from store.writer import VersionWriter  # noqa: E402
 
 NAME = "shop"
@@ -111,6 +112,8 @@ def _run(label: str, manifest: Path, settings: Settings, *, force: bool = False)
         "already_current": report.already_current,
         "encode_seconds": round(report.encode_seconds, 3),
         "ann_index": report.ann_index,
+        "segments": report.index_shards,
+        "notes": [n for n in report.notes if n.startswith(("compacted", "recall, match"))],
         "index_factory": report.index_factory,
         "version": report.version,
     }
@@ -119,25 +122,22 @@ def _run(label: str, manifest: Path, settings: Settings, *, force: bool = False)
 
 
 def _same_answers(settings: Settings, a: str, b: str, queries: int = 200) -> dict[str, Any]:
-    """The two versions' top 10 for ``queries`` of their own stored embeddings (perturbed): ids equal,
-    largest score difference."""
-    with (
-        IndexVersion.open(settings.index_root, NAME, a) as va,
-        IndexVersion.open(settings.index_root, NAME, b) as vb,
-    ):
+    """The two versions' top 10 for ``queries`` of their own stored embeddings (perturbed), by exact
+    search (a segmented version and one index of the same items must agree exactly) and by each one's ANN
+    search: ids equal, largest score difference."""
+    with open_version(settings.index_root, NAME, a) as va, open_version(settings.index_root, NAME, b) as vb:
         rng = np.random.default_rng(0)
-        rows = rng.choice(va.total_rows, size=min(queries, va.total_rows), replace=False)
-        q = va.embeddings(rows) + rng.normal(0, 0.05, (rows.size, va.manifest.embed_dim)).astype(np.float32)
+        rows = rng.choice(vb.total_rows, size=min(queries, vb.total_rows), replace=False)
+        q = vb.embeddings(rows) + rng.normal(0, 0.05, (rows.size, vb.manifest.embed_dim)).astype(np.float32)
         q /= np.linalg.norm(q, axis=1, keepdims=True)
-        sa, ra = va.search(q, 10)
-        sb, rb = vb.search(q, 10)
-        ids_a = [[it["id"] for it in va.items(r)] for r in ra]
-        ids_b = [[it["id"] for it in vb.items(r)] for r in rb]
-        return {
-            "queries": int(rows.size),
-            "ids_equal": ids_a == ids_b,
-            "max_score_diff": float(np.abs(sa - sb).max()),
-        }
+        out: dict[str, Any] = {"queries": int(rows.size), "layout": [type(va).__name__, type(vb).__name__]}
+        for how in ("search_exact", "search"):
+            sa, ra = getattr(va, how)(q, 10)
+            sb, rb = getattr(vb, how)(q, 10)
+            ids_a = [[it["id"] for it in va.items(r)] for r in ra]
+            ids_b = [[it["id"] for it in vb.items(r)] for r in rb]
+            out[how] = {"ids_equal": ids_a == ids_b, "max_score_diff": float(np.abs(sa - sb).max())}
+        return out
 
 
 def _scenarios(
@@ -196,16 +196,18 @@ def _scenarios(
         _write_manifest(manifest, rows)
         results.append(_run("1% appended", manifest, settings))
     base = index_dir(settings.index_root, NAME)
-    one_version = _disk_bytes(base / meta_version)
+    one_version = _disk_bytes(base / full["version"])
     disk = {
         "one_version_bytes": one_version,
-        "two_versions_sharing_arrays_bytes": _disk_bytes(base / added_version, base / meta_version),
-        "two_versions_99pct_same_items_copied_bytes": _disk_bytes(
-            base / changed_version, base / added_version
-        ),
+        # the full build's version and the one with 1 % of images changed (99 % of items the same)
+        "two_versions_99pct_same_items_bytes": _disk_bytes(base / full["version"], base / changed_version),
+        # that one and the next (1 % added + 1 % removed), and the metadata-only one after it
+        "changed_and_added_bytes": _disk_bytes(base / changed_version, base / added_version),
+        "added_and_metadata_only_bytes": _disk_bytes(base / added_version, base / meta_version),
     }
-    disk["sharing_ratio"] = round(disk["two_versions_sharing_arrays_bytes"] / one_version, 3)
-    disk["copied_ratio"] = round(disk["two_versions_99pct_same_items_copied_bytes"] / one_version, 3)
+    disk["ratio_99pct_same_items"] = round(disk["two_versions_99pct_same_items_bytes"] / one_version, 3)
+    disk["ratio_changed_and_added"] = round(disk["changed_and_added_bytes"] / one_version, 3)
+    disk["ratio_added_and_metadata_only"] = round(disk["added_and_metadata_only_bytes"] / one_version, 3)
     equal: dict[str, Any] = {}
     if force:
         results.append(_run("--force (reference)", manifest, settings, force=True))
@@ -308,6 +310,7 @@ def bench_synthetic(n: int, args: argparse.Namespace, tmp: Path, encode_rate: fl
         "items": n,
         "items_encoded": n,
         "items_reused": 0,
+        "version": current_version(settings.index_root, NAME),
     }
     return _scenarios(shop, rows, photos, settings, full, force=False, append=True)
 
@@ -325,7 +328,7 @@ def main() -> None:
     args = parser.parse_args()
     results: dict[str, Any] = {
         "command": " ".join(["python", *sys.argv]),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_before": os.getloadavg()},
         "model": str(args.model),
         "settings": {"threads": args.threads, "workers": args.workers},
         "sets": {},
@@ -342,6 +345,7 @@ def main() -> None:
                 results["sets"][f"synthetic-{args.synthetic_items}"] = bench_synthetic(
                     args.synthetic_items, args, tmp, rate
                 )
+    results["machine"]["load_after"] = os.getloadavg()
     text = json.dumps(results, indent=2, ensure_ascii=False)
     print(text)
     if args.out:
@@ -360,14 +364,17 @@ def main() -> None:
             )
         disk, eq = res["disk"], res["incremental_vs_force"]
         print(
-            f"disk: one version {disk['one_version_bytes']:,} B; two sharing arrays "
-            f"{disk['sharing_ratio']}x; two with 99 % of items the same, copied {disk['copied_ratio']}x"
+            f"disk: one version {disk['one_version_bytes']:,} B; with the 1 %-changed one "
+            f"{disk['ratio_99pct_same_items']}x; 1 %-changed + 1 %-added/removed "
+            f"{disk['ratio_changed_and_added']}x; that + metadata-only "
+            f"{disk['ratio_added_and_metadata_only']}x"
         )
         if eq:
-            print(
-                f"incremental vs --force: ids equal {eq['ids_equal']}, max score diff "
-                f"{eq['max_score_diff']:.2e} ({eq['queries']} queries)"
-            )
+            for how in ("search_exact", "search"):
+                print(
+                    f"incremental vs --force ({how}): ids equal {eq[how]['ids_equal']}, max score diff "
+                    f"{eq[how]['max_score_diff']:.2e} ({eq['queries']} queries)"
+                )
     for s in results["skipped"]:
         print(f"skipped: {s}")
 

@@ -56,6 +56,7 @@ from indexer.pipeline import Operation, rerank_info, utc_now
 from indexer.products import wants_products, write_products
 from indexer.quality_gate import QualityGate
 from indexer.report import BuildReport
+from indexer.segments import add_segment, build_segments, plan_segments, segmented_parent
 from indexer.sharded import add_to_shards, build_sharded
 from indexer.shards import ProgressFn, ShardStore, plan_hash
 from indexer.sources import SourceItem, read_sources
@@ -233,6 +234,28 @@ def build(
             total_rows=n,
             build_params={PLAN_HASH: key, BUILD_KEY: result_key, REUSE_KEY: rkey, WORK_KEY: work_key},
         )
+        segments = plan_segments(rows, reuse, settings, index_factory)
+        if segments is not None and segments.compact:
+            report.notes.append(
+                f"compacted into one version (ANN index rebuilt from stored vectors, nothing encoded again): "
+                f"{segments.compact}"
+            )
+        elif segments is not None:
+            try:
+                return build_segments(
+                    op,
+                    rows,
+                    reuse,
+                    segments,
+                    encoded,
+                    encoder,
+                    template,
+                    gate,
+                    index_factory=index_factory,
+                    work_dir=work_dir,
+                )
+            finally:
+                reuse.close()
         if settings.index_shards > 1:
             reuse.close()
             return build_sharded(
@@ -384,6 +407,12 @@ def add(
         encoded, encoder = op.encode(
             new_items, work_dir, model_dir, cfg, dtype, progress, preflight, f"add to {name!r}"
         )
+        segmented = segmented_parent(parent.path, pm) if parent.sharded else None
+        if segmented is not None:
+            try:
+                return add_segment(op, segmented, encoded, encoder, gate, work_dir=work_dir)
+            finally:
+                segmented.close()
         if parent.sharded:
             return add_to_shards(
                 op, parent, encoded, encoder, gate, need=need(encoded.ok_items), work_dir=work_dir

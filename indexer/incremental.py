@@ -51,7 +51,7 @@ from store.layout import (
     index_dir,
 )
 from store.manifest import IndexManifest
-from store.metadata import read_metadata
+from store.metadata import MetadataRow, read_metadata
 from store.reuse import DIGEST_BYTES, StoredVectors, image_digest, row_digests, write_reuse_digests
 from store.versions import current_version
 from store.writer import StagedFiles, VersionArrays, VersionWriter
@@ -79,6 +79,8 @@ class ReusePlan:
     removed: int = 0  # live ids of CURRENT the sources no longer hold
     mismatched: list[str] = field(default_factory=list)  # ids whose stored row failed its checksum
     why_not: str = ""  # why nothing is reused, when so
+    live: dict[str, int] = field(default_factory=dict)  # CURRENT's live ids: their (global) rows
+    parent_rows: list[list[MetadataRow]] = field(default_factory=list)  # CURRENT's metadata per segment
 
     @property
     def to_encode(self) -> np.ndarray:
@@ -129,19 +131,27 @@ def plan_reuse(
     plan.parent_version = current
     try:
         manifest = IndexManifest.load(path / MANIFEST_FILE)
-        stored = None if manifest.is_sharded else StoredVectors.open(path, manifest, key)
-        rows = [] if manifest.is_sharded else read_metadata(path / METADATA_FILE)
+        stored = StoredVectors.open(path, manifest, key)
+        folders = (
+            [path / s["dir"] for s in manifest.sharding.get("shards", [])] if manifest.is_sharded else [path]
+        )
+        plan.parent_rows = [read_metadata(folder / METADATA_FILE) for folder in folders]
     except IndexFormatError as exc:
         plan.new, plan.why_not = len(items), f"CURRENT ({current}) cannot be read for reuse: {exc}"
         return plan
-    live = {item_id: row for row, item_id, _, _, deleted in rows if not deleted}
+    live: dict[str, int] = {}
+    offset = 0
+    for seg_rows in plan.parent_rows:
+        live.update((item_id, offset + row) for row, item_id, _, _, deleted in seg_rows if not deleted)
+        offset += len(seg_rows)
+    plan.live = live
     ids = {it.id for it in items}
     plan.removed = sum(1 for item_id in live if item_id not in ids)
     plan.new = sum(1 for it in items if it.id not in live)
     if stored is None:
         plan.why_not = why_not or (
-            f"CURRENT ({current}) holds no reusable vectors (sharded, written by `add`, before digests "
-            "existed, or with another model or storage options)"
+            f"CURRENT ({current}) holds no reusable vectors (hash-sharded, written before digests existed, "
+            "or with another model or storage options)"
         )
         plan.changed = len(items) - plan.new
         return plan
@@ -234,7 +244,10 @@ def version_rows(items: Sequence[SourceItem], plan: ReusePlan, encoded_ok: np.nd
 def can_link(rows: Rows, plan: ReusePlan) -> bool:
     """Whether the version's arrays are exactly the parent's (every row the parent's own, in order)."""
     return (
-        plan.stored is not None and rows.parent_row.size == plan.stored.rows and rows.all_parent_rows_in_order
+        plan.stored is not None
+        and not plan.stored.segmented
+        and rows.parent_row.size == plan.stored.rows
+        and rows.all_parent_rows_in_order
     )
 
 
@@ -327,7 +340,12 @@ def ann_index(
     )
     stored = reuse.stored
     pm = stored.manifest if stored is not None else None
-    same_plan = pm is not None and pm.index_factory == plan.factory and (stored.path / INDEX_FILE).is_file()
+    same_plan = (
+        pm is not None
+        and not pm.is_sharded
+        and pm.index_factory == plan.factory
+        and (stored.path / INDEX_FILE).is_file()
+    )
     if stored is not None and pm is not None and same_plan:
         kept = {k: v for k, v in pm.build_params.items() if k in plan.build_params}
         if linked:

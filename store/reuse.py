@@ -7,7 +7,7 @@ A version written by a full build holds, beside its arrays (``store.layout``)::
     row_digests.npy      (N, 16) uint8  blake2b-128 of row i's stored bytes: its embedding, then its
                                          re-rank tokens, then their int8 scales (as stored)
 
-A version without them (written before them, or by ``add``) is read as holding nothing reusable. Both files
+A version without them (written before them) is read as holding nothing reusable. Both files
 are covered by the manifest's checksums like every other file, so ``verify`` checks them; the per-row
 checksum is what a rebuild checks each reused row against (``StoredVectors.check``): a row whose bytes do
 not match is not reused but encoded again.
@@ -89,40 +89,69 @@ def write_reuse_digests(stage: Path, images: np.ndarray, rows: np.ndarray) -> No
 
 
 class StoredVectors:
-    """The reusable rows of one installed (unsharded) version, read-only: which row holds the vectors of
-    an image with a given content digest, those rows' stored bytes, and their check against the stored
-    row checksums. ``open`` returns None for a version without digests or with another ``reuse_key``."""
+    """The reusable rows of one installed version, read-only: which row holds the vectors of an image with
+    a given content digest, those rows' stored bytes, and their check against the stored row checksums.
+    An unsharded version is one folder; a segmented one (``store.sharding.SEGMENT_RULE``) is its segments
+    in order, rows numbered globally (segment offset + local row), as ``store.sharded.ShardedIndex`` does.
+    ``open`` returns None for a version without digests, with another ``reuse_key``, or hash-sharded."""
 
-    def __init__(self, path: Path, manifest: IndexManifest) -> None:
+    def __init__(self, path: Path, manifest: IndexManifest, folders: Sequence[Path] | None = None) -> None:
         self.path = Path(path)
         self.manifest = manifest
-        try:
-            self.images = np.load(self.path / IMAGE_DIGESTS_FILE)
-            self.digests = np.load(self.path / ROW_DIGESTS_FILE)
-            self.embeds = np.load(self.path / EMBEDDINGS_FILE, mmap_mode="r")
-            tokens = self.path / RERANK_FILE
-            scales = self.path / RERANK_SCALES_FILE
-            self.tokens = np.load(tokens, mmap_mode="r") if tokens.is_file() else None
-            self.scales = np.load(scales, mmap_mode="r") if scales.is_file() else None
-        except (OSError, ValueError) as exc:
-            raise IndexFormatError(f"cannot read the stored vectors of {self.path}: {exc}") from exc
-        n = int(self.embeds.shape[0])
-        if self.images.shape != (n, DIGEST_BYTES) or self.digests.shape != (n, DIGEST_BYTES):
-            raise IndexFormatError(
-                f"{self.path}: digests of shapes {self.images.shape} / {self.digests.shape} for {n} rows"
-            )
-        self.rows = n
+        self.folders = [Path(f) for f in folders] if folders else [self.path]
+        images, digests, self._embeds, self._tokens, self._scales = [], [], [], [], []
+        for folder in self.folders:
+            try:
+                images.append(np.load(folder / IMAGE_DIGESTS_FILE))
+                digests.append(np.load(folder / ROW_DIGESTS_FILE))
+                self._embeds.append(np.load(folder / EMBEDDINGS_FILE, mmap_mode="r"))
+                tokens, scales = folder / RERANK_FILE, folder / RERANK_SCALES_FILE
+                self._tokens.append(np.load(tokens, mmap_mode="r") if tokens.is_file() else None)
+                self._scales.append(np.load(scales, mmap_mode="r") if scales.is_file() else None)
+            except (OSError, ValueError) as exc:
+                raise IndexFormatError(f"cannot read the stored vectors of {folder}: {exc}") from exc
+            n = int(self._embeds[-1].shape[0])
+            if images[-1].shape != (n, DIGEST_BYTES) or digests[-1].shape != (n, DIGEST_BYTES):
+                raise IndexFormatError(
+                    f"{folder}: digests of shapes {images[-1].shape} / {digests[-1].shape} for {n} rows"
+                )
+        self.images = np.concatenate(images)
+        self.digests = np.concatenate(digests)
+        totals = np.array([e.shape[0] for e in self._embeds], dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(totals)[:-1]]).astype(np.int64)
+        self.totals = totals
+        self.rows = int(totals.sum())
         self._by_image: dict[bytes, int] | None = None
 
     @classmethod
     def open(cls, path: Path, manifest: IndexManifest, key: str) -> StoredVectors | None:
         """The version at ``path`` when its vectors were stored under reuse key ``key`` with digests;
         else None (nothing of it is reusable)."""
-        if manifest.is_sharded or manifest.build_params.get(REUSE_KEY) != key:
+        if manifest.build_params.get(REUSE_KEY) != key:
             return None
-        if not (Path(path) / IMAGE_DIGESTS_FILE).is_file() or not (Path(path) / ROW_DIGESTS_FILE).is_file():
-            return None
-        return cls(path, manifest)
+        folders = [Path(path)]
+        if manifest.is_sharded:
+            from store.sharding import Sharding  # the sharding block, only for sharded versions
+
+            sharding = Sharding.from_dict(manifest.sharding)
+            if not sharding.segmented:
+                return None
+            folders = [Path(path) / s.dir for s in sharding.shards]
+        for folder in folders:
+            if not (folder / IMAGE_DIGESTS_FILE).is_file() or not (folder / ROW_DIGESTS_FILE).is_file():
+                return None
+        return cls(path, manifest, folders)
+
+    @property
+    def segmented(self) -> bool:
+        return self.manifest.is_sharded
+
+    def segment_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(segment, local row) of global rows."""
+        rows = np.asarray(rows, dtype=np.int64)
+        seg = np.searchsorted(self.offsets, rows, side="right") - 1
+        seg = np.clip(seg, 0, len(self.offsets) - 1)
+        return seg, rows - self.offsets[seg]
 
     def row_of_image(self, digest: bytes) -> int:
         """The row encoded from an image with this content digest; -1 when none is."""
@@ -139,9 +168,28 @@ class StoredVectors:
         rows = np.asarray(rows, dtype=np.int64)
         if rows.size and (rows.min() < 0 or rows.max() >= self.rows):
             raise IndexFormatError(f"rows out of range 0..{self.rows - 1}")
-        embeds = np.asarray(self.embeds[rows])
-        tokens = None if self.tokens is None else np.asarray(self.tokens[rows])
-        scales = None if self.scales is None else np.asarray(self.scales[rows])
+        if len(self.folders) == 1:
+            return self._read_one(0, rows)
+        seg, local = self.segment_of(rows)
+        parts = {int(i): self._read_one(int(i), local[seg == i]) for i in np.unique(seg)}
+        first = parts[int(seg[0])] if rows.size else self._read_one(0, rows)
+        out = []
+        for k, like in enumerate(first):
+            if like is None:
+                out.append(None)
+                continue
+            arr = np.empty((rows.shape[0], *like.shape[1:]), like.dtype)
+            for i, part in parts.items():
+                arr[seg == i] = part[k]
+            out.append(arr)
+        return out[0], out[1], out[2]  # type: ignore[return-value]
+
+    def _read_one(
+        self, i: int, rows: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        embeds = np.asarray(self._embeds[i][rows])
+        tokens = None if self._tokens[i] is None else np.asarray(self._tokens[i][rows])
+        scales = None if self._scales[i] is None else np.asarray(self._scales[i][rows])
         return embeds, tokens, scales
 
     def check(self, rows: np.ndarray, chunk: int = 4096, threads: int = 0) -> np.ndarray:
@@ -161,4 +209,4 @@ class StoredVectors:
         return ok
 
     def close(self) -> None:
-        self.embeds = self.tokens = self.scales = None  # type: ignore[assignment]
+        self._embeds, self._tokens, self._scales = [], [], []
