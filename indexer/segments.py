@@ -17,7 +17,8 @@ segment) and no ANN graph is rebuilt. Search merges the segments exactly as it m
 rebuilt from stored vectors, nothing encoded again; ``indexer.build``) when deleted rows would pass
 ``index_segment_max_dead`` of all rows, when the change itself is larger than that share, when segments
 would pass ``index_max_segments``, when a full build would choose another index type than the largest
-segment has, or when a stored row failed its checksum (its file is not shared again). Products (several photos or text fields) and hash-sharded versions are not segmented.
+segment has, or when a stored row failed its checksum (its file is not shared again). Products (several
+photos or text fields) and hash-sharded versions are not segmented.
 
 Tuning and measuring: a new segment's own search parameters are tuned (cheap: it is small); the version's
 recall, text->image recall, match calibration and re-rank policy are taken over from CURRENT while the rows
