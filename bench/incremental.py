@@ -45,7 +45,7 @@ from PIL import Image, ImageOps  # noqa: E402
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings  # noqa: E402
 from indexer.build import build  # noqa: E402
 from indexer.build_key import BUILD_KEY  # noqa: E402
-from indexer.incremental import digest_images  # noqa: E402
+from indexer.incremental import digest_and_stat  # noqa: E402
 from indexer.pipeline import rerank_info, utc_now, write_ann_index  # noqa: E402
 from indexer.sources import read_sources  # noqa: E402
 from model.model_dir import load_model_config  # noqa: E402
@@ -242,7 +242,7 @@ def _synthetic_version(n: int, shop: Path, settings: Settings, rows: list[dict[s
     d = cfg.embed_dim
     fingerprint = model_fingerprint(model_dir)
     items = read_sources([shop / "catalogue.jsonl"]).items
-    images = digest_images(items)
+    images, stats = digest_and_stat(items)
     from indexer.disk import token_shape
     from model.runtime import load_encoder
 
@@ -262,7 +262,7 @@ def _synthetic_version(n: int, shop: Path, settings: Settings, rows: list[dict[s
                 tok = rng.standard_normal((m, tokens, width), dtype=np.float32).astype(np.float16)
                 arrays.append(emb, tok)
                 checksums[lo : lo + m] = row_digests(emb, tok, None)
-        write_reuse_digests(writer.stage, images, checksums)
+        write_reuse_digests(writer.stage, images, checksums, stats)
         writer.write_metadata((i, it.id, str(it.path), it.fields, False) for i, it in enumerate(items))
         plan, notes = write_ann_index(
             writer, n, d, settings, None, memory_budget_mb=settings.memory_budget_mb

@@ -275,7 +275,7 @@ def build(
             else:
                 with writer.arrays(n, d, tokens=tokens, width=width, rerank_dtype=dtype) as arrays:
                     checksums = write_rows(arrays, rows, reuse, encoded.store)
-                write_reuse_digests(writer.stage, rows.digests, checksums)
+                write_reuse_digests(writer.stage, rows.digests, checksums, rows.stats)
             writer.write_metadata(
                 (row, it.id, str(it.path), it.fields, False) for row, it in enumerate(rows.items)
             )

@@ -39,7 +39,7 @@ from ccrk_settings import Settings
 from indexer.ann import IndexPlan, choose_index
 from indexer.build_key import without_key
 from indexer.encoding import Encoded
-from indexer.incremental import ReusePlan, Rows, can_link, digest_images, write_rows
+from indexer.incremental import ReusePlan, Rows, can_link, digest_and_stat, write_rows
 from indexer.pipeline import Operation, utc_now, write_ann_index
 from indexer.quality_gate import QualityGate
 from indexer.report import BuildReport
@@ -177,7 +177,7 @@ def write_new_segment(
     reuse = ReusePlan(rows.digests, rows.parent_row, stored=stored)
     with stage.arrays(m, d, tokens=tokens, width=width, rerank_dtype=dtype) as arrays:
         checksums = write_rows(arrays, rows, reuse, store)
-    write_reuse_digests(stage.stage, rows.digests, checksums)
+    write_reuse_digests(stage.stage, rows.digests, checksums, rows.stats)
     stage.write_metadata((r, it.id, str(it.path), it.fields, False) for r, it in enumerate(rows.items))
     factory = index_factory if m > settings.exact_max_items else None
     plan, notes = write_ann_index(
@@ -264,7 +264,10 @@ def build_segments(
         global_row[seg.kept] = rows.parent_row[seg.kept]
         if seg.fresh.size:
             fresh = Rows(
-                [rows.items[i] for i in seg.fresh], rows.parent_row[seg.fresh], rows.digests[seg.fresh]
+                [rows.items[i] for i in seg.fresh],
+                rows.parent_row[seg.fresh],
+                rows.digests[seg.fresh],
+                None if rows.stats is None else rows.stats[seg.fresh],
             )
             s = len(stored.folders)
             to_tune[s] = write_new_segment(
@@ -331,7 +334,7 @@ def add_segment(
     with op.new_sharded_version(op.guard.need, what, s + 1, rule=SEGMENT_RULE) as w:
         for j, folder in enumerate(parent_stored.folders):
             w.link_shard(j, folder)
-        fresh = Rows(list(items), np.full(len(items), -1, np.int64), digest_images(items))
+        fresh = Rows(list(items), np.full(len(items), -1, np.int64), *digest_and_stat(items))
         template = dataclasses.replace(pm, build_params=without_key(pm.build_params))
         to_tune = {s: write_new_segment(w, s, fresh, None, encoded.store, template, op.settings, None)}
         total = parent_stored.rows + len(items)

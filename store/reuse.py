@@ -7,7 +7,14 @@ A version written by a full build holds, beside its arrays (``store.layout``)::
     row_digests.npy      (N, 16) uint8  blake2b-128 of row i's stored bytes: its embedding, then its
                                          re-rank tokens, then their int8 scales (as stored)
 
-A version without them (written before them) is read as holding nothing reusable. Both files
+    image_stats.npy      (N, 5) int64  optional: (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns) of the
+                                         image file when it was hashed (zeros: not recorded)
+
+A version without the digests (written before them) is read as holding nothing reusable. The stats let a
+rebuild skip reading a file again when it is the very file hashed before (same device, inode, size,
+modification and change times: a write to a file changes its change time, which no user can set back;
+files whose change time was within ``RACY_NS`` of hashing are not recorded), as git's index does; the
+identity of an image stays its content digest. Both files
 are covered by the manifest's checksums like every other file, so ``verify`` checks them; the per-row
 checksum is what a rebuild checks each reused row against (``StoredVectors.check``): a row whose bytes do
 not match is not reused but encoded again.
@@ -32,6 +39,7 @@ from store.files import names_full_disk
 from store.layout import (
     EMBEDDINGS_FILE,
     IMAGE_DIGESTS_FILE,
+    IMAGE_STATS_FILE,
     RERANK_FILE,
     RERANK_SCALES_FILE,
     ROW_DIGESTS_FILE,
@@ -41,6 +49,20 @@ from store.manifest import IndexManifest
 DIGEST_BYTES = 16
 REUSE_KEY = "reuse_key"  # build_params entry: what the stored vectors depend on besides the image bytes
 READ_CHUNK = 1 << 20
+STAT_COLUMNS = 5
+RACY_NS = 2_000_000_000  # a file changed this recently may change again within its timestamps' tick
+
+
+def image_stat(path: Path, now_ns: int) -> tuple[int, int, int, int, int] | None:
+    """(dev, inode, size, mtime_ns, ctime_ns) of a file, taken before hashing it; None when it cannot be
+    read or changed too recently to be told apart from a later change (``RACY_NS``)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if now_ns - st.st_ctime_ns < RACY_NS or now_ns - st.st_mtime_ns < RACY_NS:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def reuse_key(*, fingerprint: str, rerank_dtype: str, options: Sequence[object]) -> str:
@@ -79,13 +101,21 @@ def row_digests(embeds: np.ndarray, tokens: np.ndarray | None, scales: np.ndarra
     return out
 
 
-def write_reuse_digests(stage: Path, images: np.ndarray, rows: np.ndarray) -> None:
-    """The two digest files of a staged version (``images`` and ``rows``: (N, 16) uint8, by row)."""
+def write_reuse_digests(
+    stage: Path, images: np.ndarray, rows: np.ndarray, stats: np.ndarray | None = None
+) -> None:
+    """The digest files of a staged version (``images`` and ``rows``: (N, 16) uint8, by row; ``stats``:
+    (N, 5) int64 file stats, written when given)."""
     if images.shape != rows.shape or images.ndim != 2 or images.shape[1] != DIGEST_BYTES:
         raise IndexFormatError(f"internal: digests of shapes {images.shape} and {rows.shape}")
     for name, arr in ((IMAGE_DIGESTS_FILE, images), (ROW_DIGESTS_FILE, rows)):
         with names_full_disk(stage / name):
             np.save(stage / name, np.ascontiguousarray(arr, dtype=np.uint8))
+    if stats is not None:
+        if stats.shape != (images.shape[0], STAT_COLUMNS):
+            raise IndexFormatError(f"internal: file stats of shape {stats.shape}")
+        with names_full_disk(stage / IMAGE_STATS_FILE):
+            np.save(stage / IMAGE_STATS_FILE, np.ascontiguousarray(stats, dtype=np.int64))
 
 
 class StoredVectors:
@@ -99,10 +129,12 @@ class StoredVectors:
         self.path = Path(path)
         self.manifest = manifest
         self.folders = [Path(f) for f in folders] if folders else [self.path]
-        images, digests, self._embeds, self._tokens, self._scales = [], [], [], [], []
+        images, digests, stats, self._embeds, self._tokens, self._scales = [], [], [], [], [], []
         for folder in self.folders:
             try:
                 images.append(np.load(folder / IMAGE_DIGESTS_FILE))
+                stat_file = folder / IMAGE_STATS_FILE
+                stats.append(np.load(stat_file) if stat_file.is_file() else None)
                 digests.append(np.load(folder / ROW_DIGESTS_FILE))
                 self._embeds.append(np.load(folder / EMBEDDINGS_FILE, mmap_mode="r"))
                 tokens, scales = folder / RERANK_FILE, folder / RERANK_SCALES_FILE
@@ -117,6 +149,14 @@ class StoredVectors:
                 )
         self.images = np.concatenate(images)
         self.digests = np.concatenate(digests)
+        self.stats = np.concatenate(
+            [
+                st
+                if st is not None and st.shape == (im.shape[0], STAT_COLUMNS)
+                else np.zeros((im.shape[0], STAT_COLUMNS), np.int64)
+                for st, im in zip(stats, images, strict=True)
+            ]
+        )
         totals = np.array([e.shape[0] for e in self._embeds], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(totals)[:-1]]).astype(np.int64)
         self.totals = totals
@@ -153,6 +193,16 @@ class StoredVectors:
         seg = np.clip(seg, 0, len(self.offsets) - 1)
         return seg, rows - self.offsets[seg]
 
+    def digests_by_stat(self) -> dict[bytes, bytes]:
+        """{file stats: image digest} of the rows whose file stats were recorded."""
+        known = self.stats.any(axis=1)
+        keys, values = self.stats[known].tobytes(), self.images[known].tobytes()
+        width = STAT_COLUMNS * 8
+        return {
+            keys[i * width : (i + 1) * width]: values[i * DIGEST_BYTES : (i + 1) * DIGEST_BYTES]
+            for i in range(int(known.sum()))
+        }
+
     def row_of_image(self, digest: bytes) -> int:
         """The row encoded from an image with this content digest; -1 when none is."""
         if self._by_image is None:
@@ -184,9 +234,7 @@ class StoredVectors:
             out.append(arr)
         return out[0], out[1], out[2]  # type: ignore[return-value]
 
-    def _read_one(
-        self, i: int, rows: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    def _read_one(self, i: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         embeds = np.asarray(self._embeds[i][rows])
         tokens = None if self._tokens[i] is None else np.asarray(self._tokens[i][rows])
         scales = None if self._scales[i] is None else np.asarray(self._scales[i][rows])

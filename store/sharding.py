@@ -106,9 +106,7 @@ class Sharding:
             raise IndexFormatError("the manifest's sharding block lacks its list of shards")
         rule = data.get("rule")
         if rule not in RULES:
-            raise IndexFormatError(
-                f"unknown sharding rule {rule!r} (this code knows {', '.join(RULES)})"
-            )
+            raise IndexFormatError(f"unknown sharding rule {rule!r} (this code knows {', '.join(RULES)})")
         known = {f.name for f in fields(ShardEntry)}
         try:
             # Unknown keys come from newer writers of the same format: ignored, as in the manifest.

@@ -454,3 +454,30 @@ def test_kill_9_mid_segment_build_then_rerun_publishes_the_same(settings: Settin
     assert a.keys() == b.keys()
     for item_id, vec in b.items():
         np.testing.assert_allclose(a[item_id], vec, atol=1e-6)
+
+
+def test_files_hashed_before_are_not_read_again_and_a_rewritten_one_is(
+    settings: Settings, catalogue: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The file stats recorded with the digests (``store.reuse.image_stat``) spare reading the unchanged
+    files; a file written since (same path, same size even) has a new change time: hashed and encoded."""
+    import indexer.incremental as incremental
+    import store.reuse as reuse
+
+    monkeypatch.setattr(reuse, "RACY_NS", 0)  # the test's files are seconds old, not hours
+    manifest, rows = _shop(catalogue, tmp_path)
+    build("shop", [manifest], settings=settings)
+    hashed: list[Path] = []
+
+    def counting(path: Path) -> bytes | None:
+        hashed.append(Path(path))
+        return reuse.image_digest(path)
+
+    monkeypatch.setattr(incremental, "image_digest", counting)
+    target = manifest.parent / rows[6]["image"]
+    data = target.read_bytes()
+    target.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))  # other bytes, same size and path
+    rows[0]["price"] = 2.0
+    again = build("shop", [_write(manifest.parent, rows)], settings=settings)
+    assert hashed == [target]
+    assert again.items_changed == 1 and again.items_encoded == 1
