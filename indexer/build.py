@@ -271,7 +271,7 @@ def build(
         with op.new_version(need, f"the new version of {name!r}") as writer:
             linked = can_link(rows, reuse)
             if linked:
-                link_arrays(writer, reuse)
+                link_arrays(writer, reuse, rows)
             else:
                 with writer.arrays(n, d, tokens=tokens, width=width, rerank_dtype=dtype) as arrays:
                     checksums = write_rows(arrays, rows, reuse, encoded.store)

@@ -62,6 +62,7 @@ from store.reuse import (
     image_stat,
     row_digests,
     write_reuse_digests,
+    write_stats,
 )
 from store.versions import current_version
 from store.writer import StagedFiles, VersionArrays, VersionWriter
@@ -295,10 +296,14 @@ def can_link(rows: Rows, plan: ReusePlan) -> bool:
     )
 
 
-def link_arrays(files: StagedFiles, plan: ReusePlan) -> None:
-    """The parent's arrays and digests as the version's (hard links; copies across filesystems)."""
+def link_arrays(files: StagedFiles, plan: ReusePlan, rows: Rows) -> None:
+    """The parent's arrays and digests as the version's (hard links; copies across filesystems); the file
+    stats are this build's (files touched since have new ones, which the next build compares with)."""
     assert plan.stored is not None
-    files.link_from(plan.stored.path, [f for f in ARRAY_FILES if (plan.stored.path / f).is_file()])
+    names = [f for f in ARRAY_FILES if f != IMAGE_STATS_FILE and (plan.stored.path / f).is_file()]
+    files.link_from(plan.stored.path, names)
+    if rows.stats is not None:
+        write_stats(files.stage, rows.stats)
 
 
 def write_rows(arrays: VersionArrays, rows: Rows, plan: ReusePlan, store: ShardStore | None) -> np.ndarray:

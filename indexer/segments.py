@@ -45,11 +45,11 @@ from indexer.quality_gate import QualityGate
 from indexer.report import BuildReport
 from indexer.shards import ShardStore
 from model.runtime import Encoder
-from store.layout import METADATA_FILE, SHARDED_FORMAT_VERSION
+from store.layout import IMAGE_STATS_FILE, METADATA_FILE, SHARDED_FORMAT_VERSION
 from store.manifest import IndexManifest
 from store.metadata import MetadataRow
 from store.products import has_product_channels
-from store.reuse import REUSE_KEY, StoredVectors, write_reuse_digests
+from store.reuse import REUSE_KEY, STAT_COLUMNS, StoredVectors, write_reuse_digests, write_stats
 from store.sharded import load_shard_manifest
 from store.sharded_writer import ShardedVersionWriter, ShardStage
 from store.sharding import SEGMENT_RULE, Sharding
@@ -134,12 +134,20 @@ def _parent_segments(stored: StoredVectors) -> list[IndexManifest]:
 
 
 def _rewrite_segment(
-    writer: ShardedVersionWriter, j: int, folder: Path, sm: IndexManifest, rows: list[MetadataRow]
+    writer: ShardedVersionWriter,
+    j: int,
+    folder: Path,
+    sm: IndexManifest,
+    rows: list[MetadataRow],
+    stats: np.ndarray,
 ) -> None:
-    """Segment ``j`` of the new version: its files linked from ``folder``, its metadata ``rows``."""
+    """Segment ``j`` of the new version: its files linked from ``folder``, its metadata ``rows`` and its
+    rows' file stats ``stats`` written."""
     stage = writer.shard(j)
-    stage.link_from(folder, [f for f in sm.checksums if f != METADATA_FILE and "/" not in f])
+    own = (METADATA_FILE, IMAGE_STATS_FILE)
+    stage.link_from(folder, [f for f in sm.checksums if f not in own and "/" not in f])
     stage.write_metadata(rows)
+    write_stats(stage.stage, stats)
     params = without_key(sm.build_params)
     params.pop("shard", None)
     stage.seal(
@@ -242,9 +250,15 @@ def build_segments(
     what = f"the new version of {op.name!r}"
     with op.new_sharded_version(op.guard.need, what, seg.segments, rule=SEGMENT_RULE) as w:
         linked, rewritten = 0, 0
+        kept_rows = rows.parent_row[seg.kept]
+        kept_stats = rows.stats[seg.kept] if rows.stats is not None else None
         for j, (folder, sm) in enumerate(zip(stored.folders, manifests, strict=True)):
             offset = int(stored.offsets[j])
             old = reuse.parent_rows[j]
+            stats = np.zeros((len(old), STAT_COLUMNS), np.int64)
+            mine = (kept_rows >= offset) & (kept_rows < offset + len(old))
+            if kept_stats is not None:
+                stats[kept_rows[mine] - offset] = kept_stats[mine]
             new: list[MetadataRow] = []
             for row, item_id, path, fields, deleted in old:
                 it = None if deleted else where.get(offset + row)
@@ -253,11 +267,11 @@ def build_segments(
                     if it is None
                     else (row, item_id, str(it.path), it.fields, False)
                 )
-            if new == old:
+            if new == old and np.array_equal(stats, stored.stats[offset : offset + len(old)]):
                 w.link_shard(j, folder)
                 linked += 1
             else:
-                _rewrite_segment(w, j, folder, sm, new)
+                _rewrite_segment(w, j, folder, sm, new, stats)
                 rewritten += 1
         to_tune: dict[int, tuple[ShardStage, IndexManifest, IndexPlan]] = {}
         global_row = np.zeros(n, np.int64)
@@ -275,7 +289,7 @@ def build_segments(
             )
             global_row[seg.fresh] = stored.rows + np.arange(seg.fresh.size)
         report.ann_index = (
-            f"segments: {linked} linked whole, {rewritten} with deleted rows or new fields marked "
+            f"segments: {linked} linked whole, {rewritten} with rows deleted or metadata changed "
             f"(index files shared)"
             + "".join(f", 1 new of {seg.fresh.size:,} rows ({t[2].factory})" for t in to_tune.values())
             + f"; {seg.tombstoned:,} rows of {stored.manifest.version} marked deleted"

@@ -112,10 +112,17 @@ def write_reuse_digests(
         with names_full_disk(stage / name):
             np.save(stage / name, np.ascontiguousarray(arr, dtype=np.uint8))
     if stats is not None:
-        if stats.shape != (images.shape[0], STAT_COLUMNS):
+        if stats.shape[0] != images.shape[0]:
             raise IndexFormatError(f"internal: file stats of shape {stats.shape}")
-        with names_full_disk(stage / IMAGE_STATS_FILE):
-            np.save(stage / IMAGE_STATS_FILE, np.ascontiguousarray(stats, dtype=np.int64))
+        write_stats(stage, stats)
+
+
+def write_stats(stage: Path, stats: np.ndarray) -> None:
+    """image_stats.npy of a staged version (or segment): (N, 5) int64 file stats by row."""
+    if stats.ndim != 2 or stats.shape[1] != STAT_COLUMNS:
+        raise IndexFormatError(f"internal: file stats of shape {stats.shape}")
+    with names_full_disk(stage / IMAGE_STATS_FILE):
+        np.save(stage / IMAGE_STATS_FILE, np.ascontiguousarray(stats, dtype=np.int64))
 
 
 class StoredVectors:
