@@ -30,7 +30,16 @@ import numpy as np
 from ccrk_settings import Settings
 from indexer import disk
 from indexer.ann import IndexPlan
-from indexer.build_key import BUILD_KEY, PLAN_HASH, build_key, published_as, without_key
+from indexer.build_key import (
+    BUILD_KEY,
+    MODEL_FILES_KEY,
+    PLAN_HASH,
+    build_key,
+    current_build_param,
+    model_files_key,
+    published_as,
+    without_key,
+)
 from indexer.encoding import append_shards, stored_token_shape
 from indexer.errors import BuildError
 from indexer.incremental import (
@@ -110,8 +119,11 @@ def build(
             "products with several photos or searched text fields (--text-fields) are not supported in "
             "sharded versions yet; build with --shards 1"
         )
-    # The whole model directory, before anything is created under the index root (model.model_check).
-    check_model_dir(model_dir, backend=settings.backend, int8=settings.int8)
+    # The whole model directory, before anything is created under the index root (model.model_check);
+    # not again when CURRENT's build checked these very files (``build_key.model_files_key``).
+    model_key = model_files_key(model_dir, settings.backend, settings.int8)
+    if model_key is None or model_key != current_build_param(root, name, MODEL_FILES_KEY):
+        check_model_dir(model_dir, backend=settings.backend, int8=settings.int8)
     cfg = load_model_config(model_dir)
     fingerprint = model_fingerprint(model_dir)
     report = BuildReport(
@@ -232,7 +244,13 @@ def build(
             rerank=rerank_info(dtype, tokens, width),
             parent_version=versions.current_version(root, name),
             total_rows=n,
-            build_params={PLAN_HASH: key, BUILD_KEY: result_key, REUSE_KEY: rkey, WORK_KEY: work_key},
+            build_params={
+                PLAN_HASH: key,
+                BUILD_KEY: result_key,
+                REUSE_KEY: rkey,
+                WORK_KEY: work_key,
+                MODEL_FILES_KEY: model_key,
+            },
         )
         segments = plan_segments(rows, reuse, settings, index_factory)
         if segments is not None and segments.compact:

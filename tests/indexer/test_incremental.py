@@ -482,3 +482,32 @@ def test_files_hashed_before_are_not_read_again_and_a_rewritten_one_is(
     again = build("shop", [_write(manifest.parent, rows)], settings=settings)
     assert hashed == [target]
     assert again.items_changed == 1 and again.items_encoded == 1
+
+
+def test_the_model_check_is_skipped_for_the_files_current_was_checked_with(
+    settings: Settings, catalogue: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
+    import indexer.build as build_module
+    import indexer.build_key as build_key
+
+    model = tmp_path / "model"
+    shutil.copytree(settings.model_dir, model)
+    monkeypatch.setattr(build_key, "RACY_NS", 0)  # the copy is seconds old
+    checked: list[Path] = []
+    real_check = build_module.check_model_dir
+
+    def counting(model_dir: Path, **kwargs: Any) -> None:
+        checked.append(Path(model_dir))
+        real_check(model_dir, **kwargs)
+
+    monkeypatch.setattr(build_module, "check_model_dir", counting)
+    own = settings.model_copy(update={"model_dir": model})
+    manifest, rows = _shop(catalogue, tmp_path)
+    build("shop", [manifest], settings=own)
+    rows[0]["price"] = 3.0
+    build("shop", [_write(manifest.parent, rows)], settings=own)
+    assert checked == [model]  # the second build: the very files CURRENT's build checked
+    os.utime(model / "config.json")  # any change to a file of the model: checked again
+    rows[0]["price"] = 4.0
+    build("shop", [_write(manifest.parent, rows)], settings=own)
+    assert checked == [model, model]
