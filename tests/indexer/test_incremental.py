@@ -511,3 +511,28 @@ def test_the_model_check_is_skipped_for_the_files_current_was_checked_with(
     rows[0]["price"] = 4.0
     build("shop", [_write(manifest.parent, rows)], settings=own)
     assert checked == [model, model]
+
+
+def test_a_version_written_before_segments_and_file_stats_is_reused_and_segmented(
+    settings: Settings, catalogue: Path, tmp_path: Path
+) -> None:
+    """CURRENT as the previous release wrote it (no image_stats.npy, no model files key): still served,
+    its rows reused, and it becomes the first segment of the next version."""
+    from store.manifest import IndexManifest
+
+    manifest, rows = _shop(catalogue, tmp_path)
+    first = build("shop", [manifest], settings=settings)
+    assert first.version is not None
+    old = index_dir(settings.index_root, "shop") / first.version
+    (old / "image_stats.npy").unlink()
+    m = IndexManifest.load(old / "manifest.json")
+    m.checksums.pop("image_stats.npy")
+    m.build_params.pop("model_files_key", None)
+    m.save(old / "manifest.json")
+    assert verify_version(settings.index_root, "shop", first.version) == []
+    with _any(settings, None) as idx:
+        assert len(idx) == 40
+    write_photo(manifest.parent / rows[9]["image"], 5151, (64, 64), fmt="PNG")
+    again = build("shop", [manifest], settings=settings)
+    assert (again.items_encoded, again.items_reused, again.index_shards) == (1, 39, 2)
+    assert verify_version(settings.index_root, "shop", again.version) == []
