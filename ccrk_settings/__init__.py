@@ -123,6 +123,19 @@ class Settings(BaseSettings):
         description="Shards of a version written by a full build (item id hash modulo this; `add` and"
         " `delete` keep the parent's): for memory, not latency. 1: one unsharded version, as before.",
     )
+    index_segment_max_dead: float = Field(
+        0.2,
+        ge=0.0,
+        le=1.0,
+        description="A rebuild whose change is small writes only a new segment with the new and changed"
+        " items (the parent's files shared, its rows of changed or removed items marked deleted); once"
+        " deleted rows would pass this share of all rows, or the change itself is larger, the build"
+        " compacts (one unsharded version, ANN rebuilt from stored vectors, nothing encoded again)."
+        " 0: always compact.",
+    )
+    index_max_segments: int = Field(
+        8, ge=1, le=256, description="Segments a version may have before a rebuild compacts them into one."
+    )
     max_image_pixels: int = Field(
         89_478_485, ge=1, description="Images with more pixels are skipped as decompression bombs."
     )

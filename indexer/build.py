@@ -12,8 +12,11 @@ the four operations. With ``settings.index_shards`` > 1 a build writes a sharded
 ``delete`` on a sharded version touch only the owning shards (``indexer.sharded``).
 
 A full build encodes only what CURRENT does not hold already: rows whose image bytes are unchanged keep
-their stored vectors (``indexer.incremental``, ``store.reuse``); ``force`` encodes everything. A little
-over 400 lines: ``build`` and ``add`` read best side by side, their shared steps are in ``pipeline``.
+their stored vectors (``indexer.incremental``, ``store.reuse``); ``force`` encodes everything. A small
+change writes a segmented version (``indexer.segments``: CURRENT's files shared, one new segment) unless
+the build compacts. Under 500 lines: ``build`` and ``add`` read best side by side, with the choice between
+their ways of writing a version; their shared steps are in ``pipeline``, the ways in ``incremental``,
+``segments`` and ``sharded``.
 """
 
 from __future__ import annotations
@@ -30,7 +33,16 @@ import numpy as np
 from ccrk_settings import Settings
 from indexer import disk
 from indexer.ann import IndexPlan
-from indexer.build_key import BUILD_KEY, PLAN_HASH, build_key, published_as, without_key
+from indexer.build_key import (
+    BUILD_KEY,
+    MODEL_FILES_KEY,
+    PLAN_HASH,
+    build_key,
+    current_build_param,
+    model_files_key,
+    published_as,
+    without_key,
+)
 from indexer.encoding import append_shards, stored_token_shape
 from indexer.errors import BuildError
 from indexer.incremental import (
@@ -56,6 +68,7 @@ from indexer.pipeline import Operation, rerank_info, utc_now
 from indexer.products import extend_products, wants_products, write_products
 from indexer.quality_gate import QualityGate
 from indexer.report import BuildReport
+from indexer.segments import add_segment, build_segments, plan_segments, segmented_parent
 from indexer.sharded import add_to_shards, build_sharded
 from indexer.shards import ProgressFn, ShardStore, plan_hash
 from indexer.sources import SourceItem, read_sources
@@ -109,8 +122,11 @@ def build(
             "products with several photos or searched text fields (--text-fields) are not supported in "
             "sharded versions yet; build with --shards 1"
         )
-    # The whole model directory, before anything is created under the index root (model.model_check).
-    check_model_dir(model_dir, backend=settings.backend, int8=settings.int8)
+    # The whole model directory, before anything is created under the index root (model.model_check);
+    # not again when CURRENT's build checked these very files (``build_key.model_files_key``).
+    model_key = model_files_key(model_dir, settings.backend, settings.int8)
+    if model_key is None or model_key != current_build_param(root, name, MODEL_FILES_KEY):
+        check_model_dir(model_dir, backend=settings.backend, int8=settings.int8)
     cfg = load_model_config(model_dir)
     fingerprint = model_fingerprint(model_dir)
     report = BuildReport(
@@ -231,8 +247,36 @@ def build(
             rerank=rerank_info(dtype, tokens, width),
             parent_version=versions.current_version(root, name),
             total_rows=n,
-            build_params={PLAN_HASH: key, BUILD_KEY: result_key, REUSE_KEY: rkey, WORK_KEY: work_key},
+            build_params={
+                PLAN_HASH: key,
+                BUILD_KEY: result_key,
+                REUSE_KEY: rkey,
+                WORK_KEY: work_key,
+                MODEL_FILES_KEY: model_key,
+            },
         )
+        segments = plan_segments(rows, reuse, settings, index_factory)
+        if segments is not None and segments.compact:
+            report.notes.append(
+                f"compacted into one version (ANN index rebuilt from stored vectors, nothing encoded again): "
+                f"{segments.compact}"
+            )
+        elif segments is not None:
+            try:
+                return build_segments(
+                    op,
+                    rows,
+                    reuse,
+                    segments,
+                    encoded,
+                    encoder,
+                    template,
+                    gate,
+                    index_factory=index_factory,
+                    work_dir=work_dir,
+                )
+            finally:
+                reuse.close()
         if settings.index_shards > 1:
             reuse.close()
             return build_sharded(
@@ -248,11 +292,11 @@ def build(
         with op.new_version(need, f"the new version of {name!r}") as writer:
             linked = can_link(rows, reuse)
             if linked:
-                link_arrays(writer, reuse)
+                link_arrays(writer, reuse, rows)
             else:
                 with writer.arrays(n, d, tokens=tokens, width=width, rerank_dtype=dtype) as arrays:
                     checksums = write_rows(arrays, rows, reuse, encoded.store)
-                write_reuse_digests(writer.stage, rows.digests, checksums)
+                write_reuse_digests(writer.stage, rows.digests, checksums, rows.stats)
             writer.write_metadata(
                 (row, it.id, str(it.path), it.fields, False) for row, it in enumerate(rows.items)
             )
@@ -379,6 +423,12 @@ def add(
         encoded, encoder = op.encode(
             new_items, work_dir, model_dir, cfg, dtype, progress, preflight, f"add to {name!r}"
         )
+        segmented = segmented_parent(parent.path, pm) if parent.sharded else None
+        if segmented is not None:
+            try:
+                return add_segment(op, segmented, encoded, encoder, gate, work_dir=work_dir)
+            finally:
+                segmented.close()
         if parent.sharded:
             return add_to_shards(
                 op, parent, encoded, encoder, gate, need=need(encoded.ok_items), work_dir=work_dir

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,38 @@ from store.versions import current_version
 
 BUILD_KEY = "build_key"
 PLAN_HASH = "plan_hash"
+MODEL_FILES_KEY = "model_files_key"  # build_params: the model directory's files when the build checked it
+RACY_NS = 2_000_000_000  # files changed this recently are not vouched for by their stats
+
+
+def model_files_key(model_dir: Path, backend: str, int8: bool) -> str | None:
+    """A key of every file under the model directory as it is now (path, device, inode, size,
+    modification and change times) and the options the check depends on; None when a file changed in the
+    last 2 s. Equal keys: the very files ``model.model_check.check_model_dir`` checked before (a write
+    changes a file's change time, which no user can set back), so the check would find the same."""
+    now = time.time_ns()
+    digest = hashlib.sha256(json.dumps([backend, int8]).encode())
+    for path in sorted(Path(model_dir).rglob("*")):
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        if now - st.st_ctime_ns < RACY_NS or now - st.st_mtime_ns < RACY_NS:
+            return None
+        stamp = [str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+        digest.update(json.dumps(stamp).encode())
+    return digest.hexdigest()[:16]
+
+
+def current_build_param(root: Path, name: str, key: str) -> Any:
+    """``build_params[key]`` of CURRENT's manifest (None: no CURRENT, unreadable, or not recorded)."""
+    current = current_version(root, name)
+    if current is None:
+        return None
+    try:
+        return IndexManifest.load(index_dir(root, name) / current / MANIFEST_FILE).build_params.get(key)
+    except IndexFormatError:
+        return None
 
 
 def build_key(

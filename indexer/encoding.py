@@ -45,6 +45,9 @@ def skipped_entry(item: SourceItem, kind: str, detail: str) -> dict[str, str]:
     }
 
 
+IN_PROCESS_DECODE_MAX = 32  # items up to this many are decoded in this process
+
+
 def encode(
     items: Sequence[SourceItem],
     work_dir: Path,
@@ -76,8 +79,9 @@ def encode(
         resumed, nodes = run.resumed, run.nodes
     else:
         # The decode pool forks before the encoder's runtime starts its thread pools.
-        # No decode workers when nothing is left to encode (a rebuild that reuses every row).
-        workers = settings.index_workers if items else 0
+        # No decode workers when nothing is left to encode (a rebuild that reuses every row), nor for a
+        # few items (a rebuild after a small change): forking and joining them costs more than decoding.
+        workers = settings.index_workers if len(items) > IN_PROCESS_DECODE_MAX else 0
         with DecodePool(Decoder(cfg.vision, settings.max_image_pixels), workers) as pool:
             encoder = load_encoder(
                 model_dir, settings.backend, settings.device, settings.threads, settings.int8

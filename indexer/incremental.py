@@ -15,6 +15,10 @@ row's stored vectors; only the others are encoded.
 
 Vectors are the model's, so a reused row is byte for byte what encoding the image again would store
 (up to the runtime's batch-size effects in the last bits, which a ``--force`` build has as well).
+
+A small change is written as segments instead (``indexer.segments``, which uses the plan and rows of this
+module). A little over 400 lines: the reuse plan, the rows it yields and the ANN index that follows them
+are one story, told in order.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -42,6 +47,7 @@ from store.errors import IndexFormatError
 from store.layout import (
     EMBEDDINGS_FILE,
     IMAGE_DIGESTS_FILE,
+    IMAGE_STATS_FILE,
     INDEX_FILE,
     MANIFEST_FILE,
     METADATA_FILE,
@@ -51,8 +57,17 @@ from store.layout import (
     index_dir,
 )
 from store.manifest import IndexManifest
-from store.metadata import read_metadata
-from store.reuse import DIGEST_BYTES, StoredVectors, image_digest, row_digests, write_reuse_digests
+from store.metadata import MetadataRow, read_metadata
+from store.reuse import (
+    DIGEST_BYTES,
+    STAT_COLUMNS,
+    StoredVectors,
+    image_digest,
+    image_stat,
+    row_digests,
+    write_reuse_digests,
+    write_stats,
+)
 from store.versions import current_version
 from store.writer import StagedFiles, VersionArrays, VersionWriter
 
@@ -63,7 +78,14 @@ ANN_LINKED = "index_linked_from"  # build_params: the version whose index.faiss 
 # (the captioned rows and their captions, the recall target); equal keys and shared arrays and index:
 # the measurements are taken over (``measured_parent``).
 QUALITY_KEY = "quality_key"
-ARRAY_FILES = (EMBEDDINGS_FILE, RERANK_FILE, RERANK_SCALES_FILE, IMAGE_DIGESTS_FILE, ROW_DIGESTS_FILE)
+ARRAY_FILES = (
+    EMBEDDINGS_FILE,
+    RERANK_FILE,
+    RERANK_SCALES_FILE,
+    IMAGE_DIGESTS_FILE,
+    ROW_DIGESTS_FILE,
+    IMAGE_STATS_FILE,
+)
 
 
 @dataclass
@@ -73,12 +95,15 @@ class ReusePlan:
     digests: np.ndarray  # (n, 16) uint8 content digest of each item's image (zeros: unreadable)
     parent_row: np.ndarray  # (n,) int64
     stored: StoredVectors | None = None
+    stats: np.ndarray | None = None  # (n, 5) int64 file stats (``store.reuse.image_stat``)
     parent_version: str | None = None
     new: int = 0  # ids CURRENT does not hold
     changed: int = 0  # ids CURRENT holds with other image bytes
     removed: int = 0  # live ids of CURRENT the sources no longer hold
     mismatched: list[str] = field(default_factory=list)  # ids whose stored row failed its checksum
     why_not: str = ""  # why nothing is reused, when so
+    live: dict[str, int] = field(default_factory=dict)  # CURRENT's live ids: their (global) rows
+    parent_rows: list[list[MetadataRow]] = field(default_factory=list)  # CURRENT's metadata per segment
 
     @property
     def to_encode(self) -> np.ndarray:
@@ -94,14 +119,35 @@ class ReusePlan:
 
 
 def digest_images(items: Sequence[SourceItem], workers: int = 4) -> np.ndarray:
-    """(n, 16) uint8 content digests of the items' images (hashing releases the GIL: threads suffice)."""
+    """(n, 16) uint8 content digests of the items' images."""
+    return digest_and_stat(items, workers=workers)[0]
+
+
+def digest_and_stat(
+    items: Sequence[SourceItem], known: dict[bytes, bytes] | None = None, workers: int = 4
+) -> tuple[np.ndarray, np.ndarray]:
+    """(n, 16) uint8 content digests of the items' images and (n, 5) int64 stats of their files, taken
+    before hashing (``store.reuse.image_stat``; zeros: not recorded). A file whose stats are a key of
+    ``known`` is the very file hashed before: its digest is taken from there, not read again. Hashing
+    releases the GIL: threads suffice."""
     out = np.zeros((len(items), DIGEST_BYTES), np.uint8)
+    stats = np.zeros((len(items), STAT_COLUMNS), np.int64)
+    now = time.time_ns()
 
     def digest_range(lo: int, hi: int) -> None:
         for i in range(lo, hi):
+            st = image_stat(items[i].path, now)
+            if st is not None:
+                stats[i] = st
+                hit = known.get(stats[i].tobytes()) if known else None
+                if hit is not None:
+                    out[i] = np.frombuffer(hit, np.uint8)
+                    continue
             digest = image_digest(items[i].path)
             if digest is not None:
                 out[i] = np.frombuffer(digest, np.uint8)
+            else:
+                stats[i] = 0
 
     threads = max(1, min(workers, os.cpu_count() or 1))
     step = max(1, -(-len(items) // threads))  # one contiguous range per thread: no future per file
@@ -110,7 +156,7 @@ def digest_images(items: Sequence[SourceItem], workers: int = 4) -> np.ndarray:
             pool.submit(digest_range, lo, min(lo + step, len(items))) for lo in range(0, len(items), step)
         ]:
             done.result()
-    return out
+    return out, stats
 
 
 def plan_reuse(
@@ -119,29 +165,40 @@ def plan_reuse(
     """Look the items' images up in CURRENT of index ``name`` (vectors stored under reuse ``key``).
     ``why_not``: reuse is off for this build (--force, products, shards); everything is encoded but the
     counts of new, changed and removed items are still reported."""
-    digests = digest_images(items)
-    plan = ReusePlan(digests, np.full(len(items), -1, np.int64))
+    plan = ReusePlan(np.zeros((len(items), DIGEST_BYTES), np.uint8), np.full(len(items), -1, np.int64))
     current = current_version(root, name)
     if current is None:
+        plan.digests, plan.stats = digest_and_stat(items)
         plan.new, plan.why_not = len(items), "no published version to reuse from"
         return plan
     path = index_dir(root, name) / current
     plan.parent_version = current
     try:
         manifest = IndexManifest.load(path / MANIFEST_FILE)
-        stored = None if manifest.is_sharded else StoredVectors.open(path, manifest, key)
-        rows = [] if manifest.is_sharded else read_metadata(path / METADATA_FILE)
+        stored = StoredVectors.open(path, manifest, key)
+        folders = (
+            [path / s["dir"] for s in manifest.sharding.get("shards", [])] if manifest.is_sharded else [path]
+        )
+        plan.parent_rows = [read_metadata(folder / METADATA_FILE) for folder in folders]
     except IndexFormatError as exc:
+        plan.digests, plan.stats = digest_and_stat(items)
         plan.new, plan.why_not = len(items), f"CURRENT ({current}) cannot be read for reuse: {exc}"
         return plan
-    live = {item_id: row for row, item_id, _, _, deleted in rows if not deleted}
+    plan.digests, plan.stats = digest_and_stat(items, stored.digests_by_stat() if stored else None)
+    digests = plan.digests
+    live: dict[str, int] = {}
+    offset = 0
+    for seg_rows in plan.parent_rows:
+        live.update((item_id, offset + row) for row, item_id, _, _, deleted in seg_rows if not deleted)
+        offset += len(seg_rows)
+    plan.live = live
     ids = {it.id for it in items}
     plan.removed = sum(1 for item_id in live if item_id not in ids)
     plan.new = sum(1 for it in items if it.id not in live)
     if stored is None:
         plan.why_not = why_not or (
-            f"CURRENT ({current}) holds no reusable vectors (sharded, written by `add`, before digests "
-            "existed, or with another model or storage options)"
+            f"CURRENT ({current}) holds no reusable vectors (hash-sharded, written before digests existed, "
+            "or with another model or storage options)"
         )
         plan.changed = len(items) - plan.new
         return plan
@@ -217,6 +274,7 @@ class Rows:
     items: list[SourceItem]  # decoded items (reused or encoded ok), in manifest order
     parent_row: np.ndarray  # (N,) int64: the stored row reused, -1: encoded
     digests: np.ndarray  # (N, 16) uint8 image digests
+    stats: np.ndarray | None = None  # (N, 5) int64 file stats when hashed
 
     @property
     def all_parent_rows_in_order(self) -> bool:
@@ -228,20 +286,28 @@ def version_rows(items: Sequence[SourceItem], plan: ReusePlan, encoded_ok: np.nd
     keep = plan.parent_row >= 0
     keep[plan.to_encode[encoded_ok]] = True
     chosen = np.flatnonzero(keep)
-    return Rows([items[i] for i in chosen], plan.parent_row[chosen], plan.digests[chosen])
+    stats = None if plan.stats is None else plan.stats[chosen]
+    return Rows([items[i] for i in chosen], plan.parent_row[chosen], plan.digests[chosen], stats)
 
 
 def can_link(rows: Rows, plan: ReusePlan) -> bool:
     """Whether the version's arrays are exactly the parent's (every row the parent's own, in order)."""
     return (
-        plan.stored is not None and rows.parent_row.size == plan.stored.rows and rows.all_parent_rows_in_order
+        plan.stored is not None
+        and not plan.stored.segmented
+        and rows.parent_row.size == plan.stored.rows
+        and rows.all_parent_rows_in_order
     )
 
 
-def link_arrays(files: StagedFiles, plan: ReusePlan) -> None:
-    """The parent's arrays and digests as the version's (hard links; copies across filesystems)."""
+def link_arrays(files: StagedFiles, plan: ReusePlan, rows: Rows) -> None:
+    """The parent's arrays and digests as the version's (hard links; copies across filesystems); the file
+    stats are this build's (files touched since have new ones, which the next build compares with)."""
     assert plan.stored is not None
-    files.link_from(plan.stored.path, [f for f in ARRAY_FILES if (plan.stored.path / f).is_file()])
+    names = [f for f in ARRAY_FILES if f != IMAGE_STATS_FILE and (plan.stored.path / f).is_file()]
+    files.link_from(plan.stored.path, names)
+    if rows.stats is not None:
+        write_stats(files.stage, rows.stats)
 
 
 def write_rows(arrays: VersionArrays, rows: Rows, plan: ReusePlan, store: ShardStore | None) -> np.ndarray:
@@ -327,7 +393,12 @@ def ann_index(
     )
     stored = reuse.stored
     pm = stored.manifest if stored is not None else None
-    same_plan = pm is not None and pm.index_factory == plan.factory and (stored.path / INDEX_FILE).is_file()
+    same_plan = (
+        pm is not None
+        and not pm.is_sharded
+        and pm.index_factory == plan.factory
+        and (stored.path / INDEX_FILE).is_file()
+    )
     if stored is not None and pm is not None and same_plan:
         kept = {k: v for k, v in pm.build_params.items() if k in plan.build_params}
         if linked:
@@ -379,8 +450,13 @@ def append_digests(stage: Path, parent_dir: Path, added: Sequence[SourceItem], s
     for i in range(store.count):
         shard = store.read(i)
         checksums.append(row_digests(shard.embeds, shard.tokens, shard.scales))
-    images = np.concatenate([np.load(parent_dir / IMAGE_DIGESTS_FILE), digest_images(added)])
-    write_reuse_digests(stage, images, np.concatenate(checksums))
+    images, stats = digest_and_stat(added)
+    parent_stats = parent_dir / IMAGE_STATS_FILE
+    old = np.load(parent_dir / IMAGE_DIGESTS_FILE)
+    old_stats = np.load(parent_stats) if parent_stats.is_file() else np.zeros((old.shape[0], STAT_COLUMNS))
+    write_reuse_digests(
+        stage, np.concatenate([old, images]), np.concatenate(checksums), np.concatenate([old_stats, stats])
+    )
     return True
 
 

@@ -34,6 +34,7 @@ from model.runtime import Encoder
 from store.layout import index_dir
 from store.manifest import IndexManifest
 from store.sharded_writer import ShardedVersionWriter
+from store.sharding import SHARD_RULE
 from store.versions import record_gate
 from store.writer import Finished, StagedFiles, VersionWriter
 
@@ -152,11 +153,14 @@ class Operation:
         done = writer.finish(manifest, publish=publish, keep=settings.keep_versions)
         return self.finished(done, manifest, items_indexed, work_dir)
 
-    def new_sharded_version(self, need: disk.SpaceNeed, what: str, shard_count: int) -> ShardedVersionWriter:
-        """A writer of the next version, sharded (``store.sharded_writer``), once ``need`` is known to fit."""
+    def new_sharded_version(
+        self, need: disk.SpaceNeed, what: str, shard_count: int, *, rule: str = SHARD_RULE
+    ) -> ShardedVersionWriter:
+        """A writer of the next version, sharded (``store.sharded_writer``; ``rule``: hash shards or build
+        segments, ``store.sharding``), once ``need`` is known to fit."""
         self.guard.need = need
         disk.check_free_space(self.base, need, what)
-        return ShardedVersionWriter(self.root, self.name, shard_count)
+        return ShardedVersionWriter(self.root, self.name, shard_count, rule=rule)
 
     def finished(
         self, done: Finished, manifest: IndexManifest, items_indexed: int, work_dir: Path | None

@@ -28,7 +28,7 @@ from indexer.ann import IndexPlan, measure_recall
 from indexer.build_key import without_key
 from indexer.encoding import Encoded, append_shards_split
 from indexer.parent import ParentVersion, appended_metadata
-from indexer.pipeline import Operation, judge, utc_now, write_ann_index
+from indexer.pipeline import Operation, inherit_measurements, judge, utc_now, write_ann_index
 from indexer.quality_gate import QualityGate
 from indexer.report import BuildReport
 from indexer.tuning import (
@@ -264,12 +264,15 @@ def publish_sharded(
     items_indexed: int,
     work_dir: Path,
     notes: Collection[str] = (),
+    measured: IndexManifest | None = None,
 ) -> BuildReport:
     """Tune and seal the shards written (the others are linked), measure the merged index as the service
-    searches it, let the gate judge it, and finish it (published unless refused)."""
+    searches it, let the gate judge it, and finish it (published unless refused). ``measured``: a version
+    whose measurements are taken over instead (``indexer.segments``: little changed since)."""
     settings, report = op.settings, op.report
     target = settings.target_recall
-    texts = caption_queries(encoder, captioned, seed=0)  # encoded once, for every shard and the merge
+    # Encoded once, for every shard and the merge.
+    texts = None if measured is not None else caption_queries(encoder, captioned, seed=0)
     for i, (stage, shard_manifest, plan) in sorted(to_tune.items()):
         if shard_manifest.count > 0:
             with IndexVersion(stage.stage, shard_manifest) as shard:
@@ -285,6 +288,34 @@ def publish_sharded(
     sharding = writer.sharding()
     manifest.sharding = sharding.to_dict()
     manifest.index_factory, manifest.search_params = factories(sharding), {}
+    if measured is not None:
+        inherit_measurements(manifest, measured)
+        manifest.search_params = {}
+        sharding.merged_recall_at_10 = manifest.measured_recall_at_10
+        sharding.merged_recall_measured_on = manifest.recall_measured_on
+        manifest.sharding = sharding.to_dict()
+        report.notes.extend(notes)
+    else:
+        measure_merged(manifest, sharding, writer, encoder, captioned, texts, settings, report, notes)
+    publish = judge(writer.stage, manifest, encoder, captioned, settings, report, gate)
+    manifest.build_seconds = round(time.perf_counter() - op.started, 3)
+    done = writer.finish(manifest, publish=publish, keep=settings.keep_versions)
+    return op.finished(done, manifest, items_indexed, work_dir)
+
+
+def measure_merged(
+    manifest: IndexManifest,
+    sharding: Sharding,
+    writer: ShardedVersionWriter,
+    encoder: Encoder,
+    captioned: CaptionedRows,
+    texts: np.ndarray | None,
+    settings: Settings,
+    report: BuildReport,
+    notes: Collection[str],
+) -> None:
+    """Recall@10 of the merged shards as the service searches them, and the quality measurements."""
+    target = settings.target_recall
     with ShardedIndex(writer.stage, manifest) as merged:
         embeds, self_rows, origin = (
             (texts, None, "captions") if texts is not None else tuning_queries(merged, encoder, (), 0)
@@ -300,10 +331,6 @@ def publish_sharded(
             report.notes.append("merged results: " + recall_note(recall, target, "tuned per shard"))
         report.notes.extend(notes)
         measure_quality(merged, manifest, encoder, captioned, settings.rerank_policy_queries)
-    publish = judge(writer.stage, manifest, encoder, captioned, settings, report, gate)
-    manifest.build_seconds = round(time.perf_counter() - op.started, 3)
-    done = writer.finish(manifest, publish=publish, keep=settings.keep_versions)
-    return op.finished(done, manifest, items_indexed, work_dir)
 
 
 def delete_from_shards(
@@ -319,7 +346,8 @@ def delete_from_shards(
             "manifest": disk.MANIFEST_BYTES * (1 + len(doomed)),
         }
     )
-    with op.new_sharded_version(need, f"the deletion from {op.name!r}", shard_count) as writer:
+    rule = Sharding.from_dict(pm.sharding).rule
+    with op.new_sharded_version(need, f"the deletion from {op.name!r}", shard_count, rule=rule) as writer:
         for i in range(shard_count):
             if i not in doomed:
                 writer.link_shard(i, parent.shard_dirs[i])

@@ -51,6 +51,7 @@ RERANK_SCALES_FILE = "rerank_scales.npy"
 METADATA_FILE = "metadata.sqlite"
 IMAGE_DIGESTS_FILE = "image_digests.npy"
 ROW_DIGESTS_FILE = "row_digests.npy"
+IMAGE_STATS_FILE = "image_stats.npy"  # store.reuse: what each row's image file was when it was hashed
 LEXICAL_DIR = "lexical.tantivy"
 NESTED_DIRS = (LEXICAL_DIR,)  # folders of a version whose files are data files (a shard folder is not one)
 

@@ -7,7 +7,14 @@ A version written by a full build holds, beside its arrays (``store.layout``)::
     row_digests.npy      (N, 16) uint8  blake2b-128 of row i's stored bytes: its embedding, then its
                                          re-rank tokens, then their int8 scales (as stored)
 
-A version without them (written before them, or by ``add``) is read as holding nothing reusable. Both files
+    image_stats.npy      (N, 5) int64  optional: (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns) of the
+                                         image file when it was hashed (zeros: not recorded)
+
+A version without the digests (written before them) is read as holding nothing reusable. The stats let a
+rebuild skip reading a file again when it is the very file hashed before (same device, inode, size,
+modification and change times: a write to a file changes its change time, which no user can set back;
+files whose change time was within ``RACY_NS`` of hashing are not recorded), as git's index does; the
+identity of an image stays its content digest. Both files
 are covered by the manifest's checksums like every other file, so ``verify`` checks them; the per-row
 checksum is what a rebuild checks each reused row against (``StoredVectors.check``): a row whose bytes do
 not match is not reused but encoded again.
@@ -32,6 +39,7 @@ from store.files import names_full_disk
 from store.layout import (
     EMBEDDINGS_FILE,
     IMAGE_DIGESTS_FILE,
+    IMAGE_STATS_FILE,
     RERANK_FILE,
     RERANK_SCALES_FILE,
     ROW_DIGESTS_FILE,
@@ -41,6 +49,20 @@ from store.manifest import IndexManifest
 DIGEST_BYTES = 16
 REUSE_KEY = "reuse_key"  # build_params entry: what the stored vectors depend on besides the image bytes
 READ_CHUNK = 1 << 20
+STAT_COLUMNS = 5
+RACY_NS = 2_000_000_000  # a file changed this recently may change again within its timestamps' tick
+
+
+def image_stat(path: Path, now_ns: int) -> tuple[int, int, int, int, int] | None:
+    """(dev, inode, size, mtime_ns, ctime_ns) of a file, taken before hashing it; None when it cannot be
+    read or changed too recently to be told apart from a later change (``RACY_NS``)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if now_ns - st.st_ctime_ns < RACY_NS or now_ns - st.st_mtime_ns < RACY_NS:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def reuse_key(*, fingerprint: str, rerank_dtype: str, options: Sequence[object]) -> str:
@@ -79,50 +101,114 @@ def row_digests(embeds: np.ndarray, tokens: np.ndarray | None, scales: np.ndarra
     return out
 
 
-def write_reuse_digests(stage: Path, images: np.ndarray, rows: np.ndarray) -> None:
-    """The two digest files of a staged version (``images`` and ``rows``: (N, 16) uint8, by row)."""
+def write_reuse_digests(
+    stage: Path, images: np.ndarray, rows: np.ndarray, stats: np.ndarray | None = None
+) -> None:
+    """The digest files of a staged version (``images`` and ``rows``: (N, 16) uint8, by row; ``stats``:
+    (N, 5) int64 file stats, written when given)."""
     if images.shape != rows.shape or images.ndim != 2 or images.shape[1] != DIGEST_BYTES:
         raise IndexFormatError(f"internal: digests of shapes {images.shape} and {rows.shape}")
     for name, arr in ((IMAGE_DIGESTS_FILE, images), (ROW_DIGESTS_FILE, rows)):
         with names_full_disk(stage / name):
             np.save(stage / name, np.ascontiguousarray(arr, dtype=np.uint8))
+    if stats is not None:
+        if stats.shape[0] != images.shape[0]:
+            raise IndexFormatError(f"internal: file stats of shape {stats.shape}")
+        write_stats(stage, stats)
+
+
+def write_stats(stage: Path, stats: np.ndarray) -> None:
+    """image_stats.npy of a staged version (or segment): (N, 5) int64 file stats by row."""
+    if stats.ndim != 2 or stats.shape[1] != STAT_COLUMNS:
+        raise IndexFormatError(f"internal: file stats of shape {stats.shape}")
+    with names_full_disk(stage / IMAGE_STATS_FILE):
+        np.save(stage / IMAGE_STATS_FILE, np.ascontiguousarray(stats, dtype=np.int64))
 
 
 class StoredVectors:
-    """The reusable rows of one installed (unsharded) version, read-only: which row holds the vectors of
-    an image with a given content digest, those rows' stored bytes, and their check against the stored
-    row checksums. ``open`` returns None for a version without digests or with another ``reuse_key``."""
+    """The reusable rows of one installed version, read-only: which row holds the vectors of an image with
+    a given content digest, those rows' stored bytes, and their check against the stored row checksums.
+    An unsharded version is one folder; a segmented one (``store.sharding.SEGMENT_RULE``) is its segments
+    in order, rows numbered globally (segment offset + local row), as ``store.sharded.ShardedIndex`` does.
+    ``open`` returns None for a version without digests, with another ``reuse_key``, or hash-sharded."""
 
-    def __init__(self, path: Path, manifest: IndexManifest) -> None:
+    def __init__(self, path: Path, manifest: IndexManifest, folders: Sequence[Path] | None = None) -> None:
         self.path = Path(path)
         self.manifest = manifest
-        try:
-            self.images = np.load(self.path / IMAGE_DIGESTS_FILE)
-            self.digests = np.load(self.path / ROW_DIGESTS_FILE)
-            self.embeds = np.load(self.path / EMBEDDINGS_FILE, mmap_mode="r")
-            tokens = self.path / RERANK_FILE
-            scales = self.path / RERANK_SCALES_FILE
-            self.tokens = np.load(tokens, mmap_mode="r") if tokens.is_file() else None
-            self.scales = np.load(scales, mmap_mode="r") if scales.is_file() else None
-        except (OSError, ValueError) as exc:
-            raise IndexFormatError(f"cannot read the stored vectors of {self.path}: {exc}") from exc
-        n = int(self.embeds.shape[0])
-        if self.images.shape != (n, DIGEST_BYTES) or self.digests.shape != (n, DIGEST_BYTES):
-            raise IndexFormatError(
-                f"{self.path}: digests of shapes {self.images.shape} / {self.digests.shape} for {n} rows"
-            )
-        self.rows = n
+        self.folders = [Path(f) for f in folders] if folders else [self.path]
+        images, digests, stats, self._embeds, self._tokens, self._scales = [], [], [], [], [], []
+        for folder in self.folders:
+            try:
+                images.append(np.load(folder / IMAGE_DIGESTS_FILE))
+                stat_file = folder / IMAGE_STATS_FILE
+                stats.append(np.load(stat_file) if stat_file.is_file() else None)
+                digests.append(np.load(folder / ROW_DIGESTS_FILE))
+                self._embeds.append(np.load(folder / EMBEDDINGS_FILE, mmap_mode="r"))
+                tokens, scales = folder / RERANK_FILE, folder / RERANK_SCALES_FILE
+                self._tokens.append(np.load(tokens, mmap_mode="r") if tokens.is_file() else None)
+                self._scales.append(np.load(scales, mmap_mode="r") if scales.is_file() else None)
+            except (OSError, ValueError) as exc:
+                raise IndexFormatError(f"cannot read the stored vectors of {folder}: {exc}") from exc
+            n = int(self._embeds[-1].shape[0])
+            if images[-1].shape != (n, DIGEST_BYTES) or digests[-1].shape != (n, DIGEST_BYTES):
+                raise IndexFormatError(
+                    f"{folder}: digests of shapes {images[-1].shape} / {digests[-1].shape} for {n} rows"
+                )
+        self.images = np.concatenate(images)
+        self.digests = np.concatenate(digests)
+        self.stats = np.concatenate(
+            [
+                st
+                if st is not None and st.shape == (im.shape[0], STAT_COLUMNS)
+                else np.zeros((im.shape[0], STAT_COLUMNS), np.int64)
+                for st, im in zip(stats, images, strict=True)
+            ]
+        )
+        totals = np.array([e.shape[0] for e in self._embeds], dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(totals)[:-1]]).astype(np.int64)
+        self.totals = totals
+        self.rows = int(totals.sum())
         self._by_image: dict[bytes, int] | None = None
 
     @classmethod
     def open(cls, path: Path, manifest: IndexManifest, key: str) -> StoredVectors | None:
         """The version at ``path`` when its vectors were stored under reuse key ``key`` with digests;
         else None (nothing of it is reusable)."""
-        if manifest.is_sharded or manifest.build_params.get(REUSE_KEY) != key:
+        if manifest.build_params.get(REUSE_KEY) != key:
             return None
-        if not (Path(path) / IMAGE_DIGESTS_FILE).is_file() or not (Path(path) / ROW_DIGESTS_FILE).is_file():
-            return None
-        return cls(path, manifest)
+        folders = [Path(path)]
+        if manifest.is_sharded:
+            from store.sharding import Sharding  # the sharding block, only for sharded versions
+
+            sharding = Sharding.from_dict(manifest.sharding)
+            if not sharding.segmented:
+                return None
+            folders = [Path(path) / s.dir for s in sharding.shards]
+        for folder in folders:
+            if not (folder / IMAGE_DIGESTS_FILE).is_file() or not (folder / ROW_DIGESTS_FILE).is_file():
+                return None
+        return cls(path, manifest, folders)
+
+    @property
+    def segmented(self) -> bool:
+        return self.manifest.is_sharded
+
+    def segment_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(segment, local row) of global rows."""
+        rows = np.asarray(rows, dtype=np.int64)
+        seg = np.searchsorted(self.offsets, rows, side="right") - 1
+        seg = np.clip(seg, 0, len(self.offsets) - 1)
+        return seg, rows - self.offsets[seg]
+
+    def digests_by_stat(self) -> dict[bytes, bytes]:
+        """{file stats: image digest} of the rows whose file stats were recorded."""
+        known = self.stats.any(axis=1)
+        keys, values = self.stats[known].tobytes(), self.images[known].tobytes()
+        width = STAT_COLUMNS * 8
+        return {
+            keys[i * width : (i + 1) * width]: values[i * DIGEST_BYTES : (i + 1) * DIGEST_BYTES]
+            for i in range(int(known.sum()))
+        }
 
     def row_of_image(self, digest: bytes) -> int:
         """The row encoded from an image with this content digest; -1 when none is."""
@@ -139,9 +225,26 @@ class StoredVectors:
         rows = np.asarray(rows, dtype=np.int64)
         if rows.size and (rows.min() < 0 or rows.max() >= self.rows):
             raise IndexFormatError(f"rows out of range 0..{self.rows - 1}")
-        embeds = np.asarray(self.embeds[rows])
-        tokens = None if self.tokens is None else np.asarray(self.tokens[rows])
-        scales = None if self.scales is None else np.asarray(self.scales[rows])
+        if len(self.folders) == 1:
+            return self._read_one(0, rows)
+        seg, local = self.segment_of(rows)
+        parts = {int(i): self._read_one(int(i), local[seg == i]) for i in np.unique(seg)}
+        first = parts[int(seg[0])] if rows.size else self._read_one(0, rows)
+        out = []
+        for k, like in enumerate(first):
+            if like is None:
+                out.append(None)
+                continue
+            arr = np.empty((rows.shape[0], *like.shape[1:]), like.dtype)
+            for i, part in parts.items():
+                arr[seg == i] = part[k]
+            out.append(arr)
+        return out[0], out[1], out[2]  # type: ignore[return-value]
+
+    def _read_one(self, i: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        embeds = np.asarray(self._embeds[i][rows])
+        tokens = None if self._tokens[i] is None else np.asarray(self._tokens[i][rows])
+        scales = None if self._scales[i] is None else np.asarray(self._scales[i][rows])
         return embeds, tokens, scales
 
     def check(self, rows: np.ndarray, chunk: int = 4096, threads: int = 0) -> np.ndarray:
@@ -161,4 +264,4 @@ class StoredVectors:
         return ok
 
     def close(self) -> None:
-        self.embeds = self.tokens = self.scales = None  # type: ignore[assignment]
+        self._embeds, self._tokens, self._scales = [], [], []

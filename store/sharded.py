@@ -4,8 +4,9 @@ shards, each an ordinary ``IndexVersion``.
 Rows are global: shard offset + local row, the offsets being the cumulative ``total_rows`` of the shards
 in order. A search asks every shard for its own top k (ANN with the shard's tuned parameters, or exact)
 and merges them (``store.merge.merge_topk``: score, then global row), so exact search over the shards
-equals exact search over one index of the same rows. ``row_of`` asks only the owning shard (the hash rule);
-items and re-rank tokens are read from the shards owning the rows asked for.
+equals exact search over one index of the same rows. ``row_of`` asks only the owning shard (the hash rule;
+every segment, newest first, for a segmented version); items and re-rank tokens are read from the shards
+owning the rows asked for.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from store.manifest import IndexManifest
 from store.merge import merge_topk
 from store.metadata import filter_sql
 from store.reader import IndexVersion, check_queries
-from store.sharding import Sharding, locate, shard_of, split_allowed
+from store.sharding import Sharding, locate, split_allowed
 
 Results = tuple[np.ndarray, np.ndarray]
 
@@ -190,9 +191,12 @@ class ShardedIndex:
 
     def row_of(self, item_id: str) -> int | None:
         """The live global row of ``item_id``, asked of its owning shard only."""
-        owner = shard_of(item_id, len(self._shards))
-        row = self._shards[owner].row_of(item_id)
-        return None if row is None else int(self._offsets[owner]) + row
+        owner = self.sharding.owner(item_id)
+        for i in [owner] if owner is not None else range(len(self._shards) - 1, -1, -1):
+            row = self._shards[i].row_of(item_id)
+            if row is not None:
+                return int(self._offsets[i]) + row
+        return None
 
     def embeddings(self, rows: np.ndarray) -> np.ndarray:
         """(n, D) float32 stored embeddings of the given global rows."""

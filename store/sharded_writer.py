@@ -19,7 +19,7 @@ from store.files import link_or_copy, names_full_disk
 from store.layout import FORMAT_VERSION, MANIFEST_FILE, SHARDED_FORMAT_VERSION, file_checksums
 from store.manifest import IndexManifest
 from store.sharded import load_shard_manifest
-from store.sharding import MAX_SHARDS, ShardEntry, Sharding, shard_dir_name
+from store.sharding import MAX_SHARDS, RULES, SHARD_RULE, ShardEntry, Sharding, shard_dir_name
 from store.writer import Finished, StagedFiles, StagedVersion, install_and_publish
 
 
@@ -37,7 +37,7 @@ class ShardStage(StagedFiles):
             raise VersionWriteError(
                 f"internal: shard {self.index}'s manifest must be format {FORMAT_VERSION}"
             )
-        manifest.checksums = file_checksums(self.stage)
+        manifest.checksums = file_checksums(self.stage, self.linked_checksums)
         with names_full_disk(self.stage / MANIFEST_FILE):
             manifest.save(self.stage / MANIFEST_FILE)
 
@@ -46,10 +46,19 @@ class ShardedVersionWriter(StagedVersion):
     """Writes one new sharded version of index ``name`` under ``root`` with ``shard_count`` shards (see the
     module docstring). Use it as a context manager."""
 
-    def __init__(self, root: Path, name: str, shard_count: int, *, version: str | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        name: str,
+        shard_count: int,
+        *,
+        version: str | None = None,
+        rule: str = SHARD_RULE,
+    ) -> None:
         if not 1 <= shard_count <= MAX_SHARDS:
             raise VersionWriteError(f"shard count must be within 1..{MAX_SHARDS}, got {shard_count}")
         self.shard_count = shard_count
+        self.rule = rule
         super().__init__(root, name, version=version)
 
     def _shard_dir(self, index: int) -> Path:
@@ -104,6 +113,8 @@ class ShardedVersionWriter(StagedVersion):
             )
         return Sharding(
             entries,
+            rule=self.rule,
+            rule_text=RULES[self.rule],
             merged_recall_at_10=merged_recall_at_10,
             merged_recall_measured_on=merged_recall_measured_on,
         )

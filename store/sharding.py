@@ -12,6 +12,12 @@ as ``IndexVersion(path, manifest)``. Item ``id`` lives in shard ``shard_of(id, S
 rule every process and language computes alike, unlike Python's ``hash()``. ``add`` and ``delete`` touch
 only the owning shards. The version's global rows are shard offset + local row, the offsets being the
 cumulative ``total_rows`` of the shards in order (``store.sharded.ShardedIndex``).
+
+Rule ``segments`` (``SEGMENT_RULE``): the folders are segments written by successive builds, not hash
+shards (``indexer.segments``). A segment's rows of items changed or removed since are marked deleted in
+its metadata (tombstones); an id is live in at most one segment, which is found by asking each
+(``owner`` returns None). The layout is otherwise the same, so the readers and the Ray shards serve it
+unchanged.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ from store.errors import IndexFormatError
 
 SHARD_RULE = "blake2b-first8-be-mod"
 SHARD_RULE_TEXT = 'int.from_bytes(hashlib.blake2b(id.encode("utf-8")).digest()[:8], "big") % shard_count'
+SEGMENT_RULE = "segments"
+SEGMENT_RULE_TEXT = "segments written by successive builds; an id is live in at most one of them"
+RULES = {SHARD_RULE: SHARD_RULE_TEXT, SEGMENT_RULE: SEGMENT_RULE_TEXT}
 MAX_SHARDS = 1024
 SHARD_KEY = "shard"  # build_params key of a shard's manifest: {"index": i, "of": S}
 
@@ -71,6 +80,15 @@ class Sharding:
     def shard_count(self) -> int:
         return len(self.shards)
 
+    @property
+    def segmented(self) -> bool:
+        """Whether the folders are build segments (``SEGMENT_RULE``), not hash shards."""
+        return self.rule == SEGMENT_RULE
+
+    def owner(self, item_id: str) -> int | None:
+        """The shard that must hold ``item_id`` (the hash rule); None for segments: any may."""
+        return None if self.segmented else shard_of(item_id, self.shard_count)
+
     def offsets(self) -> np.ndarray:
         """(S,) int64: the global row of each shard's local row 0."""
         totals = np.array([s.total_rows for s in self.shards], dtype=np.int64)
@@ -86,10 +104,9 @@ class Sharding:
         """The block as a manifest holds it; IndexFormatError when malformed or of an unknown rule."""
         if not isinstance(data, dict) or not isinstance(data.get("shards"), list):
             raise IndexFormatError("the manifest's sharding block lacks its list of shards")
-        if data.get("rule") != SHARD_RULE:
-            raise IndexFormatError(
-                f"unknown sharding rule {data.get('rule')!r} (this code knows {SHARD_RULE})"
-            )
+        rule = data.get("rule")
+        if rule not in RULES:
+            raise IndexFormatError(f"unknown sharding rule {rule!r} (this code knows {', '.join(RULES)})")
         known = {f.name for f in fields(ShardEntry)}
         try:
             # Unknown keys come from newer writers of the same format: ignored, as in the manifest.
@@ -108,8 +125,8 @@ class Sharding:
             )
         return cls(
             shards=shards,
-            rule=SHARD_RULE,
-            rule_text=str(data.get("rule_text", SHARD_RULE_TEXT)),
+            rule=str(rule),
+            rule_text=str(data.get("rule_text", RULES[str(rule)])),
             merged_recall_at_10=data.get("merged_recall_at_10"),
             merged_recall_measured_on=int(data.get("merged_recall_measured_on", 0)),
         )

@@ -3,7 +3,8 @@ against each other (through the reader's public accessors), and its model agains
 
 A sharded version is checked shard by shard (each shard's manifest against the sha256 the version's
 manifest records, its files against its own checksums, its counts, every item in the shard the hash rule
-names), then its totals against the version's manifest."""
+names; of a segmented version, every live id in one segment only), then its totals against the version's
+manifest."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from store.manifest import IndexManifest, check_model, model_fingerprint, model_
 from store.metadata import read_metadata
 from store.reader import IndexVersion
 from store.sharded import load_shard_manifest
-from store.sharding import Sharding, shard_of
+from store.sharding import Sharding
 from store.versions import current_version
 
 
@@ -55,6 +56,7 @@ def _verify_shards(path: Path, manifest: IndexManifest) -> list[str]:
     except IndexFormatError as exc:
         return [str(exc)]
     problems: list[str] = []
+    live_in: dict[str, int] = {}  # segments: the segment each live id was found in
     for i, entry in enumerate(sharding.shards):
         where = f"{entry.dir}/"
         try:
@@ -75,11 +77,23 @@ def _verify_shards(path: Path, manifest: IndexManifest) -> list[str]:
         found = _checksum_problems(path / entry.dir, shard, where)
         found = found or _count_problems(path / entry.dir, shard, where)
         problems += found
-        if not found:
+        if not found and sharding.segmented:
+            twice = []
+            for _, item_id, _, _, deleted in read_metadata(path / entry.dir / METADATA_FILE):
+                if not deleted:
+                    if item_id in live_in:
+                        twice.append((item_id, live_in[item_id]))
+                    live_in[item_id] = i
+            if twice:
+                problems.append(
+                    f"{where}: {len(twice)} live id(s) live in an earlier segment too, e.g. {twice[0][0]!r} "
+                    f"(also in {sharding.shards[twice[0][1]].dir})"
+                )
+        elif not found:
             strays = [
                 item_id
                 for _, item_id, _, _, deleted in read_metadata(path / entry.dir / METADATA_FILE)
-                if not deleted and shard_of(item_id, sharding.shard_count) != i
+                if not deleted and sharding.owner(item_id) != i
             ]
             if strays:
                 problems.append(

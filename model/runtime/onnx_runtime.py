@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -138,7 +139,10 @@ class OnnxEncoder:
                 raise EncoderError(f"{model_dir} has no int8 graphs; run `ccrk export onnx --int8`")
             graphs.update(quantized)
         self.int8 = int8
-        self._text = ort.InferenceSession(str(onnx_dir / graphs["text"]), options, providers=providers)
+        # The text graph is loaded on first use: a rebuild that only encodes images never pays for it.
+        self._text_args = (str(onnx_dir / graphs["text"]), options, providers)
+        self._text_session: ort.InferenceSession | None = None
+        self._text_lock = threading.Lock()
         self._image = ort.InferenceSession(str(onnx_dir / graphs["image"]), options, providers=providers)
         self._fusion = ort.InferenceSession(
             str(onnx_dir / graphs["fusion"]), _fusion_options(fusion_threads or threads), providers=providers
@@ -146,7 +150,7 @@ class OnnxEncoder:
         # Exports before the paper's re-rank score have the match margin only.
         self.fusion_outputs = frozenset(o.name for o in self._fusion.get_outputs())
         self.capabilities = ModelCapabilities(rerank=True, fusion_outputs=self.fusion_outputs)
-        self.device = "cuda" if self._text.get_providers()[0] == "CUDAExecutionProvider" else "cpu"
+        self.device = "cuda" if self._image.get_providers()[0] == "CUDAExecutionProvider" else "cpu"
         if (
             device == "cuda" and self.device != "cuda"
         ):  # ONNX Runtime falls back to the CPU with a log line only
@@ -164,6 +168,15 @@ class OnnxEncoder:
         self._acquirers = self._load_acquirers(model_dir, onnx_dir, options, providers)
         self.acquired_languages: tuple[str, ...] = tuple(self._acquirers)
         self.acquirers_digest: str | None = acquirers_digest(model_dir)
+
+    @property
+    def _text(self) -> ort.InferenceSession:
+        if self._text_session is None:
+            with self._text_lock:
+                if self._text_session is None:
+                    path, options, providers = self._text_args
+                    self._text_session = ort.InferenceSession(path, options, providers=providers)
+        return self._text_session
 
     def _load_acquirers(
         self, model_dir: Path, onnx_dir: Path, options: ort.SessionOptions, providers: list[Any]

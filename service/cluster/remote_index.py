@@ -30,7 +30,7 @@ from store.manifest import IndexManifest, check_model
 from store.merge import merge_topk
 from store.metadata import filter_sql
 from store.reader import check_queries
-from store.sharding import Sharding, locate, shard_of, split_allowed
+from store.sharding import Sharding, locate, split_allowed
 
 Results = tuple[np.ndarray, np.ndarray]
 
@@ -204,9 +204,12 @@ class RemoteShardedIndex:
         return self._gather("items", [int(r) for r in rows])
 
     def row_of(self, item_id: str) -> int | None:
-        owner = shard_of(item_id, len(self._totals))
-        row = self._one(owner, "row_of", (item_id,))
-        return None if row is None else int(self._offsets[owner]) + int(row)
+        owner = self.sharding.owner(item_id)
+        for i in [owner] if owner is not None else range(len(self._totals) - 1, -1, -1):
+            row = self._one(i, "row_of", (item_id,))
+            if row is not None:
+                return int(self._offsets[i]) + int(row)
+        return None
 
     def rerank_tokens(self, rows: np.ndarray) -> np.ndarray:
         rows = np.asarray(rows, dtype=np.int64).ravel()

@@ -61,7 +61,7 @@ def test_folder_build_matches_direct_encoding(
         assert m.rerank == {"dtype": "fp16", "tokens": 65, "width": 128, "bytes_per_image": 65 * 128 * 2}
         assert set(m.checksums) == {
             "index.faiss", "embeddings.npy", "rerank_tokens.npy", "metadata.sqlite",
-            "image_digests.npy", "row_digests.npy",  # what a rebuild reuses rows by (store.reuse)
+            "image_digests.npy", "row_digests.npy", "image_stats.npy",  # what a rebuild reuses rows by
         }  # fmt: skip
         assert m.measured_recall_at_10 == 1.0 and m.language_recall_at_10 == {}
         items = idx.items(range(12))
@@ -295,7 +295,8 @@ def test_reader_opens_current_while_builds_publish(
     settings: Settings, catalogue: Path, tmp_path: Path
 ) -> None:
     # In-process decoding: no fork while the reader thread runs; keep 2 versions so pruning happens too.
-    live = settings.model_copy(update={"index_workers": 0, "keep_versions": 2})
+    # Every build compacts (one unsharded version each, not a segment: ``indexer.segments``).
+    live = settings.model_copy(update={"index_workers": 0, "keep_versions": 2, "index_segment_max_dead": 0.0})
     sources = [_subset(catalogue, tmp_path / f"s{i}.jsonl", slice(0, 20 + 5 * i)) for i in range(4)]
     build("live", [sources[0]], settings=live)
     stop = threading.Event()

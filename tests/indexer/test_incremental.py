@@ -1,6 +1,8 @@
 """A full build reuses the stored vectors of CURRENT for every image whose bytes did not change
 (``indexer.incremental``): unchanged, touched, moved, metadata-only and corrupted cases, equality with a
-``--force`` build, ``add`` in between, and a real ``kill -9`` mid-way through an incremental build."""
+``--force`` build, ``add`` in between, and a real ``kill -9`` mid-way through an incremental build. A small
+change writes a segmented version (``indexer.segments``): the parent's files shared, one new segment;
+compaction, ``add`` / ``delete`` on segments, pruning and ``verify``."""
 
 from __future__ import annotations
 
@@ -18,9 +20,10 @@ from ccrk_settings import Settings
 from indexer.build import add, build
 from model.runtime import Encoder
 from store.layout import EMBEDDINGS_FILE, INDEX_FILE, RERANK_FILE, index_dir
+from store.opening import OpenedIndex, open_version
 from store.reader import IndexVersion
 from store.verify import verify_version
-from store.versions import current_version
+from store.versions import current_version, prune_versions
 from tests.conftest import REPO_ROOT
 from tests.indexer.files import write_photo
 from tests.indexer.killing import kill_after_shards
@@ -47,6 +50,24 @@ def _open(settings: Settings, version: str | None) -> IndexVersion:
 def _embeds(settings: Settings, version: str | None) -> np.ndarray:
     with _open(settings, version) as idx:
         return idx.embeddings(np.arange(idx.total_rows))
+
+
+def _any(settings: Settings, version: str | None) -> OpenedIndex:
+    return open_version(settings.index_root, "shop", version)
+
+
+def _by_id(settings: Settings, version: str | None) -> dict[str, np.ndarray]:
+    """{id: stored embedding} of the live items, whatever the layout (one version or segments)."""
+    with _any(settings, version) as idx:
+        rows = [idx.row_of(it["id"]) for it in _live_items(idx)]
+        ids = [it["id"] for it in _live_items(idx)]
+        embeds = idx.embeddings(np.array(rows, dtype=np.int64))
+    return dict(zip(ids, embeds, strict=True))
+
+
+def _live_items(idx: OpenedIndex) -> list[dict[str, Any]]:
+    live = [r for r in range(idx.total_rows) if idx.row_of(idx.items([r])[0]["id"]) == r]
+    return idx.items(live)
 
 
 def _inode(settings: Settings, version: str, name: str) -> int:
@@ -87,15 +108,17 @@ def test_changed_image_under_same_path_and_same_image_under_new_path(
     again = build("shop", [_write(shop, rows)], settings=settings)
     assert (again.items_encoded, again.items_reused) == (1, 39)
     assert (again.items_new, again.items_changed, again.items_removed) == (0, 1, 0)
-    old, new = _embeds(settings, first.version), _embeds(settings, again.version)
-    assert not np.allclose(old[3], new[3], atol=1e-3)  # encoded again
-    np.testing.assert_array_equal(np.delete(old, 3, axis=0), np.delete(new, 3, axis=0))  # the rest reused
-    with _open(settings, again.version) as idx:
-        assert idx.items([5])[0]["path"] == str(shop / moved)
-    assert again.ann_index == "rebuilt from stored vectors"
+    old, new = _by_id(settings, first.version), _by_id(settings, again.version)
+    assert not np.allclose(old[rows[3]["id"]], new[rows[3]["id"]], atol=1e-3)  # encoded again
+    for r in rows[:3] + rows[4:]:  # the rest reused
+        np.testing.assert_array_equal(old[r["id"]], new[r["id"]])
+    with _any(settings, again.version) as idx:
+        assert idx.items([idx.row_of(rows[5]["id"])])[0]["path"] == str(shop / moved)
+    assert again.ann_index.startswith("segments: 0 linked whole, 1 with rows deleted")
     forced = build("shop", [manifest], settings=settings, force=True)
     assert (forced.items_encoded, forced.items_reused) == (40, 0)
-    np.testing.assert_allclose(_embeds(settings, forced.version), new, atol=1e-6)
+    for item_id, vec in _by_id(settings, forced.version).items():
+        np.testing.assert_allclose(vec, new[item_id], atol=1e-6)
 
 
 def test_metadata_only_change_encodes_nothing_and_filters_see_it(
@@ -136,15 +159,18 @@ def test_incremental_answers_equal_a_force_build(
     assert forced.items_encoded == 40
     texts = [r["captions"]["en"][0] for r in rows[:12]] + [r["captions"]["de"][0] for r in rows[12:24]]
     queries = np.asarray(encoder.encode_text(texts).embeds, dtype=np.float32)
-    with _open(settings, incremental.version) as a, _open(settings, forced.version) as b:
+    assert incremental.ann_index.startswith("segments:")  # a small change: one new segment
+    with _any(settings, incremental.version) as a, _any(settings, forced.version) as b:
         sa, ra = a.search(queries, 10)
         sb, rb = b.search(queries, 10)
         ids_a = [[it["id"] for it in a.items(r)] for r in ra]
         ids_b = [[it["id"] for it in b.items(r)] for r in rb]
         assert ids_a == ids_b
         np.testing.assert_allclose(sa, sb, atol=1e-6)
-        toks = np.arange(a.total_rows)
-        np.testing.assert_allclose(a.rerank_tokens(toks), b.rerank_tokens(toks), atol=1e-3)
+        ids = [r["id"] for r in rows]
+        rows_a = np.array([a.row_of(i) for i in ids])
+        rows_b = np.array([b.row_of(i) for i in ids])
+        np.testing.assert_allclose(a.rerank_tokens(rows_a), b.rerank_tokens(rows_b), atol=1e-3)
 
 
 def test_corrupted_stored_vector_is_encoded_again_and_reported(
@@ -164,7 +190,9 @@ def test_corrupted_stored_vector_is_encoded_again_and_reported(
     assert again.reuse_mismatched == [rows[7]["id"]]
     assert (again.items_encoded, again.items_reused) == (1, 39)
     assert any("failed their checksum" in note and rows[7]["id"] in note for note in again.notes)
-    np.testing.assert_allclose(_embeds(settings, again.version), good, atol=1e-6)
+    fixed = _by_id(settings, again.version)
+    for r, vec in zip(rows, good, strict=True):
+        np.testing.assert_allclose(fixed[r["id"]], vec, atol=1e-6)
     assert verify_version(settings.index_root, "shop", again.version) == []
 
 
@@ -245,9 +273,15 @@ def test_appended_rows_extend_the_parents_hnsw_graph(
         _, found = idx.search(embeds, 1)
         np.testing.assert_array_equal(found[:, 0], np.arange(40))
     assert verify_version(hnsw.index_root, "shop", grown.version) == []
-    rows.pop(0)  # a removal: the graph would keep the removed row, so it is rebuilt
+    rows.pop(0)  # a removal: the row is marked deleted in a segment of its own (the graph is kept)
     shrunk = build("shop", [_write(manifest.parent, rows)], settings=hnsw)
-    assert (shrunk.items_encoded, shrunk.ann_index) == (0, "rebuilt from stored vectors")
+    assert shrunk.items_encoded == 0 and shrunk.ann_index.startswith("segments: 0 linked whole, 1 ")
+    rows.pop(0)
+    rows.pop(0)  # 3 of 40 rows deleted passes a 5 % share: compacted, the graph rebuilt from stored vectors
+    tight = hnsw.model_copy(update={"index_segment_max_dead": 0.05})
+    compacted = build("shop", [_write(manifest.parent, rows)], settings=tight)
+    assert (compacted.items_encoded, compacted.ann_index) == (0, "rebuilt from stored vectors")
+    assert any(note.startswith("compacted into one version") for note in compacted.notes)
 
 
 def test_a_rebuild_of_the_same_rows_keeps_the_parents_rerank_policy(
@@ -267,3 +301,238 @@ def test_a_rebuild_of_the_same_rows_keeps_the_parents_rerank_policy(
     assert touched.published and touched.items_encoded == 0
     with _open(settings, touched.version) as idx:
         assert idx.manifest.rerank.get("policy") == policy
+
+
+def _disk(*folders: Path) -> int:
+    """Bytes allocated to the files under ``folders``, each inode once (hard links share)."""
+    seen: set[int] = set()
+    total = 0
+    for folder in folders:
+        for path in folder.rglob("*"):
+            st = path.lstat()
+            if path.is_file() and st.st_ino not in seen:
+                seen.add(st.st_ino)
+                total += st.st_blocks * 512
+    return total
+
+
+def _exact_answers(settings: Settings, version: str | None, queries: np.ndarray) -> tuple[list, np.ndarray]:
+    with _any(settings, version) as idx:
+        scores, rows = idx.search_exact(queries, 10)
+        return [[it["id"] for it in idx.items(r)] for r in rows], scores
+
+
+def test_one_changed_image_writes_a_segment_sharing_the_parents_files(
+    settings: Settings, catalogue: Path, tmp_path: Path, encoder: Encoder
+) -> None:
+    """1 of 40 images changed: only it is encoded; the new version is the parent's files (hard links:
+    the same inodes) with that row marked deleted, plus a segment of one row; disk of both versions
+    together within 1.1x of one; verify passes; exact answers equal a --force build's; a pruned parent
+    leaves the new version whole."""
+    manifest, rows = _shop(catalogue, tmp_path)
+    first = build("shop", [manifest], settings=settings)
+    assert first.version is not None
+    write_photo(manifest.parent / rows[3]["image"], 4242, (64, 64), fmt="PNG")
+    base = index_dir(settings.index_root, "shop")
+    again = build("shop", [manifest], settings=settings)
+    assert again.version is not None and (again.items_encoded, again.items_reused) == (1, 39)
+    seg0, seg1 = base / again.version / "shard-000", base / again.version / "shard-001"
+    for name in (EMBEDDINGS_FILE, RERANK_FILE, INDEX_FILE):
+        assert (seg0 / name).stat().st_ino == _inode(settings, first.version, name)
+    # Every other file is a link too: the second version costs its metadata, file stats, manifests and the
+    # new segment (at 40 tiny items those fixed costs are a fifth of a version; bench/incremental.py
+    # measures 1,000 and 100,000).
+    own = sorted(p.name for p in seg0.iterdir() if p.stat().st_nlink == 1)
+    assert own == ["image_stats.npy", "manifest.json", "metadata.sqlite"]
+    extra = _disk(base / first.version, base / again.version) - _disk(base / first.version)
+    written = [seg0 / name for name in own] + [base / again.version / "manifest.json"]
+    assert extra == _disk(seg1) + sum(p.stat().st_blocks * 512 for p in written)
+    assert verify_version(settings.index_root, "shop", again.version) == []
+    with _any(settings, again.version) as idx:
+        assert len(idx) == 40 and idx.total_rows == 41
+        assert idx.row_of(rows[3]["id"]) == 40  # the live row is the new segment's
+        assert idx.manifest.sharding["rule"] == "segments"
+        assert np.load(seg1 / EMBEDDINGS_FILE).shape[0] == 1
+    assert prune_versions(settings.index_root, "shop", 1) == [first.version]  # the parent goes
+    assert verify_version(settings.index_root, "shop", again.version) == []  # its shared files stay
+    reference = settings.model_copy(update={"index_root": tmp_path / "reference"})
+    forced = build("shop", [manifest], settings=reference, force=True)
+    texts = [r["captions"]["en"][0] for r in rows[:20]]
+    queries = np.asarray(encoder.encode_text(texts).embeds, dtype=np.float32)
+    ids_f, scores_f = _exact_answers(reference, forced.version, queries)
+    ids_c, scores_c = _exact_answers(settings, again.version, queries)
+    assert ids_c == ids_f
+    np.testing.assert_allclose(scores_c, scores_f, atol=1e-6)
+
+
+def test_segments_compact_past_the_segment_limit_and_answers_stay_those_of_force(
+    settings: Settings, catalogue: Path, tmp_path: Path, encoder: Encoder
+) -> None:
+    limited = settings.model_copy(update={"index_max_segments": 3})
+    manifest, rows = _shop(catalogue, tmp_path)
+    build("shop", [manifest], settings=limited)
+    shop = manifest.parent
+    factories = []
+    for k in range(3):  # each build changes one image: segments 2, 3, then compaction into one
+        write_photo(shop / rows[k]["image"], 9000 + k, (64, 64), fmt="PNG")
+        report = build("shop", [manifest], settings=limited)
+        assert report.items_encoded == 1
+        factories.append(report.index_shards)
+    assert factories == [2, 3, 1]
+    assert any("3 segments" not in n and n.startswith("compacted") for n in report.notes)
+    assert verify_version(settings.index_root, "shop") == []
+    with _any(settings, None) as idx:
+        assert not idx.manifest.is_sharded and idx.total_rows == 40
+    forced = build("shop", [manifest], settings=limited, force=True)
+    queries = np.asarray(encoder.encode_text([r["captions"]["en"][0] for r in rows[:16]]).embeds, np.float32)
+    ids_a, scores_a = _exact_answers(settings, report.version, queries)
+    ids_b, scores_b = _exact_answers(settings, forced.version, queries)
+    assert ids_a == ids_b
+    np.testing.assert_allclose(scores_a, scores_b, atol=1e-6)
+
+
+def test_add_delete_and_metadata_on_a_segmented_version(
+    settings: Settings, catalogue: Path, tmp_path: Path
+) -> None:
+    from indexer.build import delete
+
+    manifest, rows = _shop(catalogue, tmp_path)
+    shop = manifest.parent
+    build("shop", [_write(shop, rows[:36])], settings=settings)
+    write_photo(shop / rows[0]["image"], 31337, (64, 64), fmt="PNG")
+    seg = build("shop", [_write(shop, rows[:36])], settings=settings)
+    assert seg.index_shards == 2 and seg.items_encoded == 1
+    added = add("shop", [_write(shop, rows)], settings=settings)  # 4 new items: a third segment
+    assert added.items_indexed == 4 and added.index_shards == 3
+    gone = delete("shop", [rows[0]["id"], rows[10]["id"], rows[38]["id"]], settings=settings)
+    assert gone.count == 37
+    assert verify_version(settings.index_root, "shop") == []
+    with _any(settings, None) as idx:
+        assert idx.manifest.sharding["rule"] == "segments"
+        assert [idx.row_of(rows[i]["id"]) for i in (0, 10, 38)] == [None, None, None]
+        assert idx.row_of(rows[39]["id"]) is not None
+    left = [r for i, r in enumerate(rows) if i not in (0, 10, 38)]
+    for i, r in enumerate(left):  # a metadata-only change of every row: nothing encoded, filters see it
+        r["price"] = float(i)
+    meta = build("shop", [_write(shop, left)], settings=settings)
+    assert meta.published and meta.items_encoded == 0
+    with _any(settings, None) as idx:
+        found = idx.filter_rows({"price": {"gte": 35}})
+        assert sorted(it["id"] for it in idx.items(found)) == sorted(r["id"] for r in left[35:])
+    assert verify_version(settings.index_root, "shop") == []
+
+
+def test_kill_9_mid_segment_build_then_rerun_publishes_the_same(settings: Settings, tmp_path: Path) -> None:
+    """The small-change path (a new segment) resumes after kill -9 like any build: 6 of 48 photos changed,
+    encoded one per shard; killed after 2 shards; the re-run publishes a segmented version equal to a
+    --force build."""
+    folder = tmp_path / "photos"
+    for i in range(N_PHOTOS):
+        write_photo(folder / f"{i:03d}.jpg", i, (480, 360))
+    root = settings.index_root
+    first = build("shop", [folder], settings=settings)
+    for i in range(6):
+        write_photo(folder / f"{i:03d}.jpg", 2000 + i, (480, 360))
+    env = {**os.environ, "CCRK_SHARD_SIZE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
+    env["COLUMNS"] = "300"
+    proc = subprocess.Popen(
+        _cli(folder, root, tmp_path / "killed.json"), cwd=REPO_ROOT, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    written = kill_after_shards(proc, root, "shop/.builds/build-*/shards/shard-*.npz", 2)
+    assert 2 <= written < 6
+    assert current_version(root, "shop") == first.version
+    rerun = subprocess.run(
+        _cli(folder, root, tmp_path / "rerun.json"), cwd=REPO_ROOT, env=env, capture_output=True, text=True
+    )
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    report = json.loads((tmp_path / "rerun.json").read_text())
+    assert (report["items_encoded"], report["items_reused"], report["index_shards"]) == (6, 42, 2)
+    assert report["resumed_shards"] >= 2
+    assert verify_version(root, "shop") == []
+    forced = build("shop", [folder], settings=settings, force=True)
+    a, b = _by_id(settings, report["version"]), _by_id(settings, forced.version)
+    assert a.keys() == b.keys()
+    for item_id, vec in b.items():
+        np.testing.assert_allclose(a[item_id], vec, atol=1e-6)
+
+
+def test_files_hashed_before_are_not_read_again_and_a_rewritten_one_is(
+    settings: Settings, catalogue: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The file stats recorded with the digests (``store.reuse.image_stat``) spare reading the unchanged
+    files; a file written since (same path, same size even) has a new change time: hashed and encoded."""
+    import indexer.incremental as incremental
+    import store.reuse as reuse
+
+    monkeypatch.setattr(reuse, "RACY_NS", 0)  # the test's files are seconds old, not hours
+    manifest, rows = _shop(catalogue, tmp_path)
+    build("shop", [manifest], settings=settings)
+    hashed: list[Path] = []
+
+    def counting(path: Path) -> bytes | None:
+        hashed.append(Path(path))
+        return reuse.image_digest(path)
+
+    monkeypatch.setattr(incremental, "image_digest", counting)
+    target = manifest.parent / rows[6]["image"]
+    data = target.read_bytes()
+    target.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))  # other bytes, same size and path
+    rows[0]["price"] = 2.0
+    again = build("shop", [_write(manifest.parent, rows)], settings=settings)
+    assert hashed == [target]
+    assert again.items_changed == 1 and again.items_encoded == 1
+
+
+def test_the_model_check_is_skipped_for_the_files_current_was_checked_with(
+    settings: Settings, catalogue: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
+    import indexer.build as build_module
+    import indexer.build_key as build_key
+
+    model = tmp_path / "model"
+    shutil.copytree(settings.model_dir, model)
+    monkeypatch.setattr(build_key, "RACY_NS", 0)  # the copy is seconds old
+    checked: list[Path] = []
+    real_check = build_module.check_model_dir
+
+    def counting(model_dir: Path, **kwargs: Any) -> None:
+        checked.append(Path(model_dir))
+        real_check(model_dir, **kwargs)
+
+    monkeypatch.setattr(build_module, "check_model_dir", counting)
+    own = settings.model_copy(update={"model_dir": model})
+    manifest, rows = _shop(catalogue, tmp_path)
+    build("shop", [manifest], settings=own)
+    rows[0]["price"] = 3.0
+    build("shop", [_write(manifest.parent, rows)], settings=own)
+    assert checked == [model]  # the second build: the very files CURRENT's build checked
+    os.utime(model / "config.json")  # any change to a file of the model: checked again
+    rows[0]["price"] = 4.0
+    build("shop", [_write(manifest.parent, rows)], settings=own)
+    assert checked == [model, model]
+
+
+def test_a_version_written_before_segments_and_file_stats_is_reused_and_segmented(
+    settings: Settings, catalogue: Path, tmp_path: Path
+) -> None:
+    """CURRENT as the previous release wrote it (no image_stats.npy, no model files key): still served,
+    its rows reused, and it becomes the first segment of the next version."""
+    from store.manifest import IndexManifest
+
+    manifest, rows = _shop(catalogue, tmp_path)
+    first = build("shop", [manifest], settings=settings)
+    assert first.version is not None
+    old = index_dir(settings.index_root, "shop") / first.version
+    (old / "image_stats.npy").unlink()
+    m = IndexManifest.load(old / "manifest.json")
+    m.checksums.pop("image_stats.npy")
+    m.build_params.pop("model_files_key", None)
+    m.save(old / "manifest.json")
+    assert verify_version(settings.index_root, "shop", first.version) == []
+    with _any(settings, None) as idx:
+        assert len(idx) == 40
+    write_photo(manifest.parent / rows[9]["image"], 5151, (64, 64), fmt="PNG")
+    again = build("shop", [manifest], settings=settings)
+    assert (again.items_encoded, again.items_reused, again.index_shards) == (1, 39, 2)
+    assert verify_version(settings.index_root, "shop", again.version) == []

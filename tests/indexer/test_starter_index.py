@@ -30,7 +30,8 @@ def test_build_and_add_without_a_rerank_store(
         assert m.embed_dim == 512 and m.preprocessing["image_size"] == 224
         assert m.rerank["tokens"] == 0 and m.rerank["bytes_per_image"] == 0
         assert set(m.checksums) == {
-            "index.faiss", "embeddings.npy", "metadata.sqlite", "image_digests.npy", "row_digests.npy"
+            "index.faiss", "embeddings.npy", "metadata.sqlite", "image_digests.npy", "row_digests.npy",
+            "image_stats.npy",
         }  # fmt: skip
         assert not (idx.path / RERANK_FILE).exists()
         assert verify_version(settings.index_root, "starter", m.version, model_dir=starter_model) == []
