@@ -57,10 +57,8 @@ class ResponseBuilder:
             rerank_score = None
             if ranked.rerank_scores is not None and not np.isnan(ranked.rerank_scores[n]):
                 rerank_score = float(ranked.rerank_scores[n])
-            # Built from our own typed values: pydantic's validation would only copy them (model_dump_json
-            # serialises by the field types all the same).
             hits.append(
-                SearchHit.model_construct(
+                SearchHit(
                     id=item_id,
                     score=float(ranked.scores[n]),
                     rerank_score=rerank_score,
