@@ -182,10 +182,17 @@ class WordTable:
         hits = at[self._hashes[at] == keys]
         if not hits.size:
             return np.zeros(n), np.zeros(n)
-        pairs = np.concatenate([np.arange(self._bounds[i], self._bounds[i + 1]) for i in hits.tolist()])
+        pairs, _ = self._pairs(hits)
         langs = self._langs[pairs]
         log10 = self._centibels[pairs] * -0.01
         return np.bincount(langs, weights=log10, minlength=n), np.bincount(langs, minlength=n)
+
+    def _pairs(self, hits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The (word, language) pairs of the words at ``hits``, word by word in order (each word's run of
+        ``_bounds``), and how many each word has."""
+        starts, lengths = self._bounds[hits], self._bounds[hits + 1] - self._bounds[hits]
+        ends = np.cumsum(lengths)
+        return np.repeat(starts - (ends - lengths), lengths) + np.arange(int(ends[-1])), lengths
 
     def totals_many(self, lists: Sequence[Sequence[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
         """``totals`` of several word lists with one lookup (a query and its halves, ``LanguageDetector``);
@@ -199,8 +206,8 @@ class WordTable:
         hits = at[found]
         if not hits.size:
             return [(np.zeros(n), np.zeros(n)) for _ in lists]
-        pairs = np.concatenate([np.arange(self._bounds[i], self._bounds[i + 1]) for i in hits.tolist()])
-        cell = np.repeat(segment[found], self._bounds[hits + 1] - self._bounds[hits]) * n + self._langs[pairs]
+        pairs, lengths = self._pairs(hits)
+        cell = np.repeat(segment[found], lengths) * n + self._langs[pairs]
         log10 = self._centibels[pairs] * -0.01
         sums = np.bincount(cell, weights=log10, minlength=n * g).reshape(g, n)
         held = np.bincount(cell, minlength=n * g).reshape(g, n)
@@ -379,12 +386,7 @@ class LanguageDetector:
         ``totals`` of the text's words (None: no words)."""
         group = self._groups[script]
         n = len(group.codes)
-        char = np.zeros(n, dtype=np.float32)
-        if visits:
-            idx = np.fromiter(visits.keys(), dtype=np.intp, count=len(visits))
-            counts = np.fromiter(visits.values(), dtype=np.float32, count=len(visits))
-            rows = self._char_tables[script][idx].astype(np.float32)  # float16 as stored: no BLAS for it
-            char = (np.log1p(counts) @ rows) / math.sqrt(encoded_bytes)
+        char = self._char(script, visits, encoded_bytes)
         has_list = group.word_columns >= 0
         if n_words and totals is not None:
             log_sum, held = totals
@@ -395,6 +397,39 @@ class LanguageDetector:
         else:
             known_log10, unknown, any_known = np.zeros(n), np.zeros(n), np.ones(n, dtype=bool)
         return Evidence(char=char, known_log10=known_log10, unknown=unknown, any_known=any_known)
+
+    def _char(self, script: str, visits: Counter[int] | None, encoded_bytes: int) -> np.ndarray:
+        """py3langid's character log-likelihood of each language of the script's group over sqrt(bytes)."""
+        if not visits:
+            return np.zeros(len(self._groups[script].codes), dtype=np.float32)
+        idx = np.fromiter(visits.keys(), dtype=np.intp, count=len(visits))
+        counts = np.fromiter(visits.values(), dtype=np.float32, count=len(visits))
+        rows = self._char_tables[script][idx].astype(np.float32)  # float16 as stored: no BLAS for it
+        return (np.log1p(counts) @ rows) / math.sqrt(encoded_bytes)
+
+    def _weigh_rows(
+        self,
+        group: _Group,
+        char: np.ndarray,
+        known_log10: np.ndarray,
+        unknown: np.ndarray,
+        any_known: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``weigh`` of several texts at once, one row each (the same arithmetic, element by element and
+        row by row)."""
+        k, n = char.shape
+        scores = (
+            self.supported_prior * group.supported
+            - group.log_family
+            + self.char_weight * char
+            + _LN10 * (known_log10 + self.oov_log10 * unknown)
+        )
+        probs = np.exp(scores - scores.max(axis=1, keepdims=True))
+        probs /= probs.sum(axis=1, keepdims=True)
+        cells = (np.arange(k)[:, None] * n + group.fold).ravel()
+        folded = np.bincount(cells, weights=probs.ravel(), minlength=k * n).reshape(k, n)
+        knows = np.bincount(cells, weights=any_known.ravel(), minlength=k * n).reshape(k, n) > 0
+        return folded, knows
 
     def weigh(self, evidence: Evidence, group: _Group) -> tuple[np.ndarray, np.ndarray]:
         """Probability of each language (relatives folded into the supported language they count for) and
@@ -453,21 +488,32 @@ class LanguageDetector:
                 feats[i] = self._walk(encoded[i])[0]
         word_lists = {i: words(texts[i][0]) if scripts[i][0] != "HAN" else [] for i in grouped}
         totals = dict(zip(grouped, self._words.totals_many([word_lists[i] for i in grouped]), strict=True))
-        out = []
-        for i, (script, share) in enumerate(scripts):
-            group = self._groups.get(script)
-            if group is None:  # the script decides, as in ``classify``
-                code = SCRIPT_LANGUAGE.get(script, "und")
-                out.append((code, share if code != "und" else 0.0))
-                continue
-            visits = Counter(feats[i]) if feats[i] else None
-            evidence = self._evidence(script, visits, len(encoded[i]), len(word_lists[i]), totals[i])
-            probs, knows = self.weigh(evidence, group)
-            best = int(probs.argmax())
-            confidence = float(probs[best]) * share
-            if not knows[best]:
-                confidence = min(confidence, self.unknown_words_confidence)
-            out.append((group.codes[best], confidence))
+        out: list[tuple[str, float]] = []
+        for script, share in scripts:
+            code = SCRIPT_LANGUAGE.get(script, "und")  # the script decides, as in ``classify``
+            out.append((code, share if code != "und" else 0.0))
+        for script in dict.fromkeys(scripts[i][0] for i in grouped):  # the texts of one script together
+            rows = [i for i in grouped if scripts[i][0] == script]
+            group = self._groups[script]
+            char = np.stack(
+                [self._char(script, Counter(feats[i]) if feats[i] else None, len(encoded[i])) for i in rows]
+            )
+            n_words = np.array([len(word_lists[i]) for i in rows])
+            log_sum = np.stack([totals[i][0] for i in rows])
+            held = np.stack([totals[i][1] for i in rows])
+            has_list = group.word_columns >= 0
+            known_log10 = np.where(has_list, log_sum[:, group.word_columns], 0.0)
+            held_here = np.where(has_list, held[:, group.word_columns], 0)
+            unknown = np.where(has_list, n_words[:, None] - held_here, n_words[:, None]).astype(np.float64)
+            any_known = ~has_list | (held_here > 0)
+            any_known[n_words == 0] = True  # no words: nothing any language fails to know (``_evidence``)
+            probs, knows = self._weigh_rows(group, char, known_log10, unknown, any_known)
+            for row, i in enumerate(rows):
+                best = int(probs[row].argmax())
+                confidence = float(probs[row, best]) * scripts[i][1]
+                if not knows[row, best]:
+                    confidence = min(confidence, self.unknown_words_confidence)
+                out[i] = (group.codes[best], confidence)
         return out
 
     def _walk(self, encoded: bytes, state: int = 0) -> tuple[list[int], int]:
