@@ -380,6 +380,16 @@ class Settings(BaseSettings):
     search_workers: int = Field(
         4, ge=1, le=256, description="Worker threads encoding and searching at once (CPU-bound work)."
     )
+    inline_text_search: bool = Field(
+        True,
+        description=(
+            "Answer a short text search (no re-ranking, no filters, an unsharded index without product"
+            " channels, no Redis) on the event loop instead of handing it to a worker thread: its ~1 ms of"
+            " work is shorter than what the hop costs under load (100k items, 32 clients: 1.95 -> 1.31 ms of"
+            " server CPU per query, off -> on). Re-ranking, filters, products, image searches keep the worker"
+            " threads."
+        ),
+    )
     workers: int = Field(
         1,
         ge=1,

@@ -9,6 +9,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from ccrk_settings import Settings, get_settings
+from service.api import fast_search
 from service.api.routes import (
     admin,
     catalogues,
@@ -102,4 +103,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # second limiter (app middleware and route) for the same check.
         app.include_router(module.router, max_body_size=max_body_size)
     app.mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="static")  # the pages' own assets
+    fast_search.install(app)  # POST /v1/search without FastAPI's request machinery (same answers)
     return app

@@ -51,6 +51,43 @@ def _answer(status: bytes, message: str, error_type: str, loc: list[str]) -> byt
     return b"\r\n".join(head) + b"\r\n\r\n" + body
 
 
+class HeadWithBody:
+    """The transport as one response cycle of uvicorn's sees it: the response head (status line and
+    headers, written when the app starts its answer) is held back and goes out in one write with the first
+    body bytes, or when the response ends or the connection closes. uvicorn writes them separately: two
+    segments, and the client is woken twice per answer (at ~600 small answers/s on 2 shared cores, the
+    head's send was ~18 % of the event loop's Python time, mostly the client taking the core from the
+    server). The bytes sent are the same; an informational ``100 Continue`` is never held."""
+
+    __slots__ = ("_expect_head", "_held", "_transport")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._held: bytes | None = None
+        self._expect_head = True
+
+    def write(self, data: bytes) -> None:
+        if self._expect_head and data[:9] == b"HTTP/1.1 " and data[9:10] != b"1":
+            self._expect_head = False
+            self._held = data
+            return
+        if self._held is not None:
+            data, self._held = self._held + data, None
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        if self._held is not None:
+            held, self._held = self._held, None
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 def guarded_protocol(
     header_timeout_s: float,
     body_timeout_s: float,
@@ -195,11 +232,29 @@ def guarded_protocol(
 
         def on_headers_complete(self) -> None:
             self._in_head = False
+            before = self.cycle
             super().on_headers_complete()
+            self._coalesce(before)
             self._arm(body_timeout_s, "body")
             self._disarm_total()
             if body_total_s != float("inf"):
                 self._total = self.loop.call_later(body_total_s, self._expire_total)
+
+        def _coalesce(self, before: Any) -> None:
+            """The request's cycle (made just now; its task has not run yet) writes through HeadWithBody,
+            flushed when its response is complete (a HEAD answer writes no body)."""
+            cycle = self.cycle
+            if cycle is None or cycle is before:  # no new cycle (an upgrade)
+                return
+            transport = HeadWithBody(self.transport)
+            cycle.transport = transport
+            done = cycle.on_response
+
+            def on_response() -> None:
+                transport.flush()
+                done()
+
+            cycle.on_response = on_response
 
         def on_body(self, body: bytes) -> None:
             super().on_body(body)

@@ -286,7 +286,7 @@ class Runtime:
             encoder=encoder,
             model_name=model_name_of(s.model_dir),
             model_fingerprint=query_fingerprint,
-            detector=LanguageDetector(self.languages),
+            detector=LanguageDetector(self.languages, cache_size=s.cache_size),
             cache=self.cache,
             default_rerank=s.rerank,
             default_rerank_k=s.rerank_k,
@@ -327,6 +327,7 @@ class Runtime:
                 image_slots=self.settings.image_search_concurrency,
                 image_slot_wait_s=self.settings.image_wait_s,
                 upload_budget=self.upload_budget,
+                inline=self.settings.inline_text_search,
             )
             if first is not None:  # one bound on decodes per process, whichever catalogue they search
                 facade.image_slots = first.image_slots

@@ -192,6 +192,7 @@ class IndexVersion:
         self._ivf = faiss.try_extract_index_ivf(self._index)
         self._hnsw = isinstance(self._index, faiss.IndexHNSW)
         self._flat = isinstance(self._index, faiss.IndexFlat)
+        self._plain_params: dict[int, Any] = {}  # ``_walk_params``, by efSearch
         self.set_search_params(manifest.search_params or {})
 
     def set_search_params(self, params: dict[str, Any]) -> None:
@@ -313,6 +314,17 @@ class IndexVersion:
             p.sel = selector
         return p
 
+    def _walk_params(self, kc: int) -> Any:
+        """The parameters of an HNSW walk over every row (no filter, nothing deleted): one object per beam
+        width, made once and kept (faiss only reads it; making one per query cost ~5 us of Python)."""
+        ef = max(min(self._index.hnsw.efSearch, 1024), kc)
+        params = self._plain_params.get(ef)
+        if params is None:
+            params = faiss.SearchParametersHNSW()
+            params.efSearch = ef
+            self._plain_params[ef] = params
+        return params
+
     def search(
         self, queries: np.ndarray, k: int, allowed_rows: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -332,14 +344,14 @@ class IndexVersion:
             selector = None
         kc = max(k, k * self._rescore) if self._rescore else k
         kc = min(kc, max(1, self._n))
-        params = self._params(selector)
+        params = self._params(selector) if selector is not None or not self._hnsw else self._walk_params(kc)
         if params is None and selector is not None:
             target = allowed if allowed is not None else np.flatnonzero(self._live)
             return self._exact_rows(q, k, target)
         if params is None:
             scores, rows = self._index.search(q, kc)
         else:
-            if self._hnsw:
+            if self._hnsw and selector is not None:
                 # A filtered walk keeps only the allowed share of what it visits: widen the beam to match.
                 share = allowed.size / max(1, self._count) if allowed is not None else 1.0
                 params.efSearch = max(min(int(params.efSearch / max(share, 1e-3)), 1024), kc)

@@ -2,7 +2,9 @@
 and the catalogue's image files.
 
 Each request leases the served version once, inside the worker thread doing its blocking work (a swap
-meanwhile does not close the version), runs its pipeline there and hands what it did to the telemetry. The
+meanwhile does not close the version), runs its pipeline there and hands what it did to the telemetry. A
+short text search (``SearchPipeline.is_short``: ~1 ms of CPU) runs on the event loop instead: the hop to a
+worker thread and back cost more than that under load. The
 routes only parse HTTP, call one method and answer. (``/v1/index`` reads the opened version's attributes
 under a lease of its own on the event loop: no I/O, no pipeline.)
 
@@ -58,8 +60,10 @@ class SearchFacade:
         image_slots: int,
         upload_budget: UploadBudget,
         image_slot_wait_s: float = IMAGE_SLOT_WAIT_S,
+        inline: bool = False,
     ) -> None:
         self.holder = holder
+        self.inline = inline  # short text searches on the event loop (CCRK_INLINE_TEXT_SEARCH)
         self.pipeline = pipeline
         self.telemetry = telemetry
         self.limiter = limiter  # the runtime's bound on worker threads doing CPU work
@@ -75,6 +79,11 @@ class SearchFacade:
     # -- searches --------------------------------------------------------------------------------------------
 
     async def text(self, request: SearchRequest) -> TextAnswer:
+        """A text search: on the event loop when it is short (``SearchPipeline.is_short``; the served
+        version peeked at without a lease, which ``_text`` takes), else in a worker thread."""
+        served = self.holder.served
+        if self.inline and served is not None and self.pipeline.is_short(served, request):
+            return self._text(request)
         return await anyio.to_thread.run_sync(self._text, request, limiter=self.limiter)
 
     def _text(self, request: SearchRequest) -> TextAnswer:

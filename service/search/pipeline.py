@@ -6,8 +6,9 @@ Over 400 lines: one method per kind of search, each the whole of that search's p
 text query beside the dual encoder's, which it leaves as it was), so each reads in one place.
 
 Everything here is blocking (ONNX Runtime, faiss, sqlite, Redis) and runs in a worker thread
-(``service.search.facade``). It records no metrics: each method returns what it did with its answer, and
-the facade hands that to the telemetry.
+(``service.search.facade``), except a short text search (``is_short``), which runs on the event loop.
+It records no metrics: each method returns what it did with its answer, and the facade hands that to the
+telemetry.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ from service.search.ranking import Ranked, Ranker, RerankPolicyName
 from service.search.responses import ResponseBuilder, since_ms
 from service.uploads import decode_upload
 from store.products import ProductChannels
+from store.reader import IndexVersion
+from store.sharded import ShardedIndex
+
+INLINE_MAX_SHARDS = 4  # local shards or segments a search may walk on the event loop
 
 
 @dataclass
@@ -123,6 +128,26 @@ class SearchPipeline:
         return requested
 
     # -- text ------------------------------------------------------------------------------------------------
+
+    def is_short(self, served: Served, request: SearchRequest) -> bool:
+        """Whether a text search is short enough to answer on the event loop (``SearchFacade.text``):
+        a query encoding, an ANN walk and a page of metadata from the version's row cache, ~1 ms of CPU,
+        less than a worker thread hop costs under load. Not short: re-ranking (tens of ms), filters (a
+        metadata scan), product channels (the lexical channel), a version of many shards or remote ones
+        (Ray) and a Redis cache (network round trips). A version of a few local segments (a small rebuild's,
+        ``indexer.segments``) is short: its new segments are small exact indexes."""
+        rerank = request.rerank if request.rerank is not None else self.default_rerank
+        index = served.index
+        local = isinstance(index, IndexVersion) or (
+            isinstance(index, ShardedIndex) and len(index.shards) <= INLINE_MAX_SHARDS
+        )
+        return (
+            not rerank
+            and not request.filters
+            and self.cache.backend == "memory"
+            and local
+            and channels_of(served) is None
+        )
 
     def text(self, served: Served, request: SearchRequest) -> TextOutcome:
         start = time.perf_counter()

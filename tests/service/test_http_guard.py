@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 
+from service.http_guard import HeadWithBody
 from tests.service.conftest import ServeProcess
 
 HEAD = (
@@ -119,3 +120,68 @@ def test_an_oversized_request_head_is_a_431(index_root: Path) -> None:
                 answer = read_all(conn)
             assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large"), answer[:100]
             assert b"over 32768 bytes" in answer and b"x-content-type-options: nosniff" in answer
+
+
+class RecordingTransport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+def test_a_response_head_goes_out_with_its_body() -> None:
+    """HeadWithBody: the head is held until the body (one write), a 100 Continue is not held, a response
+    without body bytes is flushed when it ends, and a close flushes first."""
+    raw = RecordingTransport()
+    transport = HeadWithBody(raw)  # type: ignore[arg-type]
+    transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    transport.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")
+    assert raw.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]
+    transport.write(b"{}")
+    transport.write(b"HTTP/1.1 200 looks like a head but is body")
+    assert raw.writes[1:] == [
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}",
+        b"HTTP/1.1 200 looks like a head but is body",
+    ]
+    head_only = RecordingTransport()
+    transport = HeadWithBody(head_only)  # type: ignore[arg-type]
+    transport.write(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n")  # a HEAD request's answer
+    transport.flush()
+    assert head_only.writes == [b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n"]
+    closing = RecordingTransport()
+    transport = HeadWithBody(closing)  # type: ignore[arg-type]
+    transport.write(b"HTTP/1.1 500 Internal Server Error\r\n\r\n")
+    transport.close()
+    assert closing.writes == [b"HTTP/1.1 500 Internal Server Error\r\n\r\n"] and closing.closed
+    assert transport.is_closing()
+
+
+def test_head_requests_and_100_continue_on_a_kept_alive_connection(index_root: Path) -> None:
+    """Through `ccrk serve`: a HEAD answer (no body) arrives and the connection serves the next request; a
+    search that expects 100 Continue gets it before sending its body, then its answer."""
+    index = ("--index-root", str(index_root), "--index-name", "shop")
+    with ServeProcess(*index) as served, socket.create_connection(("127.0.0.1", served.port), 10) as conn:
+        conn.settimeout(10)
+        conn.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = conn.recv(65536)
+        assert head.startswith(b"HTTP/1.1 ") and head.endswith(b"\r\n\r\n"), head
+        body = b'{"query": "a red mug", "top_k": 3}'
+        conn.sendall(
+            b"POST /v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + b"Expect: 100-continue\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        )
+        assert conn.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        conn.sendall(body)
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            answer += conn.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200 OK") and b'"results"' in answer

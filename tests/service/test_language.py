@@ -18,7 +18,7 @@ import wordfreq
 
 from model.configs import get_preset
 from model.starter.config import USE_M3_LANGUAGES
-from service.language import LanguageDetector, normalise_code, word_table, words
+from service.language import SCRIPTS, LanguageDetector, normalise_code, script_counts, word_table, words
 from synthetic.synth import SynthConfig, iter_items
 
 DEMO = tuple(get_preset("demo").languages)
@@ -219,3 +219,36 @@ def test_queries_with_letterless_halves(query: str) -> None:
     """A 4-word query whose half has no letters is not "mixed" (a half of digits crashed the mixing check)."""
     info = LanguageDetector(DEMO).resolve(query, None)
     assert not info.mixed and 0.0 <= info.confidence <= 1.0
+
+
+def test_query_and_halves_classified_together_as_one_by_one(detector: LanguageDetector) -> None:
+    """``detect`` classifies a query and its halves together (one word lookup, the first half's walk shared
+    with the whole's): the same label, confidence and mixed flag as classifying each text on its own."""
+    texts = [
+        "roter gestreifter Becher red striped mug",
+        "roter gestreifter Becher mit Punkten",
+        "RED STRIPED MUG WITH DOTS",  # upper case: py3langid lowers the whole, and each half
+        "красная кружка red striped mug",
+        "trois parapluies jaunes sur la table",
+        "l'homme au chapeau rouge et bleu",
+        "tiga payung kuning di atas meja",
+    ]
+    for text in texts:
+        info = detector.detect(text)
+        code, confidence = detector.classify(text)
+        assert (info.code, info.confidence) == (code, round(confidence, 4)), text
+        systems = {s for s in script_counts(text) if s in SCRIPTS}
+        assert info.mixed == (len(systems) > 1 or detector._mixed(text)), text
+
+
+def test_detected_languages_are_cached_by_text() -> None:
+    """With ``cache_size`` a repeated query is answered from the cache (the same answer, a copy of it);
+    without, every query is classified."""
+    cached, plain = LanguageDetector(DEMO, cache_size=4), LanguageDetector(DEMO)
+    first = cached.resolve("drei gelbe Regenschirme", None)
+    calls = []
+    cached.detect = lambda text: calls.append(text)  # type: ignore[method-assign,assignment,return-value]
+    again = cached.resolve("drei gelbe Regenschirme", None)
+    assert again == first == plain.resolve("drei gelbe Regenschirme", None) and again is not first
+    assert calls == []
+    assert cached.resolve("three yellow umbrellas", "en").source == "hint"  # a hint is never cached
