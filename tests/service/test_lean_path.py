@@ -7,15 +7,21 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from indexer.build import build
 from service.api.fast_search import TextSearchFastPath
+from service.index_holder import Served
 from service.schemas import SearchRequest
 from service.search import facade as facade_module
-from tests.fixtures import LiveServer
+from service.search.pipeline import INLINE_MAX_SHARDS
+from store.opening import open_version
+from store.sharded import ShardedIndex
+from tests.fixtures import Catalogue, LiveServer, make_settings
 
 QUERY = {"query": "a red striped mug", "top_k": 5, "rerank": False}
 
@@ -130,3 +136,25 @@ def test_short_searches_run_on_the_event_loop(
     monkeypatch.setattr(runtime.search, "inline", False)  # CCRK_INLINE_TEXT_SEARCH=false
     assert client.post("/v1/search", json=QUERY).status_code == 200
     assert hops[-1] == "_text"
+
+
+def test_a_few_local_shards_are_short_many_are_not(
+    server: LiveServer, catalogue: Catalogue, tmp_path: Path
+) -> None:
+    """A version of a few local shards or segments (what a small rebuild publishes) is searched on the
+    event loop; one of more than INLINE_MAX_SHARDS goes to a worker thread."""
+    source = tmp_path / "items.jsonl"
+    source.write_text(
+        "".join(
+            json.dumps({"id": r.id, "image": str(r.image), "captions": r.captions}) + "\n"
+            for r in catalogue.records[:24]
+        ),
+        encoding="utf-8",
+    )
+    pipeline = server.app.state.runtime.pipeline
+    for shards, short in ((2, True), (INLINE_MAX_SHARDS + 1, False)):
+        settings = make_settings(tmp_path / f"idx{shards}", index_shards=shards, index_workers=0)
+        assert build("shop", [source], settings=settings).published
+        with open_version(settings.index_root, "shop") as opened:
+            assert isinstance(opened, ShardedIndex) and len(opened.shards) == shards
+            assert pipeline.is_short(Served(opened), SearchRequest(**QUERY)) is short
