@@ -81,6 +81,7 @@ from store.layout import BUILDS_DIR, FORMAT_VERSION, INDEX_FILE, MANIFEST_FILE, 
 from store.manifest import IndexManifest, model_fingerprint, model_name_of
 from store.products import ProductChannels, has_product_channels
 from store.reuse import REUSE_KEY, reuse_key, write_reuse_digests
+from store.sharding import Sharding
 
 __all__ = ["BuildReport", "add", "build", "delete", "rollback"]
 
@@ -371,6 +372,15 @@ def add(
     with index_lock(root, name) as guard:
         parent = read_parent(root, name, expect_fingerprint=fingerprint)
         pm, parent_dir, n_old, parent_count = parent.manifest, parent.path, parent.total_rows, parent.count
+        if pm.is_sharded:
+            sharding = Sharding.from_dict(pm.sharding)
+            if sharding.segmented and len(sharding.shards) >= settings.index_max_segments:
+                # An add writes one more segment and never compacts: past the limit, a build does.
+                raise BuildError(
+                    f"index {name!r} has {len(sharding.shards)} segments (index_max_segments "
+                    f"{settings.index_max_segments}): run `ccrk index build` with the whole manifest, which "
+                    "compacts them (nothing is encoded again)"
+                )
         live_ids = parent.live()
         new_items = [it for it in scan.items if it.id not in live_ids]
         report = BuildReport(

@@ -248,6 +248,9 @@ class Runtime:
             int8=s.int8,
             int8_limits=Int8Limits(s.int8_max_recall_drop, s.int8_max_mrv_increase),
         )
+        # Every graph loaded before the service reports ready: an encoder may load its text graph on first
+        # use (the indexer's saving), which would otherwise fall on the first query, maybe on the event loop.
+        encoder.encode_text(["ready"])
         refusal = getattr(encoder, "int8_refusal", None)
         if refusal:
             log.warning("int8 graphs requested but not used: %s; serving fp32", refusal)

@@ -91,7 +91,12 @@ class TantivyLexical:
     ``close``."""
 
     def __init__(self, folder: Path, rows: int) -> None:
-        self._view = Path(tempfile.mkdtemp(prefix="ccrk-lexical-"))
+        try:
+            self._view = Path(tempfile.mkdtemp(prefix="ccrk-lexical-"))
+        except OSError as exc:  # a full or read-only temporary folder: said, as any unreadable index
+            raise IndexFormatError(
+                f"cannot open the lexical index {folder}: no temporary folder ({exc})"
+            ) from exc
         # Removed on close, or when the object goes away unclosed (an exception between open and close).
         self._remove_view = weakref.finalize(self, shutil.rmtree, self._view, ignore_errors=True)
         try:

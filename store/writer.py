@@ -194,6 +194,8 @@ class StagedFiles:
             theirs = {}
         known = self.linked_checksums
         for fname in names:
+            if Path(fname).is_absolute() or ".." in Path(fname).parts:  # a manifest's names stay inside
+                raise IndexFormatError(f"{version_dir}: file name {fname!r} leaves the version folder")
             if link_or_copy(Path(version_dir) / fname, self.stage / fname) and fname in theirs:
                 known[fname] = theirs[fname]
 

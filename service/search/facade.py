@@ -79,11 +79,13 @@ class SearchFacade:
     # -- searches --------------------------------------------------------------------------------------------
 
     async def text(self, request: SearchRequest) -> TextAnswer:
-        """A text search: on the event loop when it is short (``SearchPipeline.is_short``; the served
-        version peeked at without a lease, which ``_text`` takes), else in a worker thread."""
-        served = self.holder.served
-        if self.inline and served is not None and self.pipeline.is_short(served, request):
-            return self._text(request)
+        """A text search: on the event loop when it is short (``SearchPipeline.is_short``, judged on the
+        very version the search then uses: one lease), else in a worker thread."""
+        if self.inline:
+            with self.holder.lease() as served:
+                if self.pipeline.is_short(served, request):
+                    outcome = self.pipeline.text(served, request)
+                    return TextAnswer(outcome.response, self.telemetry.text(request, outcome))
         return await anyio.to_thread.run_sync(self._text, request, limiter=self.limiter)
 
     def _text(self, request: SearchRequest) -> TextAnswer:

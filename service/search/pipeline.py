@@ -49,6 +49,7 @@ from store.reader import IndexVersion
 from store.sharded import ShardedIndex
 
 INLINE_MAX_SHARDS = 4  # local shards or segments a search may walk on the event loop
+INLINE_MAX_RESULTS = 50  # offset + top_k of a search answered on the event loop
 
 
 @dataclass
@@ -133,10 +134,13 @@ class SearchPipeline:
         """Whether a text search is short enough to answer on the event loop (``SearchFacade.text``):
         a query encoding, an ANN walk and a page of metadata from the version's row cache, ~1 ms of CPU,
         less than a worker thread hop costs under load. Not short: re-ranking (tens of ms), filters (a
-        metadata scan), product channels (the lexical channel), a version of many shards or remote ones
+        metadata scan), a deep page (offset + top_k over ``INLINE_MAX_RESULTS``: a wide ANN walk and
+        re-scoring), product channels (the lexical channel), a version of many shards or remote ones
         (Ray) and a Redis cache (network round trips). A version of a few local segments (a small rebuild's,
         ``indexer.segments``) is short: its new segments are small exact indexes."""
         rerank = request.rerank if request.rerank is not None else self.default_rerank
+        if request.offset + request.top_k > INLINE_MAX_RESULTS:  # a deep page: a wide ANN walk
+            return False
         index = served.index
         local = isinstance(index, IndexVersion) or (
             isinstance(index, ShardedIndex) and len(index.shards) <= INLINE_MAX_SHARDS

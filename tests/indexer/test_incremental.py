@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from ccrk_settings import Settings
 from indexer.build import add, build
+from indexer.errors import BuildError
 from model.runtime import Encoder
 from store.layout import EMBEDDINGS_FILE, INDEX_FILE, RERANK_FILE, index_dir
 from store.opening import OpenedIndex, open_version
@@ -404,6 +406,9 @@ def test_add_delete_and_metadata_on_a_segmented_version(
     assert seg.index_shards == 2 and seg.items_encoded == 1
     added = add("shop", [_write(shop, rows)], settings=settings)  # 4 new items: a third segment
     assert added.items_indexed == 4 and added.index_shards == 3
+    # An add never compacts: at index_max_segments it refuses, naming the build that does.
+    with pytest.raises(BuildError, match=r"index_max_segments 3.*ccrk index build"):
+        add("shop", [_write(shop, rows)], settings=settings.model_copy(update={"index_max_segments": 3}))
     gone = delete("shop", [rows[0]["id"], rows[10]["id"], rows[38]["id"]], settings=settings)
     assert gone.count == 37
     assert verify_version(settings.index_root, "shop") == []

@@ -18,7 +18,7 @@ from service.api.fast_search import TextSearchFastPath
 from service.index_holder import Served
 from service.schemas import SearchRequest
 from service.search import facade as facade_module
-from service.search.pipeline import INLINE_MAX_SHARDS
+from service.search.pipeline import INLINE_MAX_RESULTS, INLINE_MAX_SHARDS
 from store.opening import open_version
 from store.sharded import ShardedIndex
 from tests.fixtures import Catalogue, LiveServer, make_settings
@@ -125,6 +125,8 @@ def test_short_searches_run_on_the_event_loop(
     monkeypatch.setattr(facade_module.anyio.to_thread, "run_sync", counted)
     with runtime.holder.lease() as served:
         short = runtime.pipeline.is_short(served, SearchRequest(**QUERY))
+        deep = SearchRequest(**{**QUERY, "offset": INLINE_MAX_RESULTS, "top_k": 1})  # a wide ANN walk
+        assert not runtime.pipeline.is_short(served, deep)
     assert short
     assert client.post("/v1/search", json=QUERY).status_code == 200
     assert hops == []
@@ -158,3 +160,4 @@ def test_a_few_local_shards_are_short_many_are_not(
         with open_version(settings.index_root, "shop") as opened:
             assert isinstance(opened, ShardedIndex) and len(opened.shards) == shards
             assert pipeline.is_short(Served(opened), SearchRequest(**QUERY)) is short
+
