@@ -160,4 +160,3 @@ def test_a_few_local_shards_are_short_many_are_not(
         with open_version(settings.index_root, "shop") as opened:
             assert isinstance(opened, ShardedIndex) and len(opened.shards) == shards
             assert pipeline.is_short(Served(opened), SearchRequest(**QUERY)) is short
-
