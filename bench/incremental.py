@@ -51,6 +51,7 @@ from indexer.report import BuildReport  # noqa: E402
 from indexer.sources import read_sources  # noqa: E402
 from indexer.tuning import tune_staged  # noqa: E402
 from model.model_dir import load_model_config  # noqa: E402
+from store.files import disk_bytes  # noqa: E402
 from store.layout import FORMAT_VERSION, index_dir  # noqa: E402
 from store.manifest import IndexManifest, model_fingerprint, model_name_of  # noqa: E402
 from store.opening import open_version  # noqa: E402
@@ -82,19 +83,6 @@ def _mirror(src: Path, dst: Path) -> None:
     """Other bytes, a real photo: the image mirrored, saved as JPEG."""
     with Image.open(src) as im:
         ImageOps.mirror(im.convert("RGB")).save(dst, format="JPEG", quality=90)
-
-
-def _disk_bytes(*folders: Path) -> int:
-    """Bytes allocated to the files under ``folders``, each inode once (hard links share)."""
-    seen: set[int] = set()
-    total = 0
-    for folder in folders:
-        for path in folder.rglob("*"):
-            st = path.lstat()
-            if path.is_file() and st.st_ino not in seen:
-                seen.add(st.st_ino)
-                total += st.st_blocks * 512
-    return total
 
 
 def _run(label: str, manifest: Path, settings: Settings, *, force: bool = False) -> dict[str, Any]:
@@ -201,14 +189,14 @@ def _scenarios(
         _write_manifest(manifest, rows)
         results.append(_run("1% appended", manifest, settings))
     base = index_dir(settings.index_root, NAME)
-    one_version = _disk_bytes(base / full["version"])
+    one_version = disk_bytes(base / full["version"])
     disk = {
         "one_version_bytes": one_version,
         # the full build's version and the one with 1 % of images changed (99 % of items the same)
-        "two_versions_99pct_same_items_bytes": _disk_bytes(base / full["version"], base / changed_version),
+        "two_versions_99pct_same_items_bytes": disk_bytes(base / full["version"], base / changed_version),
         # that one and the next (1 % added + 1 % removed), and the metadata-only one after it
-        "changed_and_added_bytes": _disk_bytes(base / changed_version, base / added_version),
-        "added_and_metadata_only_bytes": _disk_bytes(base / added_version, base / meta_version),
+        "changed_and_added_bytes": disk_bytes(base / changed_version, base / added_version),
+        "added_and_metadata_only_bytes": disk_bytes(base / added_version, base / meta_version),
     }
     disk["ratio_99pct_same_items"] = round(disk["two_versions_99pct_same_items_bytes"] / one_version, 3)
     disk["ratio_changed_and_added"] = round(disk["changed_and_added_bytes"] / one_version, 3)

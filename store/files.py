@@ -9,6 +9,8 @@ is an ``OSError`` (ENOSPC) before or while writing, which the writer cleans up a
 Convention: disk-full failures travel as ``OSError`` (ENOSPC or EDQUOT) whose ``filename`` is the file
 being written (``names_full_disk`` converts sqlite's and faiss's errors and fills in missing names); the
 indexer turns them into the message its CLI prints (``indexer.disk.explain_failure``).
+
+``disk_bytes`` says what versions that share files take on disk together (each inode counted once).
 """
 
 from __future__ import annotations
@@ -162,3 +164,16 @@ def link_or_copy(src: Path, dst: Path) -> bool:
         shutil.copy2(src, dst)
         return False
     return True
+
+
+def disk_bytes(*folders: Path) -> int:
+    """Bytes allocated to the files under ``folders``, each inode once (versions sharing hard links)."""
+    seen: set[int] = set()
+    total = 0
+    for folder in folders:
+        for path in Path(folder).rglob("*"):
+            st = path.lstat()
+            if path.is_file() and st.st_ino not in seen:
+                seen.add(st.st_ino)
+                total += st.st_blocks * 512
+    return total

@@ -21,6 +21,7 @@ from ccrk_settings import Settings
 from indexer.build import add, build
 from indexer.errors import BuildError
 from model.runtime import Encoder
+from store.files import disk_bytes
 from store.layout import EMBEDDINGS_FILE, INDEX_FILE, RERANK_FILE, index_dir
 from store.opening import OpenedIndex, open_version
 from store.reader import IndexVersion
@@ -219,6 +220,32 @@ def _cli(folder: Path, root: Path, report: Path) -> list[str]:
     ]  # fmt: skip
 
 
+def _killed_then_rerun(
+    folder: Path, root: Path, tmp_path: Path, shard_size: int, current: str
+) -> tuple[int, subprocess.CompletedProcess[str]]:
+    """``ccrk index build`` of ``folder`` killed -9 once it wrote 2 shards of ``shard_size`` items (CURRENT
+    still ``current``), then run again to the end (its JSON report in ``tmp_path / "rerun.json"``): the
+    shards written before the kill, and the re-run."""
+    env = {
+        **os.environ,
+        "CCRK_SHARD_SIZE": str(shard_size),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(REPO_ROOT),
+    }
+    env["COLUMNS"] = "300"
+    proc = subprocess.Popen(
+        _cli(folder, root, tmp_path / "killed.json"), cwd=REPO_ROOT, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    written = kill_after_shards(proc, root, "shop/.builds/build-*/shards/shard-*.npz", 2)
+    assert current_version(root, "shop") == current  # CURRENT untouched
+    rerun = subprocess.run(
+        _cli(folder, root, tmp_path / "rerun.json"), cwd=REPO_ROOT, env=env, capture_output=True, text=True
+    )
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    return written, rerun
+
+
 def test_kill_9_mid_incremental_build_then_rerun_publishes_the_same(
     settings: Settings, tmp_path: Path
 ) -> None:
@@ -229,19 +256,8 @@ def test_kill_9_mid_incremental_build_then_rerun_publishes_the_same(
     first = build("shop", [folder], settings=settings.model_copy(update={"shard_size": SHARD}))
     for i in range(CHANGED):  # 2/3 of the photos change: enough shards to kill the build between them
         write_photo(folder / f"{i:03d}.jpg", 1000 + i, (480, 360))
-    env = {**os.environ, "CCRK_SHARD_SIZE": str(SHARD), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
-    env["COLUMNS"] = "300"
-    proc = subprocess.Popen(
-        _cli(folder, root, tmp_path / "killed.json"), cwd=REPO_ROOT, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    written = kill_after_shards(proc, root, "shop/.builds/build-*/shards/shard-*.npz", 2)
+    written, rerun = _killed_then_rerun(folder, root, tmp_path, SHARD, first.version)
     assert 2 <= written < CHANGED // SHARD
-    assert current_version(root, "shop") == first.version  # CURRENT untouched
-    rerun = subprocess.run(
-        _cli(folder, root, tmp_path / "rerun.json"), cwd=REPO_ROOT, env=env, capture_output=True, text=True
-    )
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert f"encoded {CHANGED} of {N_PHOTOS}; reused {N_PHOTOS - CHANGED}" in " ".join(rerun.stdout.split())
     report = json.loads((tmp_path / "rerun.json").read_text())
     assert (report["items_encoded"], report["items_reused"], report["items_changed"]) == (
@@ -305,19 +321,6 @@ def test_a_rebuild_of_the_same_rows_keeps_the_parents_rerank_policy(
         assert idx.manifest.rerank.get("policy") == policy
 
 
-def _disk(*folders: Path) -> int:
-    """Bytes allocated to the files under ``folders``, each inode once (hard links share)."""
-    seen: set[int] = set()
-    total = 0
-    for folder in folders:
-        for path in folder.rglob("*"):
-            st = path.lstat()
-            if path.is_file() and st.st_ino not in seen:
-                seen.add(st.st_ino)
-                total += st.st_blocks * 512
-    return total
-
-
 def _exact_answers(settings: Settings, version: str | None, queries: np.ndarray) -> tuple[list, np.ndarray]:
     with _any(settings, version) as idx:
         scores, rows = idx.search_exact(queries, 10)
@@ -346,9 +349,9 @@ def test_one_changed_image_writes_a_segment_sharing_the_parents_files(
     # measures 1,000 and 100,000).
     own = sorted(p.name for p in seg0.iterdir() if p.stat().st_nlink == 1)
     assert own == ["image_stats.npy", "manifest.json", "metadata.sqlite"]
-    extra = _disk(base / first.version, base / again.version) - _disk(base / first.version)
+    extra = disk_bytes(base / first.version, base / again.version) - disk_bytes(base / first.version)
     written = [seg0 / name for name in own] + [base / again.version / "manifest.json"]
-    assert extra == _disk(seg1) + sum(p.stat().st_blocks * 512 for p in written)
+    assert extra == disk_bytes(seg1) + sum(p.stat().st_blocks * 512 for p in written)
     assert verify_version(settings.index_root, "shop", again.version) == []
     with _any(settings, again.version) as idx:
         assert len(idx) == 40 and idx.total_rows == 41
@@ -438,19 +441,8 @@ def test_kill_9_mid_segment_build_then_rerun_publishes_the_same(settings: Settin
     first = build("shop", [folder], settings=settings)
     for i in range(6):
         write_photo(folder / f"{i:03d}.jpg", 2000 + i, (480, 360))
-    env = {**os.environ, "CCRK_SHARD_SIZE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
-    env["COLUMNS"] = "300"
-    proc = subprocess.Popen(
-        _cli(folder, root, tmp_path / "killed.json"), cwd=REPO_ROOT, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    written = kill_after_shards(proc, root, "shop/.builds/build-*/shards/shard-*.npz", 2)
+    written, _ = _killed_then_rerun(folder, root, tmp_path, 1, first.version)
     assert 2 <= written < 6
-    assert current_version(root, "shop") == first.version
-    rerun = subprocess.run(
-        _cli(folder, root, tmp_path / "rerun.json"), cwd=REPO_ROOT, env=env, capture_output=True, text=True
-    )
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
     report = json.loads((tmp_path / "rerun.json").read_text())
     assert (report["items_encoded"], report["items_reused"], report["index_shards"]) == (6, 42, 2)
     assert report["resumed_shards"] >= 2
