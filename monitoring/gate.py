@@ -22,13 +22,13 @@ from ccrk_settings import Settings
 from indexer.quality_gate import Captioned, GateThresholds, GateVerdict  # the builder's types, re-exported
 from model.runtime import Encoder
 from monitoring.history import HistoryError, open_history
-from monitoring.probe import ProbeError, has_text_channels, index_searcher, run_probes, run_record
+from monitoring.probe import ProbeError, index_searcher, run_probes, run_record
 from monitoring.probe_set import Probe, ProbeSetError, load_probe_set, probes_from_captions
 from monitoring.report import recall_drops
 from store.errors import IndexFormatError
 from store.manifest import IndexManifest
 from store.opening import open_path, open_version
-from store.reader import SearchableIndex
+from store.products import default_mode
 from store.versions import current_version
 
 log = logging.getLogger(__name__)
@@ -69,11 +69,6 @@ def gate_probes(settings: Settings, captioned: Captioned) -> list[Probe]:
     return probes_from_captions(captioned, n=settings.gate_probe_size, seed=0)
 
 
-def default_mode(index: SearchableIndex) -> str:
-    """The mode a query without one searches a version in: hybrid where it has searched text fields."""
-    return "hybrid" if has_text_channels(index) else "image"
-
-
 def quality_gate(
     stage: Path,
     manifest: IndexManifest,
@@ -102,7 +97,7 @@ def quality_gate(
     try:
         with open_path(stage, manifest) as staged:
             # What a query gets by default (``mode``: hybrid where the version has searched text fields).
-            mode = default_mode(staged)
+            mode = default_mode(getattr(staged, "products", None))
             searcher = index_searcher(staged, encoder, manifest.model_name, mode=mode)
             candidate = run_probes(probes, searcher, **search_kw)
     except ProbeError as exc:
@@ -115,7 +110,8 @@ def quality_gate(
         try:
             with open_version(settings.index_root, manifest.name, current) as published:
                 # CURRENT in its own default mode: the drop is what shoppers would lose.
-                searcher = index_searcher(published, encoder, mode=default_mode(published))
+                mode_now = default_mode(getattr(published, "products", None))
+                searcher = index_searcher(published, encoder, mode=mode_now)
                 baseline = run_probes(probes, searcher, **search_kw)
         except (IndexFormatError, OSError, ProbeError) as exc:
             notes.append(f"CURRENT {current} could not be probed ({exc}); no drop check")

@@ -226,6 +226,12 @@ def write_product_channels(
         (stage / PRODUCTS_FILE).write_text(info.to_json() + "\n", encoding="utf-8")
 
 
+def default_mode(channels: ProductChannels | None) -> str:
+    """The mode a text query without one searches a version in: hybrid where the version has searched text
+    fields, else image (the service's default, and what the quality gate probes)."""
+    return "hybrid" if channels is not None and channels.info.texts > 0 else "image"
+
+
 def has_product_channels(version_dir: Path) -> bool:
     return (Path(version_dir) / PRODUCTS_FILE).is_file()
 

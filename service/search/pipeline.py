@@ -44,7 +44,7 @@ from service.search.query import digest, normalise_query
 from service.search.ranking import Ranked, Ranker, RerankPolicyName
 from service.search.responses import ResponseBuilder, since_ms
 from service.uploads import decode_upload
-from store.products import ProductChannels
+from store.products import ProductChannels, default_mode
 from store.reader import IndexVersion
 from store.sharded import ShardedIndex
 
@@ -279,11 +279,11 @@ class SearchPipeline:
 
     @staticmethod
     def _mode(channels: ProductChannels | None, request: SearchRequest | ConsistencyRequest) -> str:
-        """The request's mode, else hybrid where the version has searched text fields, else image."""
-        has_text = channels is not None and channels.info.texts > 0
+        """The request's mode, else the version's default (``store.products.default_mode``)."""
+        default = default_mode(channels)
         if request.mode is None:
-            return "hybrid" if has_text else "image"
-        if request.mode != "image" and not has_text:
+            return default
+        if request.mode != "image" and default == "image":  # no searched text fields
             raise InvalidInputError(
                 f"mode {request.mode!r} needs searched text fields, and this index has none (build it with "
                 "--text-fields); use mode 'image' or leave mode out",
