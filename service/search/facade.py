@@ -20,7 +20,7 @@ import anyio
 from fastapi import UploadFile
 
 from service.errors import BusyError
-from service.index_holder import IndexHolder
+from service.index_holder import IndexHolder, Served
 from service.item_images import ItemFile, item_thumbnail, open_item_file
 from service.memory import trim_freed_memory
 from service.schemas import (
@@ -84,13 +84,15 @@ class SearchFacade:
         if self.inline:
             with self.holder.lease() as served:
                 if self.pipeline.is_short(served, request):
-                    outcome = self.pipeline.text(served, request)
-                    return TextAnswer(outcome.response, self.telemetry.text(request, outcome))
+                    return self._answer(served, request)
         return await anyio.to_thread.run_sync(self._text, request, limiter=self.limiter)
 
     def _text(self, request: SearchRequest) -> TextAnswer:
         with self.holder.lease() as served:
-            outcome = self.pipeline.text(served, request)
+            return self._answer(served, request)
+
+    def _answer(self, served: Served, request: SearchRequest) -> TextAnswer:
+        outcome = self.pipeline.text(served, request)
         return TextAnswer(outcome.response, self.telemetry.text(request, outcome))
 
     async def image(
