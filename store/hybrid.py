@@ -119,19 +119,42 @@ def gather(
             lex_rows[found] = lexical.via[idx[found]]
             best = float(lexical.scores.max()) if lexical.scores.size else 0.0
             features[found, 3] = lexical.scores[idx[found]] / best if best > 0 else 0.0
-            idf = channels.term_idf(query.terms)
-            readings = [r for r in (query.readings or [query.terms]) if r]
-            stored = channels.terms_of(lex_rows[found].tolist())
-            for i in found.tolist():
-                present = set(stored.get(int(lex_rows[i]), ()))
-                matched[i] = [t for t in query.terms if t in present]
-                features[i, 2] = max(
-                    sum(idf.get(t, 0.0) for t in r if t in present) / (sum(idf.get(t, 0.0) for t in r) or 1.0)
-                    for r in readings
-                )
+            features[found, 2], matched = _coverage(channels, query, lex_rows[found], found)
     # A channel the product has no row in (no text, say) reads as its floor, not as -inf.
     features[~np.isfinite(features)] = -1.0
     return Candidates(rows, features, ranks, photo, text, lex_rows, matched)
+
+
+def _coverage(
+    channels: ProductChannels, query: HybridQuery, text_rows: np.ndarray, found: np.ndarray
+) -> tuple[np.ndarray, dict[int, list[str]]]:
+    """The ``lexical`` feature of the BM25 candidates (their best fields ``text_rows``; ``found`` their
+    candidate indexes): the IDF-weighted share of the query's terms each holds, its best-covered reading
+    counted; and the terms each matched. One presence matrix (candidates x distinct terms) and a product
+    per reading, instead of a sum per candidate and reading."""
+    terms = list(query.terms)
+    readings = [r for r in (query.readings or [terms]) if r]
+    vocab = list(dict.fromkeys([*terms, *(t for r in readings for t in r)]))
+    column = {t: j for j, t in enumerate(vocab)}
+    idf = channels.term_idf(terms)  # a reading's term beyond the query's cap weighs 0, as in BM25
+    stored = channels.terms_of(text_rows.tolist())
+    present = np.zeros((text_rows.size, len(vocab)), bool)
+    for i, row in enumerate(text_rows.tolist()):
+        held = stored.get(int(row), ())
+        present[i] = [t in held for t in vocab] if len(held) < 16 else [t in set(held) for t in vocab]
+    weights = np.zeros((len(vocab), len(readings)), np.float64)
+    for k, reading in enumerate(readings):
+        for t in reading:
+            weights[column[t], k] += idf.get(t, 0.0)
+    totals = weights.sum(axis=0)
+    totals[totals == 0] = 1.0
+    coverage = (present @ weights / totals).max(axis=1) if readings else np.zeros(text_rows.size)
+    term_cols = [column[t] for t in terms]
+    matched = {
+        int(i): [t for t, j in zip(terms, term_cols, strict=True) if present[n, j]]
+        for n, i in enumerate(found)
+    }
+    return coverage.astype(np.float32), matched
 
 
 @dataclass

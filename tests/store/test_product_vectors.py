@@ -24,3 +24,29 @@ def test_best_per_owner_keeps_each_owners_best_row_best_first() -> None:
     assert hits.owners.tolist() == [3, 1, 2]
     assert hits.via.tolist() == [2, 4, 3]
     assert np.allclose(hits.scores, [0.9, 0.7, 0.2])
+
+
+def test_best_of_equals_a_per_product_loop_with_masks_and_empty_products() -> None:
+    """``GroupedVectors.best_of`` (segment maxima, no sort) against a plain loop: the best score of each
+    product and the first row reaching it; -inf / -1 for a product without (unmasked) rows."""
+    from store.product_vectors import GroupedVectors
+
+    rng = np.random.default_rng(1)
+    counts = rng.integers(0, 4, 60)  # some products have no row
+    owners = np.repeat(np.arange(60), counts).astype(np.int64)
+    vectors = rng.normal(size=(owners.size, 8)).astype(np.float32)
+    vectors[5] = vectors[4]  # a tie inside a product: the first row wins
+    grouped = GroupedVectors(vectors, owners, None, 60)
+    for trial in range(20):
+        query = rng.normal(size=8).astype(np.float32)
+        products = rng.permutation(60)[:25].astype(np.int64)
+        mask = None if trial % 2 else rng.random(owners.size) < 0.6
+        scores, via = grouped.best_of(query, products, mask)
+        for i, p in enumerate(products.tolist()):
+            rows = [r for r in np.flatnonzero(owners == p).tolist() if mask is None or mask[r]]
+            if not rows:
+                assert scores[i] == -np.inf and via[i] == -1
+                continue
+            sims = [float(vectors[r] @ query) for r in rows]
+            assert via[i] == rows[int(np.argmax(sims))]
+            assert abs(scores[i] - max(sims)) < 1e-5

@@ -181,3 +181,24 @@ def test_gather_features_and_fusion(tmp_path: Path) -> None:
     assert model.group_of(["de"]) == "other" and model.group_of(["de", "en"]) == "en"
     assert len(FEATURES) == 4
     channels.close()
+
+
+def test_lexical_coverage_of_several_readings_equals_a_plain_sum(tmp_path: Path) -> None:
+    """The ``lexical`` feature: per candidate, the best reading's IDF-weighted share of its terms that the
+    candidate's BM25 field holds (a term repeated in a reading counts twice), against a plain loop."""
+    channels = make_channels(tmp_path)[0]
+    readings = [["fresh", "milk"], ["organic", "oat", "oat"], ["havredryck", "nothing"]]
+    terms = list(dict.fromkeys(t for r in readings for t in r))
+    cands = gather(
+        channels, HybridQuery(unit(np.random.default_rng(9), 1)[0], terms, readings=readings), 10, None
+    )
+    idf = channels.term_idf(terms)
+    found = np.flatnonzero(cands.lexical >= 0)
+    assert found.size >= 3  # fresh milk, oat drink, havredryck
+    stored = channels.terms_of(cands.lexical[found].tolist())
+    for i in found.tolist():
+        held = set(stored[int(cands.lexical[i])])
+        expected = max(sum(idf[t] for t in r if t in held) / sum(idf[t] for t in r) for r in readings)
+        assert cands.features[i, 2] == pytest.approx(expected, abs=1e-6)
+        assert cands.matched_terms[i] == [t for t in terms if t in held]
+    channels.close()
