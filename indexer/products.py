@@ -26,12 +26,14 @@ from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
 from ccrk_settings import Settings
 from indexer import encoding
+from indexer.channel_tuning import tune_channels
 from indexer.fusion_calibration import calibrate
 from indexer.report import BuildReport
 from indexer.shards import ShardStore
 from indexer.sources import SourceItem
 from model.model_dir import ModelConfig
 from model.runtime import Encoder
+from store.hybrid import CANDIDATES
 from store.lexical import STEMMERS, analyze
 from store.products import (
     PRODUCTS_FILE,
@@ -226,7 +228,9 @@ def write_products(
     """Write the product channels of a staged version and calibrate its fusion on them."""
     photos = photo_rows(items, main, work_dir, model_dir, settings, cfg, report)
     texts, info = text_rows(items, encoder, settings)
-    return write_and_calibrate(stage, info, photos, texts, encoder, len(items), report)
+    return write_and_calibrate(
+        stage, info, photos, texts, encoder, len(items), report, settings.target_recall
+    )
 
 
 def extend_products(
@@ -265,7 +269,9 @@ def extend_products(
         texts=len(all_texts.texts),
     )
     products = first_row + len(added)
-    return write_and_calibrate(stage, info, old_photos.extended(photos), all_texts, encoder, products, report)
+    return write_and_calibrate(
+        stage, info, old_photos.extended(photos), all_texts, encoder, products, report, settings.target_recall
+    )
 
 
 def write_and_calibrate(
@@ -276,17 +282,24 @@ def write_and_calibrate(
     encoder: Encoder,
     products: int,
     report: BuildReport,
+    target_recall: float,
 ) -> ProductInfo:
-    """Write the channels into the staged version and calibrate their fusion (when there is text)."""
+    """Write the channels into the staged version, tune their graph walks for ``target_recall``
+    (``indexer.channel_tuning``) and calibrate their fusion (when there is text) on the tuned walks."""
     write_product_channels(stage, info, photos, texts)
-    if texts.texts:
-        channels = ProductChannels(stage, products)
-        try:
-            result = calibrate(channels, texts, encoder, info.language_counts, products)
-        finally:
-            channels.close()
+    channels = ProductChannels(stage, products)
+    try:
+        info.search_params = tune_channels(channels, target_recall)
+        result = calibrate(channels, texts, encoder, info.language_counts, products) if texts.texts else None
+    finally:
+        channels.close()
+    for name, tuned in info.search_params.items():
+        report.notes.append(
+            f"products: {name} walks at efSearch {tuned['efSearch']} (recall@{CANDIDATES} products "
+            f"{tuned['recall']:.3f}, target {target_recall})"
+        )
+    if result is not None:
         info.fusion, info.calibration = result.model.to_dict(), result.report
-        (stage / PRODUCTS_FILE).write_text(info.to_json() + "\n", encoding="utf-8")
         languages = ", ".join(f"{k} {v}" for k, v in info.language_counts.items())
         held_out = {m: s.get("mean") for m, s in result.report.get("held_out", {}).items()}
         report.notes.append(
@@ -296,4 +309,6 @@ def write_and_calibrate(
         )
     else:
         report.notes.append(f"products: {info.photos} photos of {products} products (no text field searched)")
+    if result is not None or info.search_params:
+        (stage / PRODUCTS_FILE).write_text(info.to_json() + "\n", encoding="utf-8")
     return info

@@ -87,6 +87,20 @@ class GroupedVectors:
     def __len__(self) -> int:
         return int(self.owners.size)
 
+    @property
+    def products(self) -> int:
+        return int(self.start.size - 1)
+
+    @property
+    def walks_a_graph(self) -> bool:
+        """Searched through a graph index (else exactly, by a matrix product)."""
+        return isinstance(self.index, faiss.IndexHNSW)
+
+    def set_walk_width(self, ef: int) -> None:
+        """The graph walk's efSearch (``indexer.channel_tuning`` chooses it at build time)."""
+        if isinstance(self.index, faiss.IndexHNSW):
+            self.index.hnsw.efSearch = int(ef)
+
     def rows_of(self, products: np.ndarray) -> np.ndarray:
         """Every row of the given products (in their order)."""
         lo, hi = self.start[products], self.start[products + 1]
@@ -126,6 +140,13 @@ class GroupedVectors:
         via[~np.isfinite(scores)] = -1
         return scores, via
 
+    def _rescored(self, hits: ChannelHits, query: np.ndarray) -> ChannelHits:
+        """Hits of a walk over half precision with their rows' exact scores, best first again (only the
+        kept rows are read: a quarter of those walked)."""
+        exact = np.asarray(self.vectors[hits.via], np.float32) @ query
+        order = np.argsort(-exact, kind="stable")
+        return ChannelHits(hits.owners[order], exact[order], hits.via[order])
+
     def search(
         self, query: np.ndarray, n: int, allowed: np.ndarray | None, row_mask: np.ndarray | None = None
     ) -> ChannelHits:
@@ -156,9 +177,8 @@ class GroupedVectors:
             if allowed is not None:
                 keep = allowed[self.owners[rows]]
                 rows, scores = rows[keep], scores[keep]
-            if not self._walk_is_exact:
-                scores = np.asarray(self.vectors[rows], np.float32) @ query
             hits = best_per_owner(self.owners[rows], scores, rows)
             if len(hits.owners) >= n or fetch >= total:
-                return ChannelHits(hits.owners[:n], hits.scores[:n], hits.via[:n])
+                hits = ChannelHits(hits.owners[:n], hits.scores[:n], hits.via[:n])
+                return hits if self._walk_is_exact else self._rescored(hits, query)
             fetch = min(total, fetch * 4)

@@ -60,7 +60,7 @@ TEXT_INDEX = "texts.faiss"
 PRODUCTS_DB = "products.sqlite"
 PRODUCTS_FORMAT = 2  # 2: the lexical index in tantivy; 1: in FTS5 (read, never written)
 # Vector sets up to this size are searched exactly (a matmul beats a graph walk, and is the reference).
-EXACT_MAX = 20_000
+EXACT_MAX = 2_048
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 80, 96
 
 _SCHEMA = """
@@ -84,6 +84,8 @@ class ProductInfo:
         visual_dim: width of ``photo_visual.npy``; 0 when the cross-modal embeddings serve image queries.
         fusion: the calibrated fusion (``store.fusion.FusionModel.to_dict()``), empty before calibration.
         calibration: what the calibration measured (held-out scores of every method tried, query counts).
+        search_params: per graph index file, the efSearch its walks use and the product-level recall it
+            was measured at (``indexer.channel_tuning``); a graph without one walks at ``HNSW_EF_SEARCH``.
     """
 
     fields: list[str]
@@ -94,6 +96,7 @@ class ProductInfo:
     visual_dim: int = 0
     fusion: dict[str, Any] = field(default_factory=dict)
     calibration: dict[str, Any] = field(default_factory=dict)
+    search_params: dict[str, dict[str, float]] = field(default_factory=dict)
     format: int = PRODUCTS_FORMAT
 
     def to_json(self) -> str:
@@ -289,7 +292,7 @@ class ProductChannels:
         if index.ntotal != rows:
             raise IndexFormatError(f"{path} holds {index.ntotal} vectors, expected {rows}")
         if isinstance(index, faiss.IndexHNSW):
-            index.hnsw.efSearch = HNSW_EF_SEARCH
+            index.hnsw.efSearch = int(self.info.search_params.get(name, {}).get("efSearch", HNSW_EF_SEARCH))
         return index
 
     def close(self) -> None:
