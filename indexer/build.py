@@ -80,7 +80,7 @@ from store import versions
 from store.layout import BUILDS_DIR, FORMAT_VERSION, INDEX_FILE, MANIFEST_FILE, METADATA_FILE, index_dir
 from store.manifest import IndexManifest, model_fingerprint, model_name_of
 from store.products import ProductChannels, has_product_channels
-from store.reuse import REUSE_KEY, reuse_key, write_reuse_digests
+from store.reuse import REUSE_KEY, FileStats, reuse_key, write_reuse_digests
 from store.sharding import Sharding
 
 __all__ = ["BuildReport", "add", "build", "delete", "rollback"]
@@ -149,7 +149,11 @@ def build(
             shard_size=settings.shard_size,
             max_pixels=settings.max_image_pixels,
         )
-        result_key = build_key(key, items, settings=settings, index_factory=index_factory)
+        # The images' stats, once: for the build's key and for their digests (``plan_reuse``).
+        file_stats = FileStats.take([it.path for it in items])
+        result_key = build_key(
+            key, items, settings=settings, index_factory=index_factory, stats=file_stats.stats
+        )
         same = None if force else published_as(root, name, result_key)
         if same is not None:
             # E.g. a re-run after a kill just after publishing: that run's work folder is all that is left.
@@ -162,7 +166,9 @@ def build(
             rerank_dtype=dtype,
             options=[settings.backend, settings.int8, settings.max_image_pixels],
         )
-        reuse = plan_reuse(root, name, items, rkey, why_not=reuse_off(items, settings, force))
+        reuse = plan_reuse(
+            root, name, items, rkey, why_not=reuse_off(items, settings, force), stats=file_stats
+        )
         to_encode = [items[i] for i in reuse.to_encode]
         work_key = (
             key
@@ -178,7 +184,11 @@ def build(
         work_dir = base / BUILDS_DIR / f"build-{work_key}"
 
         def preflight(encoder: Encoder, store: ShardStore) -> None:
-            tokens, width = disk.token_shape(encoder, cfg.vision.image_size)
+            if to_encode or reuse.stored is None:
+                tokens, width = disk.token_shape(encoder, cfg.vision.image_size)
+            else:  # nothing to encode: the stored rows' shape (same reuse key: same model), no encoder run
+                parent_rerank = reuse.stored.manifest.rerank
+                tokens, width = int(parent_rerank["tokens"]), int(parent_rerank["width"])
             index = disk.index_bytes(len(items), d, settings, index_factory)
             guard.need = disk.version_need(
                 items,

@@ -38,20 +38,30 @@ def field_expr(name: str) -> str:
     return "json_extract(fields, '$.\"" + name.replace("'", "''") + "\"')"
 
 
+# json.dumps(fields, ensure_ascii=False), without building an encoder per row.
+_FIELDS_JSON = json.JSONEncoder(ensure_ascii=False)
+
+
 def write_metadata(path: Path, items: Iterable[MetadataRow]) -> None:
-    """Write metadata.sqlite from (row, id, path, fields, deleted) tuples, with an index per field."""
+    """Write metadata.sqlite from (row, id, path, fields, deleted) tuples, with an index per field.
+
+    A new file in a version being staged: no rollback journal and no syncs of its own (a failure discards
+    the whole stage, and installing the version fsyncs every file of it)."""
     path = Path(path)
     if path.exists():
         path.unlink()
     con = sqlite3.connect(path)
     try:
+        con.execute("PRAGMA journal_mode=OFF")
+        con.execute("PRAGMA synchronous=OFF")
         con.executescript(METADATA_SCHEMA)
         names: set[str] = set()
+        encode = _FIELDS_JSON.encode
 
         def rows() -> Iterable[tuple[int, str, str | None, str, int]]:
             for row, item_id, item_path, fields, deleted in items:
                 names.update(fields)
-                yield row, item_id, item_path, json.dumps(fields, ensure_ascii=False), int(deleted)
+                yield row, item_id, item_path, encode(fields), int(deleted)
 
         con.executemany("INSERT INTO items(row, id, path, fields, deleted) VALUES (?, ?, ?, ?, ?)", rows())
         con.executemany("INSERT INTO field_names(name) VALUES (?)", [(n,) for n in sorted(names)])
