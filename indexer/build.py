@@ -184,9 +184,9 @@ def build(
         work_dir = base / BUILDS_DIR / f"build-{work_key}"
 
         def preflight(encoder: Encoder, store: ShardStore) -> None:
-            if to_encode or reuse.stored is None:
+            if reuse.stored is None:
                 tokens, width = disk.token_shape(encoder, cfg.vision.image_size)
-            else:  # nothing to encode: the stored rows' shape (same reuse key: same model), no encoder run
+            else:  # the stored rows' shape (same reuse key: same model): no encoder run, none loaded
                 parent_rerank = reuse.stored.manifest.rerank
                 tokens, width = int(parent_rerank["tokens"]), int(parent_rerank["width"])
             index = disk.index_bytes(len(items), d, settings, index_factory)

@@ -57,7 +57,7 @@ from store.layout import (
     index_dir,
 )
 from store.manifest import IndexManifest
-from store.metadata import MetadataRow, read_metadata
+from store.metadata import StoredRow, read_metadata
 from store.reuse import (
     DIGEST_BYTES,
     STAT_COLUMNS,
@@ -105,7 +105,8 @@ class ReusePlan:
     mismatched: list[str] = field(default_factory=list)  # ids whose stored row failed its checksum
     why_not: str = ""  # why nothing is reused, when so
     live: dict[str, int] = field(default_factory=dict)  # CURRENT's live ids: their (global) rows
-    parent_rows: list[list[MetadataRow]] = field(default_factory=list)  # CURRENT's metadata per segment
+    # CURRENT's metadata per segment, fields as stored (not parsed: carried over or compared as text)
+    parent_rows: list[list[StoredRow]] = field(default_factory=list)
 
     @property
     def to_encode(self) -> np.ndarray:
@@ -198,7 +199,7 @@ def plan_reuse(
         folders = (
             [path / s["dir"] for s in manifest.sharding.get("shards", [])] if manifest.is_sharded else [path]
         )
-        plan.parent_rows = [read_metadata(folder / METADATA_FILE) for folder in folders]
+        plan.parent_rows = [read_metadata(folder / METADATA_FILE, raw=True) for folder in folders]
     except IndexFormatError as exc:
         plan.digests, plan.stats = digest_and_stat(items, stats=stats)
         plan.new, plan.why_not = len(items), f"CURRENT ({current}) cannot be read for reuse: {exc}"

@@ -292,11 +292,12 @@ class StoredVectors:
         scales = None if self._scales[i] is None else np.asarray(self._scales[i][rows])
         return embeds, tokens, scales
 
-    def check(self, rows_in: np.ndarray, threads: int = 0) -> np.ndarray:
+    def check(self, rows: np.ndarray, threads: int = 0) -> np.ndarray:
         """(m,) bool: whether each row's stored bytes still match its stored checksum. The rows are hashed
         where they lie (memory-mapped, no copy), in chunks of ``CHECK_CHUNK`` rows on ``threads`` threads
         (0: one per CPU; hashing releases the GIL)."""
-        rows = np.unique(np.asarray(rows_in, dtype=np.int64))  # sorted: each segment's rows in file order
+        asked = np.asarray(rows, dtype=np.int64)
+        rows = np.unique(asked)  # sorted: each segment's rows in file order
         if rows.size and (rows[0] < 0 or rows[-1] >= self.rows):
             raise IndexFormatError(f"rows out of range 0..{self.rows - 1}")
         seg, local = self.segment_of(rows)
@@ -322,7 +323,6 @@ class StoredVectors:
                     done.result()
         got = np.frombuffer(bytes(found), np.uint8).reshape(rows.size, DIGEST_BYTES)
         good = (got == self.digests[rows]).all(axis=1)
-        asked = np.asarray(rows_in, dtype=np.int64)
         return good[np.searchsorted(rows, asked)]
 
     def row_views(self) -> list[list[tuple[memoryview, int]]]:
