@@ -59,10 +59,6 @@ class LazyEncoder:
         self._load = load
         self._encoder: Encoder | None = None
 
-    @property
-    def loaded(self) -> bool:
-        return self._encoder is not None
-
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):  # copy, pickle and friends: not the encoder's
             raise AttributeError(name)

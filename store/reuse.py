@@ -54,6 +54,7 @@ REUSE_KEY = "reuse_key"  # build_params entry: what the stored vectors depend on
 READ_CHUNK = 1 << 20
 STAT_COLUMNS = 5
 CHECK_CHUNK = 2048  # stored rows hashed per task when checking them (``StoredVectors.check``)
+CHECK_MIN_TASK = 128  # and at least these many (fewer rows: one thread)
 RACY_NS = 2_000_000_000  # a file changed this recently may change again within its timestamps' tick
 
 
@@ -312,8 +313,11 @@ class StoredVectors:
                 found[k * DIGEST_BYTES : end * DIGEST_BYTES] = _digest(views[s], local[k:end].tolist())
                 k = end
 
-        chunks = [(lo, min(lo + CHECK_CHUNK, rows.size)) for lo in range(0, rows.size, CHECK_CHUNK)]
-        workers = max(1, min(threads or os.cpu_count() or 1, len(chunks)))
+        workers = threads or os.cpu_count() or 1
+        # At most CHECK_CHUNK rows a task, and a share for each thread of a few thousand rows too.
+        step = max(CHECK_MIN_TASK, min(CHECK_CHUNK, -(-rows.size // workers)))
+        chunks = [(lo, min(lo + step, rows.size)) for lo in range(0, rows.size, step)]
+        workers = max(1, min(workers, len(chunks)))
         if workers == 1:
             for lo, hi in chunks:
                 hash_chunk(lo, hi)
