@@ -225,15 +225,6 @@ def build(
             assert reuse.stored is not None
             parent_rerank = reuse.stored.manifest.rerank
             tokens, width = int(parent_rerank["tokens"]), int(parent_rerank["width"])
-        # Again with the items that decoded, now that the shards are written (and others wrote meanwhile).
-        need = disk.version_need(
-            rows.items,
-            d=d,
-            tokens=tokens,
-            width=width,
-            rerank_dtype=dtype,
-            index=disk.index_bytes(n, d, settings, index_factory),
-        )
         template = IndexManifest(
             format_version=FORMAT_VERSION,
             name=name,
@@ -288,6 +279,16 @@ def build(
                 )
             finally:
                 reuse.close()
+        # Again with the items that decoded, now that the shards are written (and others wrote meanwhile);
+        # segments above write far less than a version and keep the preflight's figure.
+        need = disk.version_need(
+            rows.items,
+            d=d,
+            tokens=tokens,
+            width=width,
+            rerank_dtype=dtype,
+            index=disk.index_bytes(n, d, settings, index_factory),
+        )
         if settings.index_shards > 1:
             reuse.close()
             return build_sharded(

@@ -166,8 +166,9 @@ class OnnxEncoder:
         tokenizer_file = model_dir / "tokenizer.json"
         if not tokenizer_file.is_file():
             raise EncoderError(f"{model_dir} has no tokenizer.json")
-        pad_id = self.config.text.pad_token_id
-        self.tokenizer = _text_tokenizer(tokenizer_file, self.config.text.max_length, pad_id)
+        # Read on first use, as the text graph is: a rebuild that only encodes images never needs it.
+        self._tokenizer_args = (tokenizer_file, self.config.text.max_length, self.config.text.pad_token_id)
+        self._tokenizer: Tokenizer | None = None
         self.preprocessor = ImagePreprocessor(self.config.vision)
         # Acquirer graphs stay fp32 whatever ``int8`` says: they were never quantized or measured.
         self._acquirers = self._load_acquirers(model_dir, onnx_dir, options, providers)
@@ -194,6 +195,14 @@ class OnnxEncoder:
             outputs = frozenset(o.name for o in self._fusion.get_outputs())
             self._capabilities = ModelCapabilities(rerank=True, fusion_outputs=outputs)
         return self._capabilities
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        if self._tokenizer is None:
+            with self._lazy_lock:
+                if self._tokenizer is None:
+                    self._tokenizer = _text_tokenizer(*self._tokenizer_args)
+        return self._tokenizer
 
     @property
     def _text(self) -> ort.InferenceSession:
