@@ -14,9 +14,9 @@ the four operations. With ``settings.index_shards`` > 1 a build writes a sharded
 A full build encodes only what CURRENT does not hold already: rows whose image bytes are unchanged keep
 their stored vectors (``indexer.incremental``, ``store.reuse``); ``force`` encodes everything. A small
 change writes a segmented version (``indexer.segments``: CURRENT's files shared, one new segment) unless
-the build compacts. Under 500 lines: ``build`` and ``add`` read best side by side, with the choice between
-their ways of writing a version; their shared steps are in ``pipeline``, the ways in ``incremental``,
-``segments`` and ``sharded``.
+the build compacts. A little over 500 lines: ``build`` and ``add`` read best side by side, with the choice
+between their ways of writing a version; their shared steps are in ``pipeline``, the ways in
+``incremental``, ``segments`` and ``sharded``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Vectors are the model's, so a reused row is byte for byte what encoding the imag
 (up to the runtime's batch-size effects in the last bits, which a ``--force`` build has as well).
 
 A small change is written as segments instead (``indexer.segments``, which uses the plan and rows of this
-module). A little over 400 lines: the reuse plan, the rows it yields and the ANN index that follows them
+module). Under 500 lines: the reuse plan, the rows it yields and the ANN index that follows them
 are one story, told in order.
 """
 
