@@ -179,9 +179,10 @@ def main() -> None:
             int8_combined = None
             if not args.skip_int8:
                 int8 = load_encoder(DEFAULT_MODEL_DIR, threads=threads, fusion_threads=fusion_threads)
-                int8._fusion = ort.InferenceSession(  # the int8 fusion graph alone (text side stays fp32)
+                # the int8 fusion graph alone (text side stays fp32), in place of the lazily loaded fp32 one
+                int8._fusion_session = ort.InferenceSession(
                     str(DEFAULT_MODEL_DIR / "onnx" / "fusion_scorer.int8.onnx"),
-                    int8._fusion.get_session_options(),
+                    int8._fusion_args[1],
                     providers=["CPUExecutionProvider"],
                 )
                 int8_combined = np.full_like(combined, np.nan)

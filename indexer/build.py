@@ -14,9 +14,9 @@ the four operations. With ``settings.index_shards`` > 1 a build writes a sharded
 A full build encodes only what CURRENT does not hold already: rows whose image bytes are unchanged keep
 their stored vectors (``indexer.incremental``, ``store.reuse``); ``force`` encodes everything. A small
 change writes a segmented version (``indexer.segments``: CURRENT's files shared, one new segment) unless
-the build compacts. Under 500 lines: ``build`` and ``add`` read best side by side, with the choice between
-their ways of writing a version; their shared steps are in ``pipeline``, the ways in ``incremental``,
-``segments`` and ``sharded``.
+the build compacts. A little over 500 lines: ``build`` and ``add`` read best side by side, with the choice
+between their ways of writing a version; their shared steps are in ``pipeline``, the ways in
+``incremental``, ``segments`` and ``sharded``.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ from store import versions
 from store.layout import BUILDS_DIR, FORMAT_VERSION, INDEX_FILE, MANIFEST_FILE, METADATA_FILE, index_dir
 from store.manifest import IndexManifest, model_fingerprint, model_name_of
 from store.products import ProductChannels, has_product_channels
-from store.reuse import REUSE_KEY, reuse_key, write_reuse_digests
+from store.reuse import REUSE_KEY, FileStats, reuse_key, write_reuse_digests
 from store.sharding import Sharding
 
 __all__ = ["BuildReport", "add", "build", "delete", "rollback"]
@@ -149,7 +149,11 @@ def build(
             shard_size=settings.shard_size,
             max_pixels=settings.max_image_pixels,
         )
-        result_key = build_key(key, items, settings=settings, index_factory=index_factory)
+        # The images' stats, once: for the build's key and for their digests (``plan_reuse``).
+        file_stats = FileStats.take([it.path for it in items])
+        result_key = build_key(
+            key, items, settings=settings, index_factory=index_factory, stats=file_stats.stats
+        )
         same = None if force else published_as(root, name, result_key)
         if same is not None:
             # E.g. a re-run after a kill just after publishing: that run's work folder is all that is left.
@@ -162,7 +166,9 @@ def build(
             rerank_dtype=dtype,
             options=[settings.backend, settings.int8, settings.max_image_pixels],
         )
-        reuse = plan_reuse(root, name, items, rkey, why_not=reuse_off(items, settings, force))
+        reuse = plan_reuse(
+            root, name, items, rkey, why_not=reuse_off(items, settings, force), stats=file_stats
+        )
         to_encode = [items[i] for i in reuse.to_encode]
         work_key = (
             key
@@ -178,7 +184,11 @@ def build(
         work_dir = base / BUILDS_DIR / f"build-{work_key}"
 
         def preflight(encoder: Encoder, store: ShardStore) -> None:
-            tokens, width = disk.token_shape(encoder, cfg.vision.image_size)
+            if reuse.stored is None:
+                tokens, width = disk.token_shape(encoder, cfg.vision.image_size)
+            else:  # the stored rows' shape (same reuse key: same model): no encoder run, none loaded
+                parent_rerank = reuse.stored.manifest.rerank
+                tokens, width = int(parent_rerank["tokens"]), int(parent_rerank["width"])
             index = disk.index_bytes(len(items), d, settings, index_factory)
             guard.need = disk.version_need(
                 items,
@@ -215,15 +225,6 @@ def build(
             assert reuse.stored is not None
             parent_rerank = reuse.stored.manifest.rerank
             tokens, width = int(parent_rerank["tokens"]), int(parent_rerank["width"])
-        # Again with the items that decoded, now that the shards are written (and others wrote meanwhile).
-        need = disk.version_need(
-            rows.items,
-            d=d,
-            tokens=tokens,
-            width=width,
-            rerank_dtype=dtype,
-            index=disk.index_bytes(n, d, settings, index_factory),
-        )
         template = IndexManifest(
             format_version=FORMAT_VERSION,
             name=name,
@@ -278,6 +279,16 @@ def build(
                 )
             finally:
                 reuse.close()
+        # Again with the items that decoded, now that the shards are written (and others wrote meanwhile);
+        # segments above write far less than a version and keep the preflight's figure.
+        need = disk.version_need(
+            rows.items,
+            d=d,
+            tokens=tokens,
+            width=width,
+            rerank_dtype=dtype,
+            index=disk.index_bytes(n, d, settings, index_factory),
+        )
         if settings.index_shards > 1:
             reuse.close()
             return build_sharded(

@@ -105,6 +105,9 @@ def shard_bytes(items: int, shards: int, d: int, tokens: int, width: int, rerank
     return items * per_item + shards * SHARD_OVERHEAD
 
 
+_FIELDS_JSON = json.JSONEncoder(ensure_ascii=False)  # json.dumps(..., ensure_ascii=False), built once
+
+
 def metadata_bytes(items: Sequence[SourceItem], total: int) -> int:
     """metadata.sqlite for ``total`` rows, from a sample of ``items``: each row's text in the table, its id
     again in the unique index, each field value again in that field's index; B-tree pages are taken as
@@ -116,7 +119,7 @@ def metadata_bytes(items: Sequence[SourceItem], total: int) -> int:
     row_bytes = 0
     for item in sample:
         names.update(item.fields)
-        text = json.dumps(item.fields, ensure_ascii=False)
+        text = _FIELDS_JSON.encode(item.fields)
         row_bytes += 2 * len(item.id.encode()) + len(str(item.path).encode()) + len(text.encode()) + 24
         row_bytes += sum(len(str(v).encode()) + 12 for v in item.fields.values())
     # Schema, the two tables' root pages and one root page per field index.

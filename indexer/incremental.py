@@ -17,7 +17,7 @@ Vectors are the model's, so a reused row is byte for byte what encoding the imag
 (up to the runtime's batch-size effects in the last bits, which a ``--force`` build has as well).
 
 A small change is written as segments instead (``indexer.segments``, which uses the plan and rows of this
-module). A little over 400 lines: the reuse plan, the rows it yields and the ANN index that follows them
+module). Under 500 lines: the reuse plan, the rows it yields and the ANN index that follows them
 are one story, told in order.
 """
 
@@ -57,14 +57,16 @@ from store.layout import (
     index_dir,
 )
 from store.manifest import IndexManifest
-from store.metadata import MetadataRow, read_metadata
+from store.metadata import StoredRow, read_metadata
 from store.reuse import (
     DIGEST_BYTES,
     STAT_COLUMNS,
+    FileStats,
     StoredVectors,
     image_digest,
     image_stat,
     row_digests,
+    stat_key,
     write_reuse_digests,
     write_stats,
 )
@@ -103,7 +105,8 @@ class ReusePlan:
     mismatched: list[str] = field(default_factory=list)  # ids whose stored row failed its checksum
     why_not: str = ""  # why nothing is reused, when so
     live: dict[str, int] = field(default_factory=dict)  # CURRENT's live ids: their (global) rows
-    parent_rows: list[list[MetadataRow]] = field(default_factory=list)  # CURRENT's metadata per segment
+    # CURRENT's metadata per segment, fields as stored (not parsed: carried over or compared as text)
+    parent_rows: list[list[StoredRow]] = field(default_factory=list)
 
     @property
     def to_encode(self) -> np.ndarray:
@@ -124,51 +127,68 @@ def digest_images(items: Sequence[SourceItem], workers: int = 4) -> np.ndarray:
 
 
 def digest_and_stat(
-    items: Sequence[SourceItem], known: dict[bytes, bytes] | None = None, workers: int = 4
+    items: Sequence[SourceItem],
+    known: StoredVectors | None = None,
+    workers: int = 4,
+    stats: FileStats | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(n, 16) uint8 content digests of the items' images and (n, 5) int64 stats of their files, taken
-    before hashing (``store.reuse.image_stat``; zeros: not recorded). A file whose stats are a key of
-    ``known`` is the very file hashed before: its digest is taken from there, not read again. Hashing
-    releases the GIL: threads suffice."""
-    out = np.zeros((len(items), DIGEST_BYTES), np.uint8)
-    stats = np.zeros((len(items), STAT_COLUMNS), np.int64)
-    now = time.time_ns()
+    before hashing (``store.reuse.image_stat``; zeros: not recorded; ``stats``: those of the items'
+    images, taken already). A file whose stats are those recorded for a row of ``known`` is the very file
+    hashed before: its digest is that row's, not read again. Hashing releases the GIL: threads suffice."""
+    n = len(items)
+    out = np.zeros((n, DIGEST_BYTES), np.uint8)
+    taken: list[tuple[int, ...] | None] = [None] * n
+    from_row = np.full(n, -1, np.int64)
+    by_stat = known.rows_by_stat() if known is not None else {}
+    if stats is not None and len(stats.stats) != n:
+        raise IndexFormatError(f"internal: {len(stats.stats)} file stats for {n} items")
+    now = stats.now_ns if stats is not None else time.time_ns()
 
     def digest_range(lo: int, hi: int) -> None:
         for i in range(lo, hi):
-            st = image_stat(items[i].path, now)
+            st = image_stat(items[i].path, now, stats.stats[i] if stats is not None else None)
             if st is not None:
-                stats[i] = st
-                hit = known.get(stats[i].tobytes()) if known else None
-                if hit is not None:
-                    out[i] = np.frombuffer(hit, np.uint8)
+                row = by_stat.get(stat_key(st))
+                if row is not None:
+                    from_row[i], taken[i] = row, st
                     continue
             digest = image_digest(items[i].path)
             if digest is not None:
                 out[i] = np.frombuffer(digest, np.uint8)
-            else:
-                stats[i] = 0
+                taken[i] = st
 
     threads = max(1, min(workers, os.cpu_count() or 1))
-    step = max(1, -(-len(items) // threads))  # one contiguous range per thread: no future per file
+    step = max(1, -(-n // threads))  # one contiguous range per thread: no future per file
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        for done in [
-            pool.submit(digest_range, lo, min(lo + step, len(items))) for lo in range(0, len(items), step)
-        ]:
+        for done in [pool.submit(digest_range, lo, min(lo + step, n)) for lo in range(0, n, step)]:
             done.result()
+    hit = np.flatnonzero(from_row >= 0)
+    if hit.size:
+        assert known is not None
+        out[hit] = known.images[from_row[hit]]
+    zeros = (0,) * STAT_COLUMNS
+    stats = np.array([st or zeros for st in taken], dtype=np.int64).reshape(n, STAT_COLUMNS)
     return out, stats
 
 
 def plan_reuse(
-    root: Path, name: str, items: Sequence[SourceItem], key: str, *, why_not: str = ""
+    root: Path,
+    name: str,
+    items: Sequence[SourceItem],
+    key: str,
+    *,
+    why_not: str = "",
+    stats: FileStats | None = None,
 ) -> ReusePlan:
     """Look the items' images up in CURRENT of index ``name`` (vectors stored under reuse ``key``).
     ``why_not``: reuse is off for this build (--force, products, shards); everything is encoded but the
-    counts of new, changed and removed items are still reported."""
+    counts of new, changed and removed items are still reported. ``stats``: the items' image files'
+    stats, taken already (``digest_and_stat``)."""
     plan = ReusePlan(np.zeros((len(items), DIGEST_BYTES), np.uint8), np.full(len(items), -1, np.int64))
     current = current_version(root, name)
     if current is None:
-        plan.digests, plan.stats = digest_and_stat(items)
+        plan.digests, plan.stats = digest_and_stat(items, stats=stats)
         plan.new, plan.why_not = len(items), "no published version to reuse from"
         return plan
     path = index_dir(root, name) / current
@@ -179,12 +199,12 @@ def plan_reuse(
         folders = (
             [path / s["dir"] for s in manifest.sharding.get("shards", [])] if manifest.is_sharded else [path]
         )
-        plan.parent_rows = [read_metadata(folder / METADATA_FILE) for folder in folders]
+        plan.parent_rows = [read_metadata(folder / METADATA_FILE, raw=True) for folder in folders]
     except IndexFormatError as exc:
-        plan.digests, plan.stats = digest_and_stat(items)
+        plan.digests, plan.stats = digest_and_stat(items, stats=stats)
         plan.new, plan.why_not = len(items), f"CURRENT ({current}) cannot be read for reuse: {exc}"
         return plan
-    plan.digests, plan.stats = digest_and_stat(items, stored.digests_by_stat() if stored else None)
+    plan.digests, plan.stats = digest_and_stat(items, stored, stats=stats)
     digests = plan.digests
     live: dict[str, int] = {}
     offset = 0
@@ -192,9 +212,11 @@ def plan_reuse(
         live.update((item_id, offset + row) for row, item_id, _, _, deleted in seg_rows if not deleted)
         offset += len(seg_rows)
     plan.live = live
-    ids = {it.id for it in items}
-    plan.removed = sum(1 for item_id in live if item_id not in ids)
-    plan.new = sum(1 for it in items if it.id not in live)
+    # Each item's own live row of CURRENT (-1: a new id); ids are unique, so each live row is one item's.
+    own = np.fromiter((live.get(it.id, -1) for it in items), dtype=np.int64, count=len(items))
+    held = own >= 0
+    plan.new = int((~held).sum())
+    plan.removed = len(live) - int(held.sum())
     if stored is None:
         plan.why_not = why_not or (
             f"CURRENT ({current}) holds no reusable vectors (hash-sharded, written before digests existed, "
@@ -203,23 +225,20 @@ def plan_reuse(
         plan.changed = len(items) - plan.new
         return plan
     plan.stored = stored
-    for i, it in enumerate(items):
-        row = live.get(it.id)
-        if row is not None and not np.array_equal(stored.images[row], digests[i]):
-            plan.changed += 1
+    same = held.copy()
+    same[held] = (stored.images[own[held]] == digests[held]).all(axis=1)
+    plan.changed = int(held.sum() - same.sum())
     if why_not:
         plan.why_not = why_not
         return plan
-    keys = digests.tobytes()
+    # The item's own row first (equal images under several ids keep theirs), else any row of its image.
     readable = digests.any(axis=1)
-    for i, it in enumerate(items):
-        if not readable[i]:
-            continue
-        own = live.get(it.id)  # the item's own row first (equal images under several ids keep theirs)
-        if own is not None and (stored.images[own] == digests[i]).all():
-            plan.parent_row[i] = own
-        else:
-            plan.parent_row[i] = stored.row_of_image(keys[i * DIGEST_BYTES : (i + 1) * DIGEST_BYTES])
+    mine = same & readable
+    plan.parent_row[mine] = own[mine]
+    keys = digests.tobytes()
+    for i in np.flatnonzero(~same & readable).tolist():
+        plan.parent_row[i] = stored.row_of_image(keys[i * DIGEST_BYTES : (i + 1) * DIGEST_BYTES])
+    # Every reused row checked against its stored checksum.
     candidates = np.unique(plan.parent_row[plan.parent_row >= 0])
     bad = candidates[~stored.check(candidates)]
     if bad.size:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +48,7 @@ from indexer.shards import ShardStore
 from model.runtime import Encoder
 from store.layout import IMAGE_STATS_FILE, METADATA_FILE, SHARDED_FORMAT_VERSION
 from store.manifest import IndexManifest
-from store.metadata import MetadataRow
+from store.metadata import StoredRow, fields_json
 from store.products import has_product_channels
 from store.reuse import REUSE_KEY, STAT_COLUMNS, StoredVectors, write_reuse_digests, write_stats
 from store.sharded import load_shard_manifest
@@ -138,15 +139,16 @@ def _rewrite_segment(
     j: int,
     folder: Path,
     sm: IndexManifest,
-    rows: list[MetadataRow],
+    rows: list[StoredRow],
     stats: np.ndarray,
+    names: set[str],
 ) -> None:
-    """Segment ``j`` of the new version: its files linked from ``folder``, its metadata ``rows`` and its
-    rows' file stats ``stats`` written."""
+    """Segment ``j`` of the new version: its files linked from ``folder``, its metadata ``rows`` (fields
+    as text, of field ``names``) and its rows' file stats ``stats`` written."""
     stage = writer.shard(j)
     own = (METADATA_FILE, IMAGE_STATS_FILE)
     stage.link_from(folder, [f for f in sm.checksums if f not in own and "/" not in f])
-    stage.write_metadata(rows)
+    stage.write_metadata(rows, text_names=names)
     write_stats(stage.stage, stats)
     params = without_key(sm.build_params)
     params.pop("shard", None)
@@ -259,19 +261,23 @@ def build_segments(
             mine = (kept_rows >= offset) & (kept_rows < offset + len(old))
             if kept_stats is not None:
                 stats[kept_rows[mine] - offset] = kept_stats[mine]
-            new: list[MetadataRow] = []
-            for row, item_id, path, fields, deleted in old:
+            # Fields as stored text: the kept rows' encoded once (compared, then written as they are),
+            # the deleted rows' carried over unparsed; only their field names are read.
+            new: list[StoredRow] = []
+            names: set[str] = set()
+            for row, item_id, path, text, deleted in old:
                 it = None if deleted else where.get(offset + row)
-                new.append(
-                    (row, item_id, path, fields, True)
-                    if it is None
-                    else (row, item_id, str(it.path), it.fields, False)
-                )
+                if it is None:
+                    new.append((row, item_id, path, text, True))
+                    names.update(json.loads(text) if text else ())
+                else:
+                    new.append((row, item_id, str(it.path), fields_json(it.fields), False))
+                    names.update(it.fields)
             if new == old and np.array_equal(stats, stored.stats[offset : offset + len(old)]):
                 w.link_shard(j, folder)
                 linked += 1
             else:
-                _rewrite_segment(w, j, folder, sm, new, stats)
+                _rewrite_segment(w, j, folder, sm, new, stats, names)
                 rewritten += 1
         to_tune: dict[int, tuple[ShardStage, IndexManifest, IndexPlan]] = {}
         global_row = np.zeros(n, np.int64)

@@ -31,12 +31,15 @@ def plan_hash(
 ) -> str:
     digest = hashlib.sha256()
     digest.update(json.dumps([fingerprint, rerank_dtype, shard_size, max_pixels]).encode())
+    encode = _PLAN_JSON.encode
     for item in items:
-        digest.update(
-            json.dumps([item.id, str(item.path), item.fields], sort_keys=True, default=str).encode()
-        )
+        digest.update(encode([item.id, str(item.path), item.fields]).encode())
         digest.update(b"\n")
     return digest.hexdigest()[:16]
+
+
+# json.dumps(..., sort_keys=True, default=str), without building an encoder per item: the same text.
+_PLAN_JSON = json.JSONEncoder(sort_keys=True, default=str)
 
 
 def quantize_tokens(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -12,7 +12,7 @@ import csv
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,13 +51,32 @@ LINK_TO_INSIDE_FOLDER = (
 LINK_LOOP = "a link to a folder that is indexed already"
 
 
-def _absolute(base: Path, value: str) -> Path:
+# A folder's Path extended by one file name without parsing the whole path again (CPython's own helper
+# for listing folders; 3.11 and 3.12 have it): pathlib's parsing was most of reading a 100,000-row
+# manifest. Where it is missing, ``Path(text)`` as before.
+_CHILD = getattr(Path, "_make_child_relpath", None)
+
+
+def _absolute(base: str, value: str, folders: dict[str, Path] | None = None) -> Path:
+    """``value`` made absolute against ``base``, an absolute, normalised folder (``os.path.abspath``, once
+    per source file: not per row). ``folders``: Paths of the folders seen so far in this source."""
     text = os.path.expanduser(value) if value.startswith("~") else value
     if not os.path.isabs(text):
         # Joined, not resolved per item: resolving a million paths costs seconds of syscalls. On strings:
-        # pathlib's parsing per item was 2/3 of reading a 100,000-row manifest.
-        text = os.path.normpath(os.path.join(os.path.abspath(base), text))
-    return Path(text)
+        # pathlib's parsing per item was 2/3 of reading a 100,000-row manifest. Normalised only when it
+        # may change something (".", "..", "//" or a trailing "/"): a plain relative path joins as it is.
+        text = os.path.join(base, text)
+        if os.sep != "/" or "/." in text or "//" in text or text.endswith("/"):
+            text = os.path.normpath(text)
+    if _CHILD is None or folders is None or os.sep != "/":
+        return Path(text)
+    folder, _, name = text.rpartition("/")
+    if not folder or name in ("", "."):  # pathlib drops these: parse them as it does
+        return Path(text)
+    parent = folders.get(folder)
+    if parent is None:
+        parent = folders[folder] = Path(folder)
+    return _CHILD(parent, name)  # type: ignore[no-any-return]
 
 
 def _coerce_csv(value: str) -> Any:
@@ -70,10 +89,15 @@ def _coerce_csv(value: str) -> Any:
     return value
 
 
-def _check_field_names(names: Sequence[str], where: str) -> None:
+def _check_field_names(names: Iterable[str], where: str, valid: set[str] | None = None) -> None:
+    """``valid``: names checked already (a manifest repeats its field names on every row), extended."""
     for name in names:
+        if valid is not None and name in valid:
+            continue
         if not name or '"' in name or any(ord(c) < 32 for c in name):
             raise SourceError(f"{where}: invalid metadata field name {name!r}")
+        if valid is not None:
+            valid.add(name)
 
 
 def _inside(target: str, root: str) -> bool:
@@ -141,8 +165,24 @@ def scan_folder(folder: Path, *, follow_external_links: bool = False) -> SourceS
     return SourceScan(items, ignored, links)
 
 
-def _item_from_object(obj: dict[str, Any], path: Path, lineno: int) -> SourceItem:
-    where = f"{path}:{lineno}"
+@dataclass
+class _Reading:
+    """What every row of one source file shares: its name, its folder (absolute, normalised) and the field
+    names found valid so far."""
+
+    path: Path
+    name: str = ""
+    base: str = ""
+    valid_names: set[str] = field(default_factory=set)
+    folders: dict[str, Path] = field(default_factory=dict)  # ``_absolute``'s
+
+    def __post_init__(self) -> None:
+        self.name = str(self.path)
+        self.base = os.path.abspath(self.path.parent)
+
+
+def _item_from_object(obj: dict[str, Any], source: _Reading, lineno: int) -> SourceItem:
+    where = f"{source.name}:{lineno}"
     item_id = obj.get("id")
     if isinstance(item_id, int) and not isinstance(item_id, bool):
         item_id = str(item_id)
@@ -170,14 +210,16 @@ def _item_from_object(obj: dict[str, Any], path: Path, lineno: int) -> SourceIte
     if not isinstance(image, str) or not image.strip():
         key = "image" if "image" in obj and "path" not in obj else "path"
         raise SourceError(f"{where}: field {key!r} must be a non-empty string, got {image!r}")
-    _check_field_names(list(fields), where)
+    _check_field_names(fields, where, source.valid_names)
     return SourceItem(
         id=item_id,
-        path=_absolute(path.parent, image),
+        path=_absolute(source.base, image, source.folders),
         fields=fields,
         captions=caps,
         source=where,
-        extra_paths=tuple(_absolute(path.parent, p) for p in extra) if "image" not in obj else (),
+        extra_paths=tuple(_absolute(source.base, p, source.folders) for p in extra)
+        if "image" not in obj
+        else (),
     )
 
 
@@ -201,6 +243,7 @@ def _photo_paths(obj: dict[str, Any], where: str) -> tuple[Any, list[str]]:
 
 def read_jsonl(path: Path) -> Iterator[SourceItem]:
     """A manifest (id, path, metadata...) or the synthetic catalogue (id, image, captions, attributes)."""
+    source = _Reading(Path(path))
     with open(path, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
@@ -213,7 +256,7 @@ def read_jsonl(path: Path) -> Iterator[SourceItem]:
                 ) from None
             if not isinstance(obj, dict):
                 raise SourceError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-            yield _item_from_object(obj, path, lineno)
+            yield _item_from_object(obj, source, lineno)
 
 
 def read_csv(path: Path) -> Iterator[SourceItem]:
@@ -225,6 +268,7 @@ def read_csv(path: Path) -> Iterator[SourceItem]:
         if missing:
             raise SourceError(f"{path}: CSV header lacks column(s) {', '.join(missing)} (header: {header})")
         _check_field_names([h for h in header if h not in ("id", "path")], str(path))
+        source = _Reading(Path(path))
         for row in reader:
             lineno = reader.line_num
             if None in row:
@@ -232,7 +276,7 @@ def read_csv(path: Path) -> Iterator[SourceItem]:
             fields = {
                 k: _coerce_csv(v) for k, v in row.items() if k not in ("id", "path") and v not in ("", None)
             }
-            yield _item_from_object({"id": row["id"], "path": row["path"], **fields}, path, lineno)
+            yield _item_from_object({"id": row["id"], "path": row["path"], **fields}, source, lineno)
 
 
 def read_sources(sources: Sequence[Path], *, follow_external_links: bool = False) -> SourceScan:

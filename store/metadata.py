@@ -8,7 +8,7 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from store.errors import FilterError
 
 # (row, id, path, fields, deleted): one item as written and read whole.
 MetadataRow = tuple[int, str, str | None, dict[str, Any], bool]
+# The same with its fields as metadata.sqlite holds them (JSON text, or None): rows carried from one version
+# to the next without parsing and re-encoding every row's fields (``read_metadata(raw=True)``).
+StoredRow = tuple[int, str, str | None, str | None, bool]
 
 METADATA_SCHEMA = """
 CREATE TABLE items(
@@ -38,20 +41,42 @@ def field_expr(name: str) -> str:
     return "json_extract(fields, '$.\"" + name.replace("'", "''") + "\"')"
 
 
-def write_metadata(path: Path, items: Iterable[MetadataRow]) -> None:
-    """Write metadata.sqlite from (row, id, path, fields, deleted) tuples, with an index per field."""
+# json.dumps(fields, ensure_ascii=False), without building an encoder per row.
+_FIELDS_JSON = json.JSONEncoder(ensure_ascii=False)
+
+
+def fields_json(fields: dict[str, Any]) -> str:
+    """A row's fields as metadata.sqlite stores them."""
+    return _FIELDS_JSON.encode(fields)
+
+
+def write_metadata(
+    path: Path, items: Iterable[MetadataRow | StoredRow], *, text_names: Iterable[str] = ()
+) -> None:
+    """Write metadata.sqlite from (row, id, path, fields, deleted) tuples, with an index per field. Fields
+    given as text (``StoredRow``, ``fields_json``) are stored as they are; ``text_names``: their field
+    names (the caller knows them; they are not parsed here).
+
+    A new file in a version being staged: no rollback journal and no syncs of its own (a failure discards
+    the whole stage, and installing the version fsyncs every file of it)."""
     path = Path(path)
     if path.exists():
         path.unlink()
     con = sqlite3.connect(path)
     try:
+        con.execute("PRAGMA journal_mode=OFF")
+        con.execute("PRAGMA synchronous=OFF")
         con.executescript(METADATA_SCHEMA)
-        names: set[str] = set()
+        names: set[str] = set(text_names)
+        encode = _FIELDS_JSON.encode
 
-        def rows() -> Iterable[tuple[int, str, str | None, str, int]]:
+        def rows() -> Iterable[tuple[int, str, str | None, str | None, int]]:
             for row, item_id, item_path, fields, deleted in items:
+                if fields is None or isinstance(fields, str):
+                    yield row, item_id, item_path, fields, int(deleted)
+                    continue
                 names.update(fields)
-                yield row, item_id, item_path, json.dumps(fields, ensure_ascii=False), int(deleted)
+                yield row, item_id, item_path, encode(fields), int(deleted)
 
         con.executemany("INSERT INTO items(row, id, path, fields, deleted) VALUES (?, ?, ?, ?, ?)", rows())
         con.executemany("INSERT INTO field_names(name) VALUES (?)", [(n,) for n in sorted(names)])
@@ -62,14 +87,21 @@ def write_metadata(path: Path, items: Iterable[MetadataRow]) -> None:
         con.close()
 
 
-def read_metadata(path: Path) -> list[MetadataRow]:
-    """All (row, id, path, fields, deleted) of a metadata.sqlite, by row (for add/delete/rebuilds)."""
+@overload
+def read_metadata(path: Path, raw: Literal[False] = False) -> list[MetadataRow]: ...
+@overload
+def read_metadata(path: Path, raw: Literal[True]) -> list[StoredRow]: ...
+
+
+def read_metadata(path: Path, raw: bool = False) -> list[MetadataRow] | list[StoredRow]:
+    """All (row, id, path, fields, deleted) of a metadata.sqlite, by row (for add/delete/rebuilds);
+    ``raw``: the fields as stored (``StoredRow``), not parsed."""
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        return [
-            (r, i, p, json.loads(f) if f else {}, bool(d))
-            for r, i, p, f, d in con.execute("SELECT row, id, path, fields, deleted FROM items ORDER BY row")
-        ]
+        query = con.execute("SELECT row, id, path, fields, deleted FROM items ORDER BY row")
+        if raw:
+            return [(r, i, p, f, bool(d)) for r, i, p, f, d in query]
+        return [(r, i, p, json.loads(f) if f else {}, bool(d)) for r, i, p, f, d in query]
     finally:
         con.close()
 

@@ -28,8 +28,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+import struct
+import time
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -50,19 +53,54 @@ DIGEST_BYTES = 16
 REUSE_KEY = "reuse_key"  # build_params entry: what the stored vectors depend on besides the image bytes
 READ_CHUNK = 1 << 20
 STAT_COLUMNS = 5
+CHECK_CHUNK = 2048  # stored rows hashed per task when checking them (``StoredVectors.check``)
+CHECK_MIN_TASK = 128  # and at least these many (fewer rows: one thread)
 RACY_NS = 2_000_000_000  # a file changed this recently may change again within its timestamps' tick
 
 
-def image_stat(path: Path, now_ns: int) -> tuple[int, int, int, int, int] | None:
-    """(dev, inode, size, mtime_ns, ctime_ns) of a file, taken before hashing it; None when it cannot be
-    read or changed too recently to be told apart from a later change (``RACY_NS``)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
+def image_stat(
+    path: Path, now_ns: int, taken: os.stat_result | None = None
+) -> tuple[int, int, int, int, int] | None:
+    """(dev, inode, size, mtime_ns, ctime_ns) of a file, taken before hashing it (``taken``: its stat,
+    taken already, after ``now_ns``); None when it cannot be read or changed too recently to be told apart
+    from a later change (``RACY_NS``; ``now_ns`` taken before the stat is the stricter)."""
+    st = taken
+    if st is None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
     if now_ns - st.st_ctime_ns < RACY_NS or now_ns - st.st_mtime_ns < RACY_NS:
         return None
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+@dataclass
+class FileStats:
+    """``os.stat`` of many files, taken once for all who need them (a build's key and its digests), and
+    the time just before (``image_stat``'s ``now_ns``); None: the file cannot be stat'ed."""
+
+    now_ns: int
+    stats: list[os.stat_result | None]
+
+    @classmethod
+    def take(cls, paths: Sequence[Path]) -> FileStats:
+        now = time.time_ns()
+        stats: list[os.stat_result | None] = []
+        for path in paths:
+            try:
+                stats.append(os.stat(path))
+            except OSError:
+                stats.append(None)
+        return cls(now, stats)
+
+
+_STAT = struct.Struct(f"={STAT_COLUMNS}q")  # as an int64 row of image_stats.npy holds them (native order)
+
+
+def stat_key(stat: tuple[int, ...]) -> bytes:
+    """The bytes of ``image_stat``'s tuple as a row of image_stats.npy (``StoredVectors.rows_by_stat``)."""
+    return _STAT.pack(*stat)
 
 
 def reuse_key(*, fingerprint: str, rerank_dtype: str, options: Sequence[object]) -> str:
@@ -84,21 +122,33 @@ def image_digest(path: Path) -> bytes | None:
     return digest.digest()
 
 
+def _row_bytes(arr: np.ndarray, m: int, dtype: type | None = None) -> tuple[memoryview, int]:
+    """An array's ``m`` rows as stored, flat (a view where it is C-contiguous already), and bytes per row."""
+    flat = np.ascontiguousarray(arr, dtype=dtype).reshape(-1).view(np.uint8)
+    return memoryview(flat), flat.size // max(1, m)
+
+
+def _digest(parts: Sequence[tuple[memoryview, int]], rows: Iterable[int]) -> bytes:
+    """The checksums of ``rows`` of ``parts`` (``_row_bytes``), concatenated."""
+    blake2b, out = hashlib.blake2b, bytearray()
+    (first, width), rest = parts[0], parts[1:]
+    for i in rows:
+        digest = blake2b(first[i * width : (i + 1) * width], digest_size=DIGEST_BYTES)
+        for part, w in rest:
+            digest.update(part[i * w : (i + 1) * w])
+        out += digest.digest()
+    return bytes(out)
+
+
 def row_digests(embeds: np.ndarray, tokens: np.ndarray | None, scales: np.ndarray | None) -> np.ndarray:
     """(m, 16) uint8: the checksum of each row's stored bytes (embedding, tokens, scales, as stored)."""
     m = int(embeds.shape[0])
-    out = np.zeros((m, DIGEST_BYTES), np.uint8)
-    parts = [np.ascontiguousarray(embeds, dtype=np.float32).reshape(m, -1).view(np.uint8)]
+    parts = [_row_bytes(embeds, m, np.float32)]
     if tokens is not None and tokens.size:
-        parts.append(np.ascontiguousarray(tokens).reshape(m, -1).view(np.uint8))
+        parts.append(_row_bytes(tokens, m))
     if scales is not None and scales.size:
-        parts.append(np.ascontiguousarray(scales, dtype=np.float32).reshape(m, -1).view(np.uint8))
-    for i in range(m):
-        digest = hashlib.blake2b(digest_size=DIGEST_BYTES)
-        for part in parts:
-            digest.update(part[i])
-        out[i] = np.frombuffer(digest.digest(), np.uint8)
-    return out
+        parts.append(_row_bytes(scales, m, np.float32))
+    return np.frombuffer(_digest(parts, range(m)), np.uint8).reshape(m, DIGEST_BYTES).copy()
 
 
 def write_reuse_digests(
@@ -200,15 +250,11 @@ class StoredVectors:
         seg = np.clip(seg, 0, len(self.offsets) - 1)
         return seg, rows - self.offsets[seg]
 
-    def digests_by_stat(self) -> dict[bytes, bytes]:
-        """{file stats: image digest} of the rows whose file stats were recorded."""
-        known = self.stats.any(axis=1)
-        keys, values = self.stats[known].tobytes(), self.images[known].tobytes()
-        width = STAT_COLUMNS * 8
-        return {
-            keys[i * width : (i + 1) * width]: values[i * DIGEST_BYTES : (i + 1) * DIGEST_BYTES]
-            for i in range(int(known.sum()))
-        }
+    def rows_by_stat(self) -> dict[bytes, int]:
+        """{file stats (``stat_key``): row} of the rows whose file stats were recorded."""
+        known = np.flatnonzero(self.stats.any(axis=1))
+        keys, width = np.ascontiguousarray(self.stats[known], dtype=np.int64).tobytes(), STAT_COLUMNS * 8
+        return {keys[k * width : (k + 1) * width]: row for k, row in enumerate(known.tolist())}
 
     def row_of_image(self, digest: bytes) -> int:
         """The row encoded from an image with this content digest; -1 when none is."""
@@ -247,21 +293,53 @@ class StoredVectors:
         scales = None if self._scales[i] is None else np.asarray(self._scales[i][rows])
         return embeds, tokens, scales
 
-    def check(self, rows: np.ndarray, chunk: int = 4096, threads: int = 0) -> np.ndarray:
-        """(m,) bool: whether each row's stored bytes still match its stored checksum. Chunks are hashed
-        on ``threads`` threads (0: one per CPU; hashing releases the GIL)."""
-        rows = np.asarray(rows, dtype=np.int64)
-        ok = np.zeros(rows.shape[0], dtype=bool)
+    def check(self, rows: np.ndarray, threads: int = 0) -> np.ndarray:
+        """(m,) bool: whether each row's stored bytes still match its stored checksum. The rows are hashed
+        where they lie (memory-mapped, no copy), in chunks of ``CHECK_CHUNK`` rows on ``threads`` threads
+        (0: one per CPU; hashing releases the GIL)."""
+        asked = np.asarray(rows, dtype=np.int64)
+        rows = np.unique(asked)  # sorted: each segment's rows in file order
+        if rows.size and (rows[0] < 0 or rows[-1] >= self.rows):
+            raise IndexFormatError(f"rows out of range 0..{self.rows - 1}")
+        seg, local = self.segment_of(rows)
+        views = self.row_views()
+        found = bytearray(rows.size * DIGEST_BYTES)
 
-        def check_chunk(lo: int) -> None:
-            part = rows[lo : lo + chunk]
-            found = row_digests(*self.read(part))
-            ok[lo : lo + chunk] = (found == self.digests[part]).all(axis=1)
+        def hash_chunk(lo: int, hi: int) -> None:
+            k = lo
+            while k < hi:  # runs of rows in one segment
+                s = int(seg[k])
+                end = k + int(np.searchsorted(seg[k:hi], s, side="right"))
+                found[k * DIGEST_BYTES : end * DIGEST_BYTES] = _digest(views[s], local[k:end].tolist())
+                k = end
 
-        with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
-            for done in [pool.submit(check_chunk, lo) for lo in range(0, rows.shape[0], chunk)]:
-                done.result()
-        return ok
+        workers = threads or os.cpu_count() or 1
+        # At most CHECK_CHUNK rows a task, and a share for each thread of a few thousand rows too.
+        step = max(CHECK_MIN_TASK, min(CHECK_CHUNK, -(-rows.size // workers)))
+        chunks = [(lo, min(lo + step, rows.size)) for lo in range(0, rows.size, step)]
+        workers = max(1, min(workers, len(chunks)))
+        if workers == 1:
+            for lo, hi in chunks:
+                hash_chunk(lo, hi)
+        else:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                for done in [pool.submit(hash_chunk, lo, hi) for lo, hi in chunks]:
+                    done.result()
+        got = np.frombuffer(bytes(found), np.uint8).reshape(rows.size, DIGEST_BYTES)
+        good = (got == self.digests[rows]).all(axis=1)
+        return good[np.searchsorted(rows, asked)]
+
+    def row_views(self) -> list[list[tuple[memoryview, int]]]:
+        """Each segment's row bytes as ``row_digests`` takes them (``_row_bytes``: memory-mapped, no copy)."""
+        views = []
+        for i, emb in enumerate(self._embeds):
+            m = int(emb.shape[0])
+            parts = [_row_bytes(np.asarray(emb), m, np.float32)]
+            for extra, dtype in ((self._tokens[i], None), (self._scales[i], np.float32)):
+                if extra is not None and extra.size:
+                    parts.append(_row_bytes(np.asarray(extra), m, dtype))
+            views.append(parts)
+        return views
 
     def close(self) -> None:
         self._embeds, self._tokens, self._scales = [], [], []

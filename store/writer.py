@@ -174,10 +174,15 @@ class StagedFiles:
         """The staged embeddings, memory-mapped read-only (to train and fill the ANN index)."""
         return np.load(self.stage / EMBEDDINGS_FILE, mmap_mode="r")
 
-    def write_metadata(self, items: Iterable[metadata.MetadataRow]) -> None:
-        """metadata.sqlite from (row, id, path, fields, deleted), by row."""
+    def write_metadata(
+        self,
+        items: Iterable[metadata.MetadataRow | metadata.StoredRow],
+        *,
+        text_names: Iterable[str] = (),
+    ) -> None:
+        """metadata.sqlite from (row, id, path, fields, deleted), by row (``metadata.write_metadata``)."""
         with names_full_disk(self.stage / METADATA_FILE):
-            metadata.write_metadata(self.stage / METADATA_FILE, items)
+            metadata.write_metadata(self.stage / METADATA_FILE, items, text_names=text_names)
 
     def write_index(self, index: Any) -> None:
         """index.faiss (ids are rows)."""

@@ -41,13 +41,17 @@ def load_encoder(
     int8: bool = False,
     int8_limits: Int8Limits | None = None,
     fusion_threads: int | None = None,
+    spinning: bool = True,
 ) -> Encoder:
     """Open a model directory with the given runtime (``torch`` or ``onnx``); ``device`` ``auto`` uses CUDA
     when present (the CUDA execution provider for ONNX Runtime). ``int8`` selects the dynamically
     quantized query and fusion graphs (ONNX only); with ``int8_limits`` they are used only when their
     measured cost (recorded by ``ccrk export int8-cost``) is within the limits, else fp32 serves and
     ``encoder.int8_refusal`` says why. ``fusion_threads`` (ONNX only; default ``threads``): intra-op threads
-    of the fusion graph, which re-ranks many candidates in one batch.
+    of the fusion graph, which re-ranks many candidates in one batch. ``spinning`` False (ONNX Runtime
+    graphs): their threads sleep between parallel sections instead of spin-waiting, for a caller that runs
+    them a few times only (a rebuild encoding a few images: spinning threads cost CPU from the session's
+    creation on, more than they save).
 
     A starter (ConSE) model directory always runs on ONNX Runtime and numpy (it has no torch weights) and
     has no fusion graph; asked for int8, it serves fp32 and says why in ``int8_refusal``."""
@@ -57,7 +61,7 @@ def load_encoder(
     if declared_architecture(model_dir) == CONSE:
         from model.runtime.conse_runtime import ConSEEncoder
 
-        return ConSEEncoder(model_dir, device=device, threads=threads, int8=int8)
+        return ConSEEncoder(model_dir, device=device, threads=threads, int8=int8, spinning=spinning)
     if backend == "torch":
         from model.runtime.torch_runtime import TorchEncoder
 
@@ -74,5 +78,6 @@ def load_encoder(
             int8=int8,
             int8_limits=int8_limits,
             fusion_threads=fusion_threads,
+            spinning=spinning,
         )
     raise AssertionError(backend)  # checked above

@@ -31,7 +31,14 @@ class ConSEEncoder:
     acquired_languages: tuple[str, ...] = ()
     acquirers_digest: str | None = None
 
-    def __init__(self, model_dir: Path, device: str = "auto", threads: int = 2, int8: bool = False) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        device: str = "auto",
+        threads: int = 2,
+        int8: bool = False,
+        spinning: bool = True,
+    ) -> None:
         try:
             config = load_model_config(model_dir)
         except ConfigError as exc:
@@ -49,7 +56,9 @@ class ConSEEncoder:
         except StarterModelError as exc:
             raise EncoderError(str(exc)) from exc
         self._image = ort.InferenceSession(
-            str(model_dir / IMAGE_GRAPH), session_options(threads), providers=execution_providers(device)
+            str(model_dir / IMAGE_GRAPH),
+            session_options(threads, spinning),
+            providers=execution_providers(device),
         )
         # Starter models built before the visual output existed: image-to-image search uses the embeddings.
         outputs = {o.name for o in self._image.get_outputs()}

@@ -87,10 +87,14 @@ def _text_tokenizer(path: Path, max_length: int, pad_id: int) -> Tokenizer:
     return tokenizer
 
 
-def session_options(threads: int) -> ort.SessionOptions:
+def session_options(threads: int, spinning: bool = True) -> ort.SessionOptions:
+    """``spinning`` False: idle intra-op threads sleep instead of spin-waiting (``load_encoder``). The same
+    kernels either way: the outputs are the same bytes."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
 
 
@@ -106,6 +110,7 @@ class OnnxEncoder:
         int8_limits: Int8Limits | None = None,
         fusion_threads: int | None = None,
         cuda_options: dict[str, str] | None = None,
+        spinning: bool = True,
     ) -> None:
         """``cuda_options``: options of ONNX Runtime's CUDA provider (e.g. ``{"use_tf32": "0"}`` for full
         fp32 matrix products; the provider's default uses TF32 on Ampere and newer)."""
@@ -126,7 +131,7 @@ class OnnxEncoder:
         providers: list[Any] = list(execution_providers(device))
         if cuda_options and providers[0] == "CUDAExecutionProvider":
             providers[0] = ("CUDAExecutionProvider", dict(cuda_options))
-        options = session_options(threads)
+        options = session_options(threads, spinning)
         graphs = dict(manifest["graphs"])
         # Why int8 was asked for but not used (its measured cost is unknown or above the limits).
         self.int8_refusal: str | None = None
@@ -142,14 +147,14 @@ class OnnxEncoder:
         # The text graph is loaded on first use: a rebuild that only encodes images never pays for it.
         self._text_args = (str(onnx_dir / graphs["text"]), options, providers)
         self._text_session: ort.InferenceSession | None = None
-        self._text_lock = threading.Lock()
+        self._lazy_lock = threading.Lock()
         self._image = ort.InferenceSession(str(onnx_dir / graphs["image"]), options, providers=providers)
-        self._fusion = ort.InferenceSession(
-            str(onnx_dir / graphs["fusion"]), _fusion_options(fusion_threads or threads), providers=providers
-        )
-        # Exports before the paper's re-rank score have the match margin only.
-        self.fusion_outputs = frozenset(o.name for o in self._fusion.get_outputs())
-        self.capabilities = ModelCapabilities(rerank=True, fusion_outputs=self.fusion_outputs)
+        # The fusion graph too, on first use (re-ranking, or asking the capabilities): a rebuild that
+        # encodes a few images never scores pairs (creating its session was ~40 % of loading the encoder).
+        fusion_options = _fusion_options(fusion_threads or threads)
+        self._fusion_args = (str(onnx_dir / graphs["fusion"]), fusion_options, providers)
+        self._fusion_session: ort.InferenceSession | None = None
+        self._capabilities: ModelCapabilities | None = None
         self.device = "cuda" if self._image.get_providers()[0] == "CUDAExecutionProvider" else "cpu"
         if (
             device == "cuda" and self.device != "cuda"
@@ -161,8 +166,9 @@ class OnnxEncoder:
         tokenizer_file = model_dir / "tokenizer.json"
         if not tokenizer_file.is_file():
             raise EncoderError(f"{model_dir} has no tokenizer.json")
-        pad_id = self.config.text.pad_token_id
-        self.tokenizer = _text_tokenizer(tokenizer_file, self.config.text.max_length, pad_id)
+        # Read on first use, as the text graph is: a rebuild that only encodes images never needs it.
+        self._tokenizer_args = (tokenizer_file, self.config.text.max_length, self.config.text.pad_token_id)
+        self._tokenizer: Tokenizer | None = None
         self.preprocessor = ImagePreprocessor(self.config.vision)
         # Acquirer graphs stay fp32 whatever ``int8`` says: they were never quantized or measured.
         self._acquirers = self._load_acquirers(model_dir, onnx_dir, options, providers)
@@ -170,9 +176,38 @@ class OnnxEncoder:
         self.acquirers_digest: str | None = acquirers_digest(model_dir)
 
     @property
+    def _fusion(self) -> ort.InferenceSession:
+        if self._fusion_session is None:
+            with self._lazy_lock:
+                if self._fusion_session is None:
+                    path, options, providers = self._fusion_args
+                    self._fusion_session = ort.InferenceSession(path, options, providers=providers)
+        return self._fusion_session
+
+    @property
+    def fusion_outputs(self) -> frozenset[str]:
+        """The fusion graph's outputs: exports before the paper's re-rank score have the match margin only."""
+        return self.capabilities.fusion_outputs
+
+    @property
+    def capabilities(self) -> ModelCapabilities:
+        if self._capabilities is None:
+            outputs = frozenset(o.name for o in self._fusion.get_outputs())
+            self._capabilities = ModelCapabilities(rerank=True, fusion_outputs=outputs)
+        return self._capabilities
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        if self._tokenizer is None:
+            with self._lazy_lock:
+                if self._tokenizer is None:
+                    self._tokenizer = _text_tokenizer(*self._tokenizer_args)
+        return self._tokenizer
+
+    @property
     def _text(self) -> ort.InferenceSession:
         if self._text_session is None:
-            with self._text_lock:
+            with self._lazy_lock:
                 if self._text_session is None:
                     path, options, providers = self._text_args
                     self._text_session = ort.InferenceSession(path, options, providers=providers)

@@ -145,6 +145,33 @@ def test_metadata_only_change_encodes_nothing_and_filters_see_it(
     assert verify_version(settings.index_root, "shop") == []
 
 
+def test_a_rebuild_that_encodes_nothing_loads_no_encoder(
+    settings: Settings, catalogue: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Loading the model's graphs is most of a small rebuild's fixed cost: a metadata-only change (rows
+    # kept, measurements taken over, no gate) must not pay it.
+    import indexer.encoding
+
+    manifest, rows = _shop(catalogue, tmp_path)
+    shop = manifest.parent
+    build("shop", [_write(shop, rows[:36])], settings=settings)
+    write_photo(shop / rows[0]["image"], 4242, (64, 64), fmt="PNG")
+    build("shop", [_write(shop, rows[:36])], settings=settings)  # a segmented version
+
+    def refuse(*_: object, **__: object) -> Encoder:
+        raise AssertionError("an encoder was loaded")
+
+    monkeypatch.setattr(indexer.encoding, "load_encoder", refuse)
+    for i, r in enumerate(rows[:36]):
+        r["price"] = float(i) + 0.5
+    meta = build("shop", [_write(shop, rows[:36])], settings=settings)
+    assert meta.published and (meta.items_encoded, meta.items_reused) == (0, 36)
+    with _any(settings, None) as idx:
+        assert idx.manifest.sharding["rule"] == "segments"
+        assert len(idx.filter_rows({"price": {"gte": 30.0}})) == 6
+    assert verify_version(settings.index_root, "shop") == []
+
+
 def test_incremental_answers_equal_a_force_build(
     settings: Settings, catalogue: Path, tmp_path: Path, encoder: Encoder
 ) -> None:

@@ -148,3 +148,20 @@ def test_links_out_of_the_folder_are_skipped_and_reported(tmp_path: Path) -> Non
         str(root / "album" / "loop"): LINK_LOOP,
         str(root / "again"): LINK_TO_INSIDE_FOLDER,
     }
+
+
+def test_manifest_paths_are_the_paths_pathlib_makes(tmp_path: Path) -> None:
+    # Paths are built as children of their folder's Path (no parse per row): they must equal Path(text)
+    # in every way a caller sees, whatever the manifest writes.
+    from indexer.sources import _absolute
+
+    folders: dict[str, Path] = {}
+    base = str(tmp_path)
+    for value in ["a.jpg", "img/b.jpg", "./img/../c.jpg", "img//d.jpg", "/abs/x/./e.jpg", "/abs/x/", "/abs/.",
+                  "/abs/../f.jpg", "img/", "/g.jpg", "~/h.jpg"]:  # fmt: skip
+        got = _absolute(base, value, folders)
+        text = os.path.expanduser(value)
+        ref = Path(text if os.path.isabs(text) else os.path.normpath(os.path.join(base, text)))
+        assert (got, str(got), got.parts, got.name, got.parent, hash(got)) == (
+            ref, str(ref), ref.parts, ref.name, ref.parent, hash(ref)
+        ), value  # fmt: skip

@@ -14,6 +14,7 @@ from store.metadata import (
     MAX_FIELD_INDEXES,
     MetadataReader,
     field_expr,
+    fields_json,
     filter_sql,
     read_metadata,
     write_metadata,
@@ -33,6 +34,24 @@ def test_written_rows_read_back_whole(tmp_path: Path) -> None:
     assert read_metadata(path) == ROWS
     write_metadata(path, iter(ROWS[:1]))  # an existing file is replaced, not appended to
     assert read_metadata(path) == ROWS[:1]
+
+
+def test_rows_carried_as_stored_text_are_written_as_they_are(tmp_path: Path) -> None:
+    # A rebuild carries a parent's rows without parsing their fields (read raw, written as text, with
+    # the field names the caller knows): the same file content as writing the parsed rows.
+    path, again = tmp_path / "metadata.sqlite", tmp_path / "again.sqlite"
+    write_metadata(path, iter(ROWS))
+    raw = read_metadata(path, raw=True)
+    assert [r[:3] + r[4:] for r in raw] == [r[:3] + r[4:] for r in ROWS]
+    assert all(isinstance(r[3], str) for r in raw) and raw[0][3] == fields_json(ROWS[0][3])
+    write_metadata(again, raw, text_names={"colour", "price", "name"})
+    assert read_metadata(again) == ROWS
+    reader = MetadataReader(again)
+    try:
+        assert reader.field_names() == {"colour", "price", "name"}
+        assert reader.rows_matching({"colour": "red"}, reader.field_names()).tolist() == [0, 2]
+    finally:
+        reader.close()
 
 
 def test_one_expression_index_per_field_up_to_the_limit(tmp_path: Path) -> None:
