@@ -4,6 +4,7 @@ answer (fresh, or read back from the result cache), the image answer and the con
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 from urllib.parse import quote
@@ -25,12 +26,20 @@ from service.schemas import (
 from service.search.ranking import Ranked
 from store.hybrid import GroupParams
 
+# An id of only the characters ``quote`` never escapes (letters, digits, ``_.-~``) is its own quoted form:
+# most catalogue ids, spared ``quote``'s per-character work (~1.5 us a hit).
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_.~-]+")
+
 
 def image_url(item_id: str) -> str:
     """Where a result's image is served: ``/v1/images/{id}``, or ``/v1/images?id=...`` for an id with a line
     break (a URL path cannot match one: it got a link that answered 404) and for ``.`` and ``..`` (clients
     remove such path segments: the link answered 422)."""
-    if "\n" in item_id or "\r" in item_id or item_id in (".", ".."):
+    if item_id in (".", ".."):
+        return f"/v1/images?id={item_id}"
+    if _PLAIN_ID.fullmatch(item_id):
+        return f"/v1/images/{item_id}"
+    if "\n" in item_id or "\r" in item_id:
         return f"/v1/images?id={quote(item_id, safe='')}"
     return f"/v1/images/{quote(item_id, safe='')}"
 

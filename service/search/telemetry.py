@@ -11,7 +11,7 @@ every route, searches or not, labelled with the query language this module retur
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from service.metrics import Metrics
 from service.schemas import SearchRequest, SearchResponse
@@ -31,6 +31,16 @@ class SearchTelemetry:
         self.metrics = metrics
         self.traffic = traffic
         self.languages = tuple(languages)
+        # Each metric's child per label values, looked up once (``labels`` costs ~1 us a call: a lock and
+        # the label checks, four times per search). A race only looks one up twice: the same child.
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def _child(self, metric: Any, *values: str) -> Any:
+        key = (id(metric), values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
 
     def lang_label(self, code: str) -> str:
         """Metric label of a query language: supported codes, else "other" (bounded cardinality)."""
@@ -40,23 +50,25 @@ class SearchTelemetry:
         """A text search; returns its language label (the HTTP middleware's ``lang``)."""
         response = outcome.response
         if outcome.ranked is not None:  # an answer from the result cache timed no stage
-            self.metrics.stage_seconds.labels("encode").observe(outcome.encode_s)
+            self._child(self.metrics.stage_seconds, "encode").observe(outcome.encode_s)
             self._ranked(outcome.ranked)
         elif not response.cached:  # products and hybrid search (``service.search.hybrid``)
-            self.metrics.stage_seconds.labels("encode").observe(outcome.encode_s)
-            self.metrics.stage_seconds.labels("search").observe(response.timings_ms.search / 1000.0)
-            self.metrics.rerank.labels("no").inc()
+            self._child(self.metrics.stage_seconds, "encode").observe(outcome.encode_s)
+            self._child(self.metrics.stage_seconds, "search").observe(response.timings_ms.search / 1000.0)
+            self._child(self.metrics.rerank, "no").inc()
         lang = self.lang_label(response.language.code)
         self.traffic.observe_search(lang, request, response)  # live traffic per language
         if request.offset == 0:  # one count per query, not per page
-            self.metrics.search_match.labels(lang, response.match or "unknown").inc()
+            self._child(self.metrics.search_match, lang, response.match or "unknown").inc()
         return lang
 
     def image(self, outcome: ImageOutcome) -> None:
         # The encode stage's histogram holds text encodings only; an image's is in its answer's timings.
         if outcome.ranked is None:
-            self.metrics.stage_seconds.labels("search").observe(outcome.response.timings_ms.search / 1000.0)
-            self.metrics.rerank.labels("no").inc()
+            self._child(self.metrics.stage_seconds, "search").observe(
+                outcome.response.timings_ms.search / 1000.0
+            )
+            self._child(self.metrics.rerank, "no").inc()
         else:
             self._ranked(outcome.ranked)
 
@@ -65,8 +77,8 @@ class SearchTelemetry:
             self._ranked(ranked)
 
     def _ranked(self, ranked: Ranked) -> None:
-        self.metrics.stage_seconds.labels("search").observe(ranked.search_s)
+        self._child(self.metrics.stage_seconds, "search").observe(ranked.search_s)
         if ranked.reranked:
-            self.metrics.stage_seconds.labels("rerank").observe(ranked.rerank_s)
+            self._child(self.metrics.stage_seconds, "rerank").observe(ranked.rerank_s)
             self.metrics.rerank_candidates.observe(ranked.rerank_candidates)
-        self.metrics.rerank.labels("yes" if ranked.reranked else "no").inc()
+        self._child(self.metrics.rerank, "yes" if ranked.reranked else "no").inc()
