@@ -3,7 +3,7 @@
 A request takes a *lease* on the current version and keeps it to the end, whatever happens meanwhile. A
 new ``CURRENT`` (seen by the poller, or asked for by ``/v1/admin/reload``) is opened in a worker thread
 while the old version keeps answering; the swap is one reference assignment under a lock. The old version
-is closed when its last lease is returned, so no request ever sees a closed index.
+is closed when its last lease is returned (on a thread of its own), so no request ever sees a closed index.
 """
 
 from __future__ import annotations
@@ -23,6 +23,13 @@ from store.opening import OpenedIndex, open_version
 from store.versions import current_version, version_refused
 
 log = logging.getLogger(__name__)
+
+
+def _close_apart(index: OpenedIndex) -> None:
+    """Close a retired version on a thread of its own: the last lease may be returned on the event loop (an
+    inline search, ``service.api.fast_search``), and closing frees the graph and the mapped files, which can
+    take long enough at a large catalogue to hold up every other request."""
+    threading.Thread(target=index.close, name="ccrk-close-retired", daemon=True).start()
 
 
 @dataclass
@@ -109,7 +116,7 @@ class IndexHolder:
                 served.leases -= 1
                 close = served.retired and served.leases == 0
             if close:
-                served.index.close()
+                _close_apart(served.index)
 
     def published_version(self) -> str | None:
         try:

@@ -97,3 +97,35 @@ def test_a_sharded_version_swaps_in_and_out(tmp_path: Path) -> None:
         assert found[:, 0].tolist() == rows
     finally:
         holder.close()
+
+
+def test_the_last_lease_of_a_retired_version_closes_it_on_another_thread(tmp_path: Path) -> None:
+    """Returning the last lease does not wait for the retired version to close (it may be returned on the
+    event loop): the close runs on a thread of its own, once."""
+    import threading
+    import time
+
+    embeds = grid_vectors(20, 8, np.random.default_rng(1))
+    first = write_rows(tmp_path, INDEX_NAME, embeds, [f"a-{i}" for i in range(20)])
+    second = write_rows(tmp_path, INDEX_NAME, embeds, [f"b-{i}" for i in range(20)])
+    holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None)
+    closed: list[str] = []
+    done = threading.Event()
+    try:
+        assert holder.reload(first) is not None
+        with holder.lease() as old:
+            real_close = old.index.close
+
+            def slow_close() -> None:
+                time.sleep(0.5)
+                closed.append(threading.current_thread().name)
+                real_close()
+                done.set()
+
+            old.index.close = slow_close  # type: ignore[method-assign]
+            assert holder.reload(second) is not None and old.retired and not closed
+            started = time.perf_counter()
+        assert time.perf_counter() - started < 0.3  # the lease returned without waiting for the close
+        assert done.wait(10) and closed == ["ccrk-close-retired"]
+    finally:
+        holder.close()
