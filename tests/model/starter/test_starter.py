@@ -89,6 +89,8 @@ def test_onnx_graph_matches_torch(starter_model: Path) -> None:
 def test_encoder_embeds_without_fusion(starter_model: Path) -> None:
     encoder = load_encoder(starter_model, backend="torch", threads=1)  # a starter always runs on ONNX Runtime
     assert encoder.backend == "onnx" and encoder.capabilities.rerank is False
+    # Opening it loads no sentence encoder (2.4 s): a rebuild encoding a few images never needs one.
+    assert encoder._text._backend is None and encoder._text._sp is None  # type: ignore[attr-defined]
     texts = encoder.encode_text(["a red sports car", "ein roter Sportwagen", "un gâteau au chocolat"])
     assert texts.embeds.shape == (3, 512) and texts.embeds.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(texts.embeds, axis=1), 1.0, atol=1e-5)
