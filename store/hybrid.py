@@ -141,7 +141,8 @@ def _coverage(
     present = np.zeros((text_rows.size, len(vocab)), bool)
     for i, row in enumerate(text_rows.tolist()):
         held = stored.get(int(row), ())
-        present[i] = [t in held for t in vocab] if len(held) < 16 else [t in set(held) for t in vocab]
+        terms_held = held if len(held) < 16 else set(held)  # a long value: one set, not one per term
+        present[i] = [t in terms_held for t in vocab]
     weights = np.zeros((len(vocab), len(readings)), np.float64)
     for k, reading in enumerate(readings):
         for t in reading:
