@@ -19,15 +19,24 @@ from store.products import PHOTO_INDEX, TEXT_INDEX, ProductChannels
 TUNE_QUERIES = 200
 
 
-def channel_recall(grouped: GroupedVectors, queries: np.ndarray, n: int = CANDIDATES) -> float:
-    """Mean share of the exact ``n`` best products that the channel's graph walk returns."""
+def exact_products(grouped: GroupedVectors, queries: np.ndarray, n: int = CANDIDATES) -> list[set[int]]:
+    """The exact ``n`` best products of each query (the reference answer every walk width is held to)."""
     exact = GroupedVectors(grouped.vectors, grouped.owners, None, grouped.products)
-    found = 0
-    wanted = 0
-    for q in queries:
-        truth = set(exact.search(q, n, None).owners.tolist())
-        found += len(truth & set(grouped.search(q, n, None).owners.tolist()))
-        wanted += len(truth)
+    return [set(exact.search(q, n, None).owners.tolist()) for q in queries]
+
+
+def channel_recall(
+    grouped: GroupedVectors,
+    queries: np.ndarray,
+    n: int = CANDIDATES,
+    truth: list[set[int]] | None = None,
+) -> float:
+    """Mean share of the exact ``n`` best products (``truth``: computed when not given) that the channel's
+    graph walk returns."""
+    if truth is None:
+        truth = exact_products(grouped, queries, n)
+    found = sum(len(t & set(grouped.search(q, n, None).owners.tolist())) for q, t in zip(queries, truth))
+    wanted = sum(len(t) for t in truth)
     return found / wanted if wanted else 1.0
 
 
@@ -43,9 +52,10 @@ def tune_channels(channels: ProductChannels, target: float, seed: int = 0) -> di
         if not grouped.walks_a_graph or queries.size == 0:
             continue
         best = (float(EF_GRID[-1]), -1.0)
+        truth = exact_products(grouped, queries)  # once per channel, not once per width tried
         for ef in EF_GRID:
             grouped.set_walk_width(ef)
-            recall = channel_recall(grouped, queries)
+            recall = channel_recall(grouped, queries, truth=truth)
             if recall > best[1]:
                 best = (float(ef), recall)
             if recall >= target:
