@@ -35,7 +35,9 @@ def channel_recall(
     graph walk returns."""
     if truth is None:
         truth = exact_products(grouped, queries, n)
-    found = sum(len(t & set(grouped.search(q, n, None).owners.tolist())) for q, t in zip(queries, truth))
+    found = sum(
+        len(t & set(grouped.search(q, n, None).owners.tolist())) for q, t in zip(queries, truth, strict=True)
+    )
     wanted = sum(len(t) for t in truth)
     return found / wanted if wanted else 1.0
 

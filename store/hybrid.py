@@ -24,12 +24,13 @@ case). Nothing here is tuned by hand: ``indexer.fusion_calibration`` fits and ch
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+from store.fan_out import FanOut
 from store.product_vectors import ChannelHits, positions_of
 from store.products import ProductChannels
 
@@ -42,6 +43,7 @@ CHANNELS = ("image", "text", "lexical")
 RRF_K = 60.0
 OTHER = "other"
 MODES = ("hybrid", "image", "text")
+T = TypeVar("T")
 
 
 @dataclass
@@ -66,10 +68,18 @@ class Candidates:
     photo: np.ndarray  # (n,) int64 the best photo row (-1: none)
     text: np.ndarray  # (n,) int64 the best dense text row (-1: none)
     lexical: np.ndarray  # (n,) int64 the best BM25 text row (-1: none)
-    matched_terms: dict[int, list[str]] = field(default_factory=dict)  # by candidate index
+    terms: list[str] = field(default_factory=list)  # the query's terms
+    # (n, len(terms)) bool: which terms each candidate's best BM25 text row holds (None: no lexical match)
+    term_presence: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.rows.size)
+
+    def matched_terms(self, i: int) -> list[str]:
+        """The query terms that candidate ``i``'s best BM25 text value holds (for explanations)."""
+        if self.term_presence is None:
+            return []
+        return [t for t, held in zip(self.terms, self.term_presence[i].tolist(), strict=True) if held]
 
 
 def _ranks(rows: np.ndarray, hits: ChannelHits) -> np.ndarray:
@@ -88,14 +98,22 @@ def gather(
     use_text: bool = True,
     text_mask: np.ndarray | None = None,
     lexical_mask: np.ndarray | None = None,
+    fan_out: FanOut | None = None,
 ) -> Candidates:
     """The candidates of the channels in use (each channel's ``n`` best products) with their features.
     ``allowed``: boolean mask over product rows (live and matching the filters); ``text_mask`` and
-    ``lexical_mask``: over text rows (calibration leaves fields, or languages, out)."""
+    ``lexical_mask``: over text rows (calibration leaves fields, or languages, out). ``fan_out``: the
+    photo walk and the BM25 search (with its coverage feature) run beside the text walk."""
     q = np.ascontiguousarray(query.embed, dtype=np.float32).ravel()
-    image = channels.photos.search(q, n, allowed) if use_image else ChannelHits.empty()
-    dense = channels.texts.search(q, n, allowed, text_mask) if use_text else ChannelHits.empty()
-    lexical = channels.lexical(query.terms, n, allowed, lexical_mask) if use_text else ChannelHits.empty()
+    empty = ChannelHits.empty()
+    start = fan_out.start if fan_out is not None else _now
+    image_hits = start(channels.photos.search, q, n, allowed) if use_image else lambda: empty
+    lexical_hits = (
+        start(_lexical, channels, query, n, allowed, lexical_mask) if use_text else lambda: (empty, None)
+    )
+    dense = channels.texts.search(q, n, allowed, text_mask) if use_text else empty
+    image = image_hits()
+    lexical, coverage = lexical_hits()
     rows = np.unique(np.concatenate([image.owners, dense.owners, lexical.owners]))
     count = rows.size
     features = np.zeros((count, len(FEATURES)), np.float32)
@@ -103,9 +121,9 @@ def gather(
     photo = np.full(count, -1, np.int64)
     text = np.full(count, -1, np.int64)
     lex_rows = np.full(count, -1, np.int64)
-    matched: dict[int, list[str]] = {}
+    presence = None
     if count == 0:
-        return Candidates(rows, features, ranks, photo, text, lex_rows, matched)
+        return Candidates(rows, features, ranks, photo, text, lex_rows)
     if use_image:
         features[:, 0], photo = channels.photos.best_of(q, rows)
         ranks[:, 0] = _ranks(rows, image)
@@ -115,34 +133,48 @@ def gather(
         idx = _ranks(rows, lexical)
         ranks[:, 2] = idx
         found = np.flatnonzero(idx >= 0)
-        if found.size:
+        if found.size and coverage is not None:
             lex_rows[found] = lexical.via[idx[found]]
             best = float(lexical.scores.max()) if lexical.scores.size else 0.0
             features[found, 3] = lexical.scores[idx[found]] / best if best > 0 else 0.0
-            features[found, 2], matched = _coverage(channels, query, lex_rows[found], found)
+            features[found, 2] = coverage[0][idx[found]]
+            presence = np.zeros((count, coverage[1].shape[1]), bool)
+            presence[found] = coverage[1][idx[found]]
     # A channel the product has no row in (no text, say) reads as its floor, not as -inf.
     features[~np.isfinite(features)] = -1.0
-    return Candidates(rows, features, ranks, photo, text, lex_rows, matched)
+    return Candidates(rows, features, ranks, photo, text, lex_rows, list(query.terms), presence)
+
+
+def _now(step: Callable[..., T], *args: Any) -> Callable[[], T]:
+    result = step(*args)
+    return lambda: result
+
+
+def _lexical(
+    channels: ProductChannels,
+    query: HybridQuery,
+    n: int,
+    allowed: np.ndarray | None,
+    lexical_mask: np.ndarray | None,
+) -> tuple[ChannelHits, tuple[np.ndarray, np.ndarray] | None]:
+    """The BM25 channel's hits and, in their order, their ``lexical`` feature and term presence."""
+    hits = channels.lexical(query.terms, n, allowed, lexical_mask)
+    return hits, (_coverage(channels, query, hits.via) if hits.owners.size else None)
 
 
 def _coverage(
-    channels: ProductChannels, query: HybridQuery, text_rows: np.ndarray, found: np.ndarray
-) -> tuple[np.ndarray, dict[int, list[str]]]:
-    """The ``lexical`` feature of the BM25 candidates (their best fields ``text_rows``; ``found`` their
-    candidate indexes): the IDF-weighted share of the query's terms each holds, its best-covered reading
-    counted; and the terms each matched. One presence matrix (candidates x distinct terms) and a product
-    per reading, instead of a sum per candidate and reading."""
+    channels: ProductChannels, query: HybridQuery, text_rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``lexical`` feature of the BM25 candidates (their best fields ``text_rows``): the IDF-weighted
+    share of the query's terms each holds, its best-covered reading counted; and which of the query's
+    terms each holds ((rows, len(query.terms)) bool). One presence matrix (candidates x distinct terms) and
+    a product per reading, instead of a sum per candidate and reading."""
     terms = list(query.terms)
     readings = [r for r in (query.readings or [terms]) if r]
     vocab = list(dict.fromkeys([*terms, *(t for r in readings for t in r)]))
     column = {t: j for j, t in enumerate(vocab)}
     idf = channels.term_idf(terms)  # a reading's term beyond the query's cap weighs 0, as in BM25
-    stored = channels.terms_of(text_rows.tolist())
-    present = np.zeros((text_rows.size, len(vocab)), bool)
-    for i, row in enumerate(text_rows.tolist()):
-        held = stored.get(int(row), ())
-        terms_held = held if len(held) < 16 else set(held)  # a long value: one set, not one per term
-        present[i] = [t in terms_held for t in vocab]
+    present = channels.presence(text_rows, vocab)
     weights = np.zeros((len(vocab), len(readings)), np.float64)
     for k, reading in enumerate(readings):
         for t in reading:
@@ -150,12 +182,7 @@ def _coverage(
     totals = weights.sum(axis=0)
     totals[totals == 0] = 1.0
     coverage = (present @ weights / totals).max(axis=1) if readings else np.zeros(text_rows.size)
-    term_cols = [column[t] for t in terms]
-    matched = {
-        int(i): [t for t, j in zip(terms, term_cols, strict=True) if present[n, j]]
-        for n, i in enumerate(found)
-    }
-    return coverage.astype(np.float32), matched
+    return coverage.astype(np.float32), present[:, [column[t] for t in terms]]
 
 
 @dataclass

@@ -26,15 +26,22 @@ class ChannelHits:
         return ChannelHits(np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.int64))
 
 
-def best_per_owner(owners: np.ndarray, scores: np.ndarray, via: np.ndarray) -> ChannelHits:
-    """Keep each owner's best (scores may come in any order); best first."""
+def best_per_owner(
+    owners: np.ndarray, scores: np.ndarray, via: np.ndarray, *, ranked: bool = False
+) -> ChannelHits:
+    """Keep each owner's best; best first (ties: lower owner first). ``ranked``: the scores come best first
+    already (a graph walk's or BM25's hits), so each owner's first row is its best: no sort by score."""
     if owners.size == 0:
         return ChannelHits.empty()
-    order = np.lexsort((-scores, owners))  # by owner, best first within each
-    owners, scores, via = owners[order], scores[order], via[order]
-    first = np.ones(owners.size, bool)
-    first[1:] = owners[1:] != owners[:-1]
-    owners, scores, via = owners[first], scores[first], via[first]
+    if ranked:
+        owners, first = np.unique(owners, return_index=True)  # by owner, each at its first (best) row
+        scores, via = scores[first], via[first]
+    else:
+        order = np.lexsort((-scores, owners))  # by owner, best first within each
+        owners, scores, via = owners[order], scores[order], via[order]
+        first = np.ones(owners.size, bool)
+        first[1:] = owners[1:] != owners[:-1]
+        owners, scores, via = owners[first], scores[first], via[first]
     best = np.argsort(-scores, kind="stable")
     return ChannelHits(owners[best], scores[best].astype(np.float32), via[best])
 
@@ -177,7 +184,7 @@ class GroupedVectors:
             if allowed is not None:
                 keep = allowed[self.owners[rows]]
                 rows, scores = rows[keep], scores[keep]
-            hits = best_per_owner(self.owners[rows], scores, rows)
+            hits = best_per_owner(self.owners[rows], scores, rows, ranked=True)
             if len(hits.owners) >= n or fetch >= total:
                 hits = ChannelHits(hits.owners[:n], hits.scores[:n], hits.via[:n])
                 return hits if self._walk_is_exact else self._rescored(hits, query)

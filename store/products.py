@@ -19,6 +19,8 @@ also holds, beside them (all written through ``ProductChannelsWriter``, read thr
     products.sqlite          photos(row, owner, path); texts(row, owner, field, lang, text, terms)
                              (terms: ``store.lexical.analyze`` of the text, space-separated)
     lexical.tantivy/         BM25 over those terms (``store.lexical_index``), document id = text row
+    text_term_hashes.npy     those terms again as 64-bit hashes, and their row offsets
+    text_term_offsets.npy    (``store.term_hashes``; written since 27 Nov 2026, read when present)
 
 Products format 1 (written before tantivy, still served) keeps the lexical index in ``products.sqlite`` as
 an FTS5 table ``lexical`` (rowid = text row, its ``terms`` column the analysed terms) instead.
@@ -46,6 +48,7 @@ from store.errors import IndexFormatError
 from store.files import names_full_disk
 from store.lexical_index import TANTIVY_DIR, Fts5Lexical, LexicalIndex, TantivyLexical, write_tantivy
 from store.product_vectors import ChannelHits, GroupedVectors, best_per_owner
+from store.term_hashes import TermHashes, write_term_hashes
 
 PRODUCTS_FILE = "products.json"
 PHOTO_EMBEDDINGS = "photo_embeddings.npy"
@@ -230,6 +233,7 @@ def write_product_channels(
         finally:
             con.close()
     write_tantivy(stage, texts.terms)
+    write_term_hashes(stage, texts.terms)
     with names_full_disk(stage / PRODUCTS_FILE):
         (stage / PRODUCTS_FILE).write_text(info.to_json() + "\n", encoding="utf-8")
 
@@ -265,6 +269,7 @@ class ProductChannels:
             self.texts = GroupedVectors(t_embeds, t_owners, self._index(TEXT_INDEX, t_owners.size), products)
             self.text_fields = np.load(self.path / TEXT_FIELDS)
             self.text_langs = np.load(self.path / TEXT_LANGS)
+            self._term_hashes = TermHashes.open(self.path, int(t_owners.size))
         except (OSError, ValueError, RuntimeError) as exc:
             raise IndexFormatError(f"cannot read the product channels of {self.path}: {exc}") from exc
         if owners.size != self.info.photos or t_owners.size != self.info.texts:
@@ -318,15 +323,18 @@ class ProductChannels:
             return ChannelHits.empty()
         if allowed is not None and not allowed.any():
             return ChannelHits.empty()
-        limit = max(8 * n, 200)
-        while True:  # wider while a filter (or deletions) leaves too few of the best matches
+        # The best n products are exactly those of the best rows once these hold n distinct products (each
+        # product's best row comes before its others): start at the catalogue's values per product (at least
+        # two), widen while too few.
+        limit = n * max(2, -(-self.info.texts // max(1, self.texts.products)))
+        while True:  # wider while a filter (or deletions, or many values a product) leaves too few
             rows, scores = self._lexical.search(terms, limit)
             keep = np.ones(rows.size, bool)
             if rows.size and allowed is not None:
                 keep &= allowed[self.texts.owners[rows]]
             if rows.size and row_mask is not None:
                 keep &= row_mask[rows]
-            hits = best_per_owner(self.texts.owners[rows[keep]], scores[keep], rows[keep])
+            hits = best_per_owner(self.texts.owners[rows[keep]], scores[keep], rows[keep], ranked=True)
             if len(hits.owners) >= n or rows.size < limit:
                 return ChannelHits(hits.owners[:n], hits.scores[:n], hits.via[:n])
             limit *= 4
@@ -357,6 +365,17 @@ class ProductChannels:
         with self._lock:
             found = self._db.execute(f"{table} IN ({marks})", wanted)
             return {int(r): t.split() for r, t in found}
+
+    def presence(self, text_rows: np.ndarray, terms: Sequence[str]) -> np.ndarray:
+        """(rows, terms) bool: whether each text value holds each analysed term (the coverage feature)."""
+        if self._term_hashes is not None:
+            return self._term_hashes.presence(text_rows, terms)
+        stored = self.terms_of(np.asarray(text_rows).tolist())  # a version written before the hashes
+        present = np.zeros((len(text_rows), len(terms)), bool)
+        for i, row in enumerate(np.asarray(text_rows).tolist()):
+            held = set(stored.get(int(row), ()))
+            present[i] = [t in held for t in terms]
+        return present
 
     def texts_of(self, text_rows: Sequence[int]) -> dict[int, tuple[str, str | None, str]]:
         """(field, lang, text) of text values."""

@@ -30,6 +30,7 @@ from service.schemas import (
     SortBy,
 )
 from service.search.responses import image_url
+from store.fan_out import FanOut
 from store.hybrid import (
     CANDIDATES,
     CHANNELS,
@@ -110,13 +111,19 @@ def sorted_by_field(pairs: list[tuple[int, dict[str, Any]]], name: str, order: s
 
 
 class HybridRanker:
-    """Thread-safe."""
+    """Thread-safe. ``fan_out_threads``: a small pool of its own on which a text query's photo walk and BM25
+    search run beside its text walk (``store.fan_out``); 0: one after the other on the caller's thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, fan_out_threads: int = 0) -> None:
+        self._fan_out = FanOut(fan_out_threads) if fan_out_threads > 0 else None
         # Each served version's fusion model, parsed once (not on every query); dropped with the version.
         self._models: weakref.WeakKeyDictionary[ProductChannels, FusionModel | None] = (
             weakref.WeakKeyDictionary()
         )
+
+    def close(self) -> None:
+        if self._fan_out is not None:
+            self._fan_out.close()
 
     def fusion(self, channels: ProductChannels) -> FusionModel | None:
         try:
@@ -168,6 +175,7 @@ class HybridRanker:
             mask,
             use_image=mode != "text",
             use_text=mode != "image",
+            fan_out=self._fan_out,
         )
         if mode == "image":  # the photos' cosines
             scores, params = cands.features[:, 0].copy(), None
@@ -288,7 +296,7 @@ class HybridRanker:
                     text_field=dense[0] if dense else None,
                     text=dense[2] if dense else None,
                     lexical_field=lexical[0] if lexical else None,
-                    terms=cands.matched_terms.get(i, []),
+                    terms=cands.matched_terms(i),
                     image_url=photo_url(item_id, photo),
                 )
             hits.append(hit)

@@ -50,3 +50,20 @@ def test_best_of_equals_a_per_product_loop_with_masks_and_empty_products() -> No
             sims = [float(vectors[r] @ query) for r in rows]
             assert via[i] == rows[int(np.argmax(sims))]
             assert abs(scores[i] - max(sims)) < 1e-5
+
+
+def test_best_per_owner_of_ranked_hits_equals_the_general_path_with_ties() -> None:
+    """Hits that come best first (a walk's, BM25's) take the no-sort path: the same owners, scores, rows
+    and tie order as the general path, ties inside an owner and between owners included."""
+    rng = np.random.default_rng(3)
+    for size in (1, 5, 60, 400):
+        owners = rng.integers(0, max(1, size // 3), size).astype(np.int64)
+        scores = np.round(rng.random(size), 1).astype(np.float32)  # many ties
+        order = np.argsort(-scores, kind="stable")
+        owners, scores = owners[order], scores[order]
+        via = rng.permutation(size).astype(np.int64)
+        general = best_per_owner(owners, scores, via)
+        ranked = best_per_owner(owners, scores, via, ranked=True)
+        assert ranked.owners.tolist() == general.owners.tolist()
+        assert ranked.via.tolist() == general.via.tolist()
+        np.testing.assert_array_equal(ranked.scores, general.scores)

@@ -167,7 +167,7 @@ def test_gather_features_and_fusion(tmp_path: Path) -> None:
     assert sorted(cands.rows.tolist()) == [0, 1, 2, 3]
     i = cands.rows.tolist().index(2)
     np.testing.assert_allclose(cands.features[i, 1], 1.0, atol=1e-5)  # its own title's embedding
-    assert cands.features[i, 2] == pytest.approx(1.0) and sorted(cands.matched_terms[i]) == ["fresh", "milk"]
+    assert cands.features[i, 2] == pytest.approx(1.0) and sorted(cands.matched_terms(i)) == ["fresh", "milk"]
     np.testing.assert_allclose(cands.features[i, 0], (photo_vecs[4:6] @ text_vecs[4]).max(), atol=1e-5)
     # RRF by hand: 1 / (60 + rank + 1) summed over the lists a product is in.
     expected = [sum(1 / (61 + r) for r in row if r >= 0) for row in cands.ranks.tolist()]
@@ -200,5 +200,39 @@ def test_lexical_coverage_of_several_readings_equals_a_plain_sum(tmp_path: Path)
         held = set(stored[int(cands.lexical[i])])
         expected = max(sum(idf[t] for t in r if t in held) / sum(idf[t] for t in r) for r in readings)
         assert cands.features[i, 2] == pytest.approx(expected, abs=1e-6)
-        assert cands.matched_terms[i] == [t for t in terms if t in held]
+        assert cands.matched_terms(i) == [t for t in terms if t in held]
+    channels.close()
+
+
+def test_lexical_channel_equals_the_best_value_per_product_of_the_whole_bm25_list(tmp_path: Path) -> None:
+    """The BM25 channel asks for few rows first and widens: its best products equal those of the complete
+    BM25 list, with a filter that leaves few products and with products holding many matching values."""
+    rng = np.random.default_rng(5)
+    words = ["milk", "oat", "juice", "bread", "cheese", "apple"]
+    counts = rng.integers(1, 7, 40)
+    owners = np.repeat(np.arange(40), counts).astype(np.int64)
+    values = [" ".join(rng.choice(words, size=int(rng.integers(1, 5)))) for _ in owners]
+    photos = PhotoRows(np.arange(40, dtype=np.int64), [f"p{i}" for i in range(40)], unit(rng, 40))
+    texts = TextRows(
+        owners,
+        ["title"] * owners.size,
+        ["en"] * owners.size,
+        values,
+        [analyze(v, "en") for v in values],
+        unit(rng, owners.size),
+    )
+    info = ProductInfo(fields=["title"], text_languages=["en"], language_counts={}, photos=0, texts=0)
+    write_product_channels(tmp_path, info, photos, texts)
+    channels = ProductChannels(tmp_path, 40)
+    for terms in (["milk"], analyze("oat juice", "en"), analyze("apple cheese bread", "en")):
+        rows, scores = channels._lexical.search(terms, 10_000)  # every matching value
+        for allowed in (None, np.arange(40) % 7 == 0):
+            keep = np.ones(rows.size, bool) if allowed is None else allowed[owners[rows]]
+            best: dict[int, float] = {}
+            for r, s in zip(rows[keep].tolist(), scores[keep].tolist(), strict=True):
+                best.setdefault(int(owners[r]), s)  # best first: each product's first is its best
+            for n in (1, 3, 8):
+                hits = channels.lexical(terms, n, allowed)
+                expected = sorted(best, key=lambda o: (-best[o], o))[:n]
+                assert hits.owners.tolist() == expected
     channels.close()
