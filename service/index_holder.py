@@ -29,7 +29,14 @@ def _close_apart(index: OpenedIndex) -> None:
     """Close a retired version on a thread of its own: the last lease may be returned on the event loop (an
     inline search, ``service.api.fast_search``), and closing frees the graph and the mapped files, which can
     take long enough at a large catalogue to hold up every other request."""
-    threading.Thread(target=index.close, name="ccrk-close-retired", daemon=True).start()
+
+    def close() -> None:
+        try:
+            index.close()
+        except Exception:  # a thread's exception would otherwise only reach stderr
+            log.exception("closing a retired index version failed")
+
+    threading.Thread(target=close, name="ccrk-close-retired", daemon=True).start()
 
 
 @dataclass

@@ -64,7 +64,8 @@ def _in_memory_copy(index: Any | None, vectors: np.ndarray) -> np.ndarray:
     storage, no copy), else ``vectors`` (memory-mapped). The exact scores of candidates (``best_of``) read
     hundreds of scattered rows per query: from the mapped file each first touch of a page faults (measured
     at 25k products: 0.95 ms of a query's 5.7), from the graph's own copy none does, and the file's pages
-    need not sit in memory a second time."""
+    need not sit in memory a second time. Only versions written before 27 Nov 2026 have such graphs: those
+    written since walk half precision (``store.products._vector_index``) and read the mapped file."""
     if not isinstance(index, faiss.IndexHNSW):
         return vectors
     storage = faiss.downcast_index(index.storage)
@@ -74,9 +75,20 @@ def _in_memory_copy(index: Any | None, vectors: np.ndarray) -> np.ndarray:
         or storage.d != vectors.shape[1]
     ):
         return vectors
-    view = faiss.rev_swig_ptr(storage.get_xb(), storage.ntotal * storage.d).reshape(storage.ntotal, storage.d)
+    raw = faiss.rev_swig_ptr(storage.get_xb(), storage.ntotal * storage.d).reshape(storage.ntotal, storage.d)
+    view = raw.view(_IndexView)
+    view.index = index  # the storage lives as long as this view, and any view of it, holds its index
     view.flags.writeable = False
-    return view  # valid while ``index`` lives: GroupedVectors keeps both
+    return view
+
+
+class _IndexView(np.ndarray):
+    """An array over a faiss index's own storage, keeping the index alive (``rev_swig_ptr`` does not)."""
+
+    index: Any = None
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.index = getattr(obj, "index", None)
 
 
 class GroupedVectors:

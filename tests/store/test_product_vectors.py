@@ -67,3 +67,22 @@ def test_best_per_owner_of_ranked_hits_equals_the_general_path_with_ties() -> No
         assert ranked.owners.tolist() == general.owners.tolist()
         assert ranked.via.tolist() == general.via.tolist()
         np.testing.assert_array_equal(ranked.scores, general.scores)
+
+
+def test_the_in_memory_view_of_a_graphs_vectors_keeps_its_index_alive() -> None:
+    import gc
+
+    import faiss
+
+    from store.product_vectors import _in_memory_copy
+
+    rng = np.random.default_rng(2)
+    vectors = rng.normal(size=(50, 8)).astype(np.float32)
+    index = faiss.IndexHNSWFlat(8, 8, faiss.METRIC_INNER_PRODUCT)
+    index.add(vectors)
+    view = _in_memory_copy(index, vectors.copy())
+    assert view is not vectors and not view.flags.writeable
+    del index
+    gc.collect()
+    np.testing.assert_array_equal(np.asarray(view[10:20]), vectors[10:20])  # storage still there
+    np.testing.assert_array_equal(np.asarray(view[[3, 7]]), vectors[[3, 7]])
