@@ -484,7 +484,7 @@ def _cost(products: int, dim: int, kind: str, queries: int, faiss: Any) -> dict[
                 "lexical": partial(channels.lexical, terms, CANDIDATES, None),
                 "image_mode": partial(image_mode_once, channels, HybridQuery(q, terms)),
                 "hybrid_gather_and_fuse": partial(hybrid_once, channels, model, HybridQuery(q, terms)),
-                # As the service runs it (CCRK_HYBRID_FAN_OUT_THREADS=2): walks and BM25 side by side.
+                # With CCRK_HYBRID_FAN_OUT_THREADS=2: the walks and BM25 side by side.
                 "hybrid_fan_out": partial(hybrid_once, channels, model, HybridQuery(q, terms), fan_out),
             }
             for name, step in steps.items():
