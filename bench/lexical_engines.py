@@ -10,8 +10,9 @@ Both engines index the same terms (``store.lexical.analyze`` output, space-joine
   ``unicode61 remove_diacritics 2`` table and its vocabulary), the product's INSERT and ``optimize``; queries
   are ``store.lexical.match_expression`` with the product's ``SELECT rowid, bm25(lexical) ... ORDER BY rank
   LIMIT ?``. Up to ``--product-check-max`` values the product's own writer (``write_product_channels``) and
-  reader (``ProductChannels.lexical``, n = 64: LIMIT max(8n, 200) = 512) are run too, timed, and checked to
-  give the same top-64 scores as the mirror.
+  reader (``ProductChannels.lexical``, n = 64; it asks for n x the values per product rows, at least 2n, and
+  widens while they hold fewer than n products; the runs recorded before 27 Nov 2026 asked for
+  max(8n, 200) = 512) are run too, timed, and checked to give the same top-64 scores as the mirror.
 - tantivy: one text field (tokenizer ``whitespace``: no further analysis; frequencies, no positions) and a
   fast ``rowid`` field read back per hit (what the product needs); terms are folded as FTS5 folds them
   (``store.lexical.fold_diacritics``); an OR (``Should``) of term queries, top-N without counting; one

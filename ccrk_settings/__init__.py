@@ -386,8 +386,9 @@ class Settings(BaseSettings):
         le=16,
         description=(
             "Threads of a pool on which a hybrid text query's photo walk and BM25 search run beside its text"
-            " walk (each releases the GIL), so an idle core shortens the query; when every one is busy a"
-            " step runs on the query's own thread instead of queueing. 0 (default): one after the other;"
+            " walk (the walks and the BM25 search release the GIL), so an idle core shortens the query;"
+            " when every one is busy a step runs on the query's own thread instead of queueing."
+            " 0 (default): one after the other;"
             " measured no faster on 2 cores with one of them busy (bench/products.py --scale)."
         ),
     )

@@ -40,4 +40,5 @@ class FanOut:
         return future.result
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        # Steps already queued still run: a query waiting on one must get its answer, not a cancellation.
+        self._pool.shutdown(wait=False)

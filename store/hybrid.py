@@ -24,6 +24,7 @@ case). Nothing here is tuned by hand: ``indexer.fusion_calibration`` fits and ch
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -111,7 +112,14 @@ def gather(
     lexical_hits = (
         start(_lexical, channels, query, n, allowed, lexical_mask) if use_text else lambda: (empty, None)
     )
-    dense = channels.texts.search(q, n, allowed, text_mask) if use_text else empty
+    try:
+        dense = channels.texts.search(q, n, allowed, text_mask) if use_text else empty
+    except BaseException:
+        # The steps started beside it must not outlive the query (its version may be closed next).
+        for started in (image_hits, lexical_hits):
+            with contextlib.suppress(Exception):
+                started()
+        raise
     image = image_hits()
     lexical, coverage = lexical_hits()
     rows = np.unique(np.concatenate([image.owners, dense.owners, lexical.owners]))

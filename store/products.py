@@ -319,7 +319,7 @@ class ProductChannels:
     ) -> ChannelHits:
         """BM25 over the text values, best value per product (higher is better); ``row_mask`` over text
         rows (calibration leaves fields or languages out)."""
-        if not terms or self.info.texts == 0:
+        if not terms or n < 1 or self.info.texts == 0:  # tantivy panics on a limit of 0
             return ChannelHits.empty()
         if allowed is not None and not allowed.any():
             return ChannelHits.empty()
@@ -352,7 +352,8 @@ class ProductChannels:
         return idf
 
     def terms_of(self, text_rows: Sequence[int]) -> dict[int, list[str]]:
-        """The stored terms of text values (for the coverage feature and explanations)."""
+        """The stored terms of text values: the coverage feature of a version written before the term hashes
+        (``presence``), and ``all_rows``."""
         wanted = [int(r) for r in text_rows if r >= 0]
         if not wanted:
             return {}

@@ -37,15 +37,14 @@ def write_term_hashes(stage: Path, rows: Sequence[Sequence[str]]) -> None:
     counts = np.fromiter((len(r) for r in rows), np.int64, count=len(rows))
     offsets = np.zeros(len(rows) + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
-    hashes = np.empty(int(offsets[-1]), np.uint64)
-    at = 0
-    for row in rows:
-        for term in row:
-            value = cache.get(term)
-            if value is None:
-                value = cache[term] = term_hash(term)
-            hashes[at] = value
-            at += 1
+
+    def hashed(term: str) -> int:
+        value = cache.get(term)
+        if value is None:
+            value = cache[term] = term_hash(term)
+        return value
+
+    hashes = np.fromiter((hashed(t) for row in rows for t in row), np.uint64, count=int(offsets[-1]))
     for name, array in ((TERM_HASHES, hashes), (TERM_OFFSETS, offsets)):
         with names_full_disk(Path(stage) / name):
             np.save(Path(stage) / name, array)
@@ -68,12 +67,14 @@ class TermHashes:
             return None
         hashes = np.load(folder / TERM_HASHES, mmap_mode="r")
         offsets = np.load(folder / TERM_OFFSETS, mmap_mode="r")
-        if offsets.shape != (rows + 1,) or (rows and int(offsets[-1]) != hashes.size):
+        if hashes.dtype != np.uint64 or offsets.dtype != np.int64 or hashes.ndim != 1:
+            raise ValueError(f"{TERM_HASHES} / {TERM_OFFSETS}: expected 1-d uint64 hashes and int64 offsets")
+        if offsets.shape != (rows + 1,) or int(offsets[0]) != 0 or int(offsets[-1]) != hashes.size:
             raise ValueError(f"{TERM_OFFSETS} covers {offsets.size - 1} text rows, expected {rows}")
         return cls(hashes, offsets)
 
     def presence(self, text_rows: np.ndarray, terms: Sequence[str]) -> np.ndarray:
-        """(rows, terms) bool: whether each text row holds each term."""
+        """(rows, terms) bool: whether each text row (>= 0) holds each term."""
         rows = np.asarray(text_rows, np.int64)
         present = np.zeros((rows.size, len(terms)), bool)
         if not rows.size or not terms:

@@ -4,7 +4,9 @@ calibrated at build time), match labels of the fused score, the ``min_score`` cu
 the hits' photos and explanations. Image-to-image search (an uploaded photo, "more like this") ranks
 products by their best photo's visual embedding.
 
-Blocking (faiss, SQLite); runs in the facade's worker thread like the rest of the pipeline.
+Blocking (faiss, tantivy, SQLite); runs in the facade's worker thread like the rest of the pipeline, the
+photo walk and BM25 search on the ranker's own ``ccrk-fan-out`` threads when ``CCRK_HYBRID_FAN_OUT_THREADS``
+is set (``store.fan_out``).
 """
 
 from __future__ import annotations

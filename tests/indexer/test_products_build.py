@@ -193,6 +193,11 @@ def test_add_extends_the_product_channels(
             np.testing.assert_allclose(np.asarray(mine.vectors), np.asarray(theirs.vectors), atol=1e-5)
         assert new.texts_of(range(3 * PRODUCTS)) == ref.texts_of(range(3 * PRODUCTS))
         assert new.terms_of(range(3 * PRODUCTS)) == ref.terms_of(range(3 * PRODUCTS))
+        # The extended version's term hashes (the coverage feature) equal the full build's.
+        assert new._term_hashes is not None
+        every = np.arange(3 * PRODUCTS)
+        vocab = sorted({t for terms in ref.terms_of(every.tolist()).values() for t in terms})
+        np.testing.assert_array_equal(new.presence(every, vocab), ref.presence(every, vocab))
     recs = [json.loads(line) for line in rows]
     with LiveServer(make_settings(settings.index_root, index_name="shop")) as live, live.client() as client:
         body = client.post("/v1/search", json={"query": recs[17]["title"], "top_k": 3}).json()

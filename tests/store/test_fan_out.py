@@ -4,6 +4,7 @@ when every thread is busy or the pool is closed."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -50,3 +51,34 @@ def test_a_step_runs_on_the_pool_raises_in_the_caller_and_runs_inline_when_busy(
     finally:
         fan_out.close()
     assert fan_out.start(lambda: threading.current_thread().name)() == threading.current_thread().name
+
+
+def test_a_failing_caller_waits_for_its_steps_and_a_closed_pool_still_runs_queued_ones(
+    tmp_path: Path,
+) -> None:
+    channels, _, _, text_vecs, _ = make_channels(tmp_path, exact_max=2)
+    fan_out = FanOut(2)
+    finished: list[str] = []
+
+    def walk(*args: object) -> object:
+        time.sleep(0.2)
+        finished.append("photos")
+        return real_walk(*args)
+
+    real_walk = channels.photos.search
+    channels.photos.search = walk  # type: ignore[method-assign]
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("text walk failed")
+
+    channels.texts.search = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="text walk failed"):
+        gather(channels, HybridQuery(text_vecs[0], ["oat"], "en"), 10, None, fan_out=fan_out)
+    assert finished == ["photos"]  # the query did not return before its photo walk ended
+    release = threading.Event()
+    first = fan_out.start(release.wait, 5)
+    second = fan_out.start(lambda: "queued")
+    fan_out.close()  # while a step runs: queued or running steps still finish
+    release.set()
+    assert first() is True and second() == "queued"
+    channels.close()

@@ -236,3 +236,10 @@ def test_lexical_channel_equals_the_best_value_per_product_of_the_whole_bm25_lis
                 expected = sorted(best, key=lambda o: (-best[o], o))[:n]
                 assert hits.owners.tolist() == expected
     channels.close()
+
+
+def test_asking_a_channel_for_no_product_is_empty(tmp_path: Path) -> None:
+    channels, _, _, text_vecs, _ = make_channels(tmp_path)
+    assert channels.lexical(["milk"], 0, None).owners.size == 0  # tantivy refuses a limit of 0
+    assert channels.photos.search(text_vecs[0], 0, None).owners.size == 0
+    channels.close()
