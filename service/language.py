@@ -24,7 +24,7 @@ train captions of seed 7 and Multi30K train lines) by its ``--tune``.
 
 Over 400 lines because the detector is one model read in one place: its tables, its evidence and weighing,
 and the mixed-language check, which classifies a query's halves together with the query (it sits on every
-text search's path: ~0.2 ms of CPU, the largest Python cost of a search after the HTTP layer).
+text search's path: ~0.17-0.19 ms of CPU, the largest Python cost of a search after the HTTP layer).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import string
 import threading
 import unicodedata
 from collections import Counter
@@ -106,6 +107,7 @@ UNKNOWN_WORDS_CONFIDENCE = 0.45  # the most confidence a label gets when the que
 MIXED_HALF_P = 0.9  # both halves of a query confidently in different languages -> "mixed"
 
 _LN10 = math.log(10.0)
+_DROP_ASCII_LETTERS = str.maketrans("", "", string.ascii_letters)  # an ASCII letter is what isalpha() says
 _ASCII_WORD = re.compile(r"[a-z]+")
 _WORD = regex.compile(r"[\p{L}\p{M}]+")  # letters with their combining marks (Devanagari vowel signs)
 
@@ -129,7 +131,7 @@ def _script(char: str) -> str:
 def script_counts(text: str) -> Counter[str]:
     """Letters per writing system."""
     if text.isascii():  # the common case, without a Unicode name lookup per character
-        letters = sum(char.isalpha() for char in text)
+        letters = len(text) - len(text.translate(_DROP_ASCII_LETTERS))
         return Counter(LATIN=letters) if letters else Counter()
     return Counter(map(_script, filter(str.isalpha, text)))
 
@@ -197,6 +199,11 @@ class WordTable:
     def totals_many(self, lists: Sequence[Sequence[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
         """``totals`` of several word lists with one lookup (a query and its halves, ``LanguageDetector``);
         each list's sums are added in the same order as ``totals`` adds them, so they are the same."""
+        sums, held = self.totals_matrix(lists)
+        return [(sums[i], held[i]) for i in range(len(lists))]
+
+    def totals_matrix(self, lists: Sequence[Sequence[str]]) -> tuple[np.ndarray, np.ndarray]:
+        """``totals_many`` as two (lists, languages) matrices: the sums and how many words each list holds."""
         n, g = len(self.languages), len(lists)
         flat = [word for words_ in lists for word in words_]
         keys = np.fromiter((hash(word) for word in flat), dtype=np.int64, count=len(flat))
@@ -205,13 +212,13 @@ class WordTable:
         found = self._hashes[at] == keys
         hits = at[found]
         if not hits.size:
-            return [(np.zeros(n), np.zeros(n)) for _ in lists]
+            return np.zeros((g, n)), np.zeros((g, n))
         pairs, lengths = self._pairs(hits)
         cell = np.repeat(segment[found], lengths) * n + self._langs[pairs]
         log10 = self._centibels[pairs] * -0.01
         sums = np.bincount(cell, weights=log10, minlength=n * g).reshape(g, n)
         held = np.bincount(cell, minlength=n * g).reshape(g, n)
-        return [(sums[i], held[i]) for i in range(g)]
+        return sums, held
 
     @property
     def nbytes(self) -> int:
@@ -247,6 +254,7 @@ class _Group:
     supported: np.ndarray  # counts for a supported language (itself or the relative it folds into)
     fold: np.ndarray  # index of the language each one counts for (itself, or its supported relative)
     log_family: np.ndarray  # log of how many languages count for that one (its prior is shared among them)
+    has_list: np.ndarray  # word_columns >= 0
 
 
 @dataclass(frozen=True)
@@ -306,7 +314,15 @@ class LanguageDetector:
                 supported=np.array([target[c] in self.supported for c in codes]),
                 fold=np.array([codes.index(target[c]) for c in codes], dtype=np.intp),
                 log_family=np.log([Counter(target.values())[target[c]] for c in codes]),
+                has_list=np.array([word_column.get(c, -1) >= 0 for c in codes]),
             )
+        # Per group, the first terms of every score (the prior, its share among a folded family), computed
+        # as ``weigh`` would compute them, and the bincount cells folding k rows at once.
+        self._prior_terms = {
+            script: self.supported_prior * group.supported - group.log_family
+            for script, group in self._groups.items()
+        }
+        self._fold_cells: dict[tuple[str, int], np.ndarray] = {}
         # py3langid's feature table (float16) restricted to each group's columns: the rows a query visits.
         self._char_tables = {
             script: np.ascontiguousarray(ident.nb_ptc[:, group.char_columns])
@@ -342,6 +358,10 @@ class LanguageDetector:
     def script(self, counts: Counter[str]) -> tuple[str, float]:
         """The script a query is decided by and the share of its letters that script (with Han, for
         Japanese and Korean) covers."""
+        if len(counts) == 1:  # one writing system (the common case): it, all of the letters
+            ((script, letters),) = counts.items()
+            if letters:
+                return script, 1.0
         total = sum(counts.values())
         if not total:  # no letters (digits, punctuation): nothing to tell
             return "und", 0.0
@@ -409,24 +429,26 @@ class LanguageDetector:
 
     def _weigh_rows(
         self,
-        group: _Group,
+        script: str,
         char: np.ndarray,
         known_log10: np.ndarray,
         unknown: np.ndarray,
         any_known: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``weigh`` of several texts at once, one row each (the same arithmetic, element by element and
-        row by row)."""
+        """``weigh`` of several texts of one script at once, one row each (the same arithmetic, element by
+        element and row by row)."""
+        group = self._groups[script]
         k, n = char.shape
         scores = (
-            self.supported_prior * group.supported
-            - group.log_family
+            self._prior_terms[script]
             + self.char_weight * char
             + _LN10 * (known_log10 + self.oov_log10 * unknown)
         )
         probs = np.exp(scores - scores.max(axis=1, keepdims=True))
         probs /= probs.sum(axis=1, keepdims=True)
-        cells = (np.arange(k)[:, None] * n + group.fold).ravel()
+        cells = self._fold_cells.get((script, k))
+        if cells is None:  # a few per script (k is 1 to 3); a race only computes one twice
+            cells = self._fold_cells[(script, k)] = (np.arange(k)[:, None] * n + group.fold).ravel()
         folded = np.bincount(cells, weights=probs.ravel(), minlength=k * n).reshape(k, n)
         knows = np.bincount(cells, weights=any_known.ravel(), minlength=k * n).reshape(k, n) > 0
         return folded, knows
@@ -478,37 +500,39 @@ class LanguageDetector:
         scripts = [self.script(counts) for _, counts in texts]
         grouped = [i for i, (script, _) in enumerate(scripts) if script in self._groups]
         encoded = {i: LanguageIdentifier._encode(texts[i][0]) for i in grouped}
-        feats: dict[int, list[int]] = {}
+        visits: dict[int, Counter[int]] = {}
         if 0 in encoded and 1 in encoded and encoded[0].startswith(encoded[1]):
-            feats[1], state = self._walk(encoded[1])
+            first, state = self._walk(encoded[1])
             rest, _ = self._walk(encoded[0][len(encoded[1]) :], state)
-            feats[0] = feats[1] + rest
+            visits[1] = Counter(first)
+            visits[0] = visits[1].copy()  # the same counts, in the same order, as counting first + rest
+            visits[0].update(rest)
         for i in grouped:
-            if i not in feats:
-                feats[i] = self._walk(encoded[i])[0]
-        word_lists = {i: words(texts[i][0]) if scripts[i][0] != "HAN" else [] for i in grouped}
-        totals = dict(zip(grouped, self._words.totals_many([word_lists[i] for i in grouped]), strict=True))
+            if i not in visits:
+                visits[i] = Counter(self._walk(encoded[i])[0])
+        word_lists = [words(texts[i][0]) if scripts[i][0] != "HAN" else [] for i in grouped]
+        sums, held = self._words.totals_matrix(word_lists)
         out: list[tuple[str, float]] = []
         for script, share in scripts:
             code = SCRIPT_LANGUAGE.get(script, "und")  # the script decides, as in ``classify``
             out.append((code, share if code != "und" else 0.0))
         for script in dict.fromkeys(scripts[i][0] for i in grouped):  # the texts of one script together
-            rows = [i for i in grouped if scripts[i][0] == script]
+            at = [j for j, i in enumerate(grouped) if scripts[i][0] == script]  # their rows in the totals
             group = self._groups[script]
             char = np.stack(
-                [self._char(script, Counter(feats[i]) if feats[i] else None, len(encoded[i])) for i in rows]
+                [self._char(script, visits[grouped[j]] or None, len(encoded[grouped[j]])) for j in at]
             )
-            n_words = np.array([len(word_lists[i]) for i in rows])
-            log_sum = np.stack([totals[i][0] for i in rows])
-            held = np.stack([totals[i][1] for i in rows])
-            has_list = group.word_columns >= 0
+            n_words = np.array([len(word_lists[j]) for j in at])
+            log_sum, held_rows = (sums, held) if len(at) == len(grouped) else (sums[at], held[at])
+            has_list = group.has_list
             known_log10 = np.where(has_list, log_sum[:, group.word_columns], 0.0)
-            held_here = np.where(has_list, held[:, group.word_columns], 0)
+            held_here = np.where(has_list, held_rows[:, group.word_columns], 0)
             unknown = np.where(has_list, n_words[:, None] - held_here, n_words[:, None]).astype(np.float64)
             any_known = ~has_list | (held_here > 0)
             any_known[n_words == 0] = True  # no words: nothing any language fails to know (``_evidence``)
-            probs, knows = self._weigh_rows(group, char, known_log10, unknown, any_known)
-            for row, i in enumerate(rows):
+            probs, knows = self._weigh_rows(script, char, known_log10, unknown, any_known)
+            for row, j in enumerate(at):
+                i = grouped[j]
                 best = int(probs[row].argmax())
                 confidence = float(probs[row, best]) * scripts[i][1]
                 if not knows[row, best]:

@@ -14,7 +14,7 @@ import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
-from time import time
+from time import perf_counter, time
 
 import anyio
 from fastapi import FastAPI, Request
@@ -24,6 +24,7 @@ from ccrk_settings import Settings
 from model.runtime import Int8Limits, load_encoder
 from service.cache import Cache
 from service.errors import IndexUnavailableError, NotFoundError, RateLimitedError, ReloadFailedError
+from service.hugepages import advise_huge_pages
 from service.index_holder import IndexHolder, Served
 from service.keys import KeyRecord, KeyRing
 from service.language import LanguageDetector
@@ -73,6 +74,7 @@ class Runtime:
         self.settings = settings
         self.metrics = metrics
         self._pipeline: SearchPipeline | None = None
+        self._pages_advised = False
         # Every served index by name (the default one first), each with its holder and facade.
         self.index_names = served_index_names(settings)
         self.holders: dict[str, IndexHolder] = {}
@@ -222,6 +224,19 @@ class Runtime:
         self.metrics.index_served(name, served.version)
         self.metrics.index_loaded_timestamp.set(time())
         self.monitor.index_swapped()
+        if self._pages_advised:  # a new version's index and arrays (at startup: once, in the lifespan)
+            self._huge_pages()
+
+    def _huge_pages(self) -> None:
+        """What the process now holds for good (model, detector tables, index) on huge pages
+        (``service.hugepages``): less of a search's CPU goes to TLB misses (100k items, 2 shared cores:
+        ~1.7 -> ~1.4 ms of server CPU per query at 32 clients, RSS +9 MB)."""
+        if not self.settings.huge_pages:
+            return
+        t0 = perf_counter()
+        advised = advise_huge_pages()
+        self._pages_advised = True
+        log.info("huge pages advised for %d MB in %.0f ms", advised >> 20, (perf_counter() - t0) * 1000)
 
     def _on_load(self, served: Served) -> None:
         """A version built before match calibration existed is calibrated while it loads, not by the first
@@ -342,6 +357,7 @@ class Runtime:
         # collector's way, collections under load scan only request garbage (longest pause at 1M items,
         # 32 clients: 6.5 -> 1.6 ms).
         gc.freeze()
+        self._huge_pages()
         poller = asyncio.create_task(self._poll())
         await self.monitor.start()
         try:
