@@ -56,7 +56,6 @@ sys.path.insert(0, str(REPO))
 
 from ccrk_settings import Settings  # noqa: E402
 from monitoring.consistency import consistency_report  # noqa: E402
-from store.fan_out import FanOut  # noqa: E402
 from store.hybrid import CANDIDATES, FusionModel, HybridQuery, fuse, gather  # noqa: E402
 from store.lexical import analyze  # noqa: E402
 from store.products import PhotoRows, ProductChannels, ProductInfo, TextRows, write_product_channels  # noqa: E402
@@ -396,10 +395,8 @@ def _synthetic_channels(
     return ProductChannels(root, products)
 
 
-def hybrid_once(
-    channels: ProductChannels, model: FusionModel, query: HybridQuery, fan_out: FanOut | None = None
-) -> np.ndarray:
-    return model.score(gather(channels, query, CANDIDATES, None, fan_out=fan_out), "hybrid", "other")
+def hybrid_once(channels: ProductChannels, model: FusionModel, query: HybridQuery) -> np.ndarray:
+    return model.score(gather(channels, query, CANDIDATES, None), "hybrid", "other")
 
 
 def image_mode_once(channels: ProductChannels, query: HybridQuery) -> np.ndarray:
@@ -474,7 +471,6 @@ def _cost(products: int, dim: int, kind: str, queries: int, faiss: Any) -> dict[
                 "text": {"other": {"weights": [1] * 3}},
             }
         )
-        fan_out = FanOut(2)
         for i, q in enumerate(qs):
             terms = [f"w{rng.integers(0, 5000)}", f"w{rng.integers(0, 5000)}"]
             steps: dict[str, Callable[[], object]] = {
@@ -484,8 +480,6 @@ def _cost(products: int, dim: int, kind: str, queries: int, faiss: Any) -> dict[
                 "lexical": partial(channels.lexical, terms, CANDIDATES, None),
                 "image_mode": partial(image_mode_once, channels, HybridQuery(q, terms)),
                 "hybrid_gather_and_fuse": partial(hybrid_once, channels, model, HybridQuery(q, terms)),
-                # With CCRK_HYBRID_FAN_OUT_THREADS=2: the walks and BM25 side by side.
-                "hybrid_fan_out": partial(hybrid_once, channels, model, HybridQuery(q, terms), fan_out),
             }
             for name, step in steps.items():
                 t0, c0 = time.perf_counter(), time.thread_time()
@@ -493,7 +487,6 @@ def _cost(products: int, dim: int, kind: str, queries: int, faiss: Any) -> dict[
                 if i >= 10:  # warm-up left out
                     timings[name].append(time.perf_counter() - t0)
                     cpu[name].append(time.thread_time() - c0)
-        fan_out.close()
         channels.close()
     p50 = {k: round(1000 * statistics.median(v), 3) for k, v in timings.items()}
     cpu50 = {k: round(1000 * statistics.median(v), 3) for k, v in cpu.items()}
@@ -506,10 +499,7 @@ def _cost(products: int, dim: int, kind: str, queries: int, faiss: Any) -> dict[
         "write_seconds": round(write_s, 2),
         "p50_ms": p50,
         "hybrid_added_ms": round(p50["hybrid_gather_and_fuse"] - p50["main_ann_only"], 3),
-        "hybrid_fan_out_added_ms": round(p50["hybrid_fan_out"] - p50["main_ann_only"], 3),
         "hybrid_added_to_image_mode_ms": round(p50["hybrid_gather_and_fuse"] - p50["image_mode"], 3),
-        "hybrid_fan_out_added_to_image_mode_ms": round(p50["hybrid_fan_out"] - p50["image_mode"], 3),
-        # The calling thread's CPU only: with the fan-out, the walks it hands off run on other threads.
         "thread_cpu_p50_ms": cpu50,
         "hybrid_added_cpu_ms": round(cpu50["hybrid_gather_and_fuse"] - cpu50["main_ann_only"], 3),
     }
@@ -551,8 +541,7 @@ def print_table(result: dict[str, Any]) -> None:
     for c in result.get("cost", []):
         print(
             f"\n{c['products']} products: p50 ms {c['p50_ms']}; hybrid adds {c['hybrid_added_ms']} ms"
-            f" ({c['hybrid_fan_out_added_ms']} with the fan-out; to image mode"
-            f" {c['hybrid_added_to_image_mode_ms']} / {c['hybrid_fan_out_added_to_image_mode_ms']});"
+            f" ({c['hybrid_added_to_image_mode_ms']} to image mode);"
             f" thread CPU p50 ms {c['thread_cpu_p50_ms']}, hybrid adds {c['hybrid_added_cpu_ms']} ms"
         )
 

@@ -380,18 +380,6 @@ class Settings(BaseSettings):
     search_workers: int = Field(
         4, ge=1, le=256, description="Worker threads encoding and searching at once (CPU-bound work)."
     )
-    hybrid_fan_out_threads: int = Field(
-        0,
-        ge=0,
-        le=16,
-        description=(
-            "Threads of a pool on which a hybrid text query's photo walk and BM25 search run beside its text"
-            " walk (the walks and the BM25 search release the GIL), so an idle core shortens the query;"
-            " when every one is busy a step runs on the query's own thread instead of queueing."
-            " 0 (default): one after the other;"
-            " measured no faster on 2 cores with one of them busy (bench/products.py --scale)."
-        ),
-    )
     inline_text_search: bool = Field(
         True,
         description=(

@@ -312,7 +312,6 @@ class Runtime:
             rerank_policy=s.rerank_policy,
             max_query_pixels=s.max_query_pixels,
             max_upload_bytes=s.max_upload_mb * 1024 * 1024,
-            hybrid_fan_out_threads=s.hybrid_fan_out_threads,
         )
         self.monitor.attach(self.holders[s.index_name], self._pipeline)
         for holder in self.holders.values():
@@ -369,8 +368,6 @@ class Runtime:
                 await poller
             for holder in self.holders.values():
                 holder.close()
-            if self._pipeline is not None:
-                self._pipeline.close()
             self.rate_limiter.close()
             if self.cache is not None:
                 self.cache.close()

@@ -24,14 +24,12 @@ case). Nothing here is tuned by hand: ``indexer.fusion_calibration`` fits and ch
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
-from store.fan_out import FanOut
 from store.product_vectors import ChannelHits, positions_of
 from store.products import ProductChannels
 
@@ -44,7 +42,6 @@ CHANNELS = ("image", "text", "lexical")
 RRF_K = 60.0
 OTHER = "other"
 MODES = ("hybrid", "image", "text")
-T = TypeVar("T")
 
 
 @dataclass
@@ -99,29 +96,15 @@ def gather(
     use_text: bool = True,
     text_mask: np.ndarray | None = None,
     lexical_mask: np.ndarray | None = None,
-    fan_out: FanOut | None = None,
 ) -> Candidates:
     """The candidates of the channels in use (each channel's ``n`` best products) with their features.
     ``allowed``: boolean mask over product rows (live and matching the filters); ``text_mask`` and
-    ``lexical_mask``: over text rows (calibration leaves fields, or languages, out). ``fan_out``: the
-    photo walk and the BM25 search (with its coverage feature) run beside the text walk."""
+    ``lexical_mask``: over text rows (calibration leaves fields, or languages, out)."""
     q = np.ascontiguousarray(query.embed, dtype=np.float32).ravel()
     empty = ChannelHits.empty()
-    start = fan_out.start if fan_out is not None else _now
-    image_hits = start(channels.photos.search, q, n, allowed) if use_image else lambda: empty
-    lexical_hits = (
-        start(_lexical, channels, query, n, allowed, lexical_mask) if use_text else lambda: (empty, None)
-    )
-    try:
-        dense = channels.texts.search(q, n, allowed, text_mask) if use_text else empty
-    except BaseException:
-        # The steps started beside it must not outlive the query (its version may be closed next).
-        for started in (image_hits, lexical_hits):
-            with contextlib.suppress(Exception):
-                started()
-        raise
-    image = image_hits()
-    lexical, coverage = lexical_hits()
+    image = channels.photos.search(q, n, allowed) if use_image else empty
+    dense = channels.texts.search(q, n, allowed, text_mask) if use_text else empty
+    lexical, coverage = _lexical(channels, query, n, allowed, lexical_mask) if use_text else (empty, None)
     rows = np.unique(np.concatenate([image.owners, dense.owners, lexical.owners]))
     count = rows.size
     features = np.zeros((count, len(FEATURES)), np.float32)
@@ -151,11 +134,6 @@ def gather(
     # A channel the product has no row in (no text, say) reads as its floor, not as -inf.
     features[~np.isfinite(features)] = -1.0
     return Candidates(rows, features, ranks, photo, text, lex_rows, list(query.terms), presence)
-
-
-def _now(step: Callable[..., T], *args: Any) -> Callable[[], T]:
-    result = step(*args)
-    return lambda: result
 
 
 def _lexical(

@@ -4,9 +4,7 @@ calibrated at build time), match labels of the fused score, the ``min_score`` cu
 the hits' photos and explanations. Image-to-image search (an uploaded photo, "more like this") ranks
 products by their best photo's visual embedding.
 
-Blocking (faiss, tantivy, SQLite); runs in the facade's worker thread like the rest of the pipeline, the
-photo walk and BM25 search on the ranker's own ``ccrk-fan-out`` threads when ``CCRK_HYBRID_FAN_OUT_THREADS``
-is set (``store.fan_out``).
+Blocking (faiss, tantivy, SQLite); runs in the facade's worker thread like the rest of the pipeline.
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ from service.schemas import (
     SortBy,
 )
 from service.search.responses import image_url
-from store.fan_out import FanOut
 from store.hybrid import (
     CANDIDATES,
     CHANNELS,
@@ -113,19 +110,13 @@ def sorted_by_field(pairs: list[tuple[int, dict[str, Any]]], name: str, order: s
 
 
 class HybridRanker:
-    """Thread-safe. ``fan_out_threads``: a small pool of its own on which a text query's photo walk and BM25
-    search run beside its text walk (``store.fan_out``); 0: one after the other on the caller's thread."""
+    """Thread-safe."""
 
-    def __init__(self, fan_out_threads: int = 0) -> None:
-        self._fan_out = FanOut(fan_out_threads) if fan_out_threads > 0 else None
+    def __init__(self) -> None:
         # Each served version's fusion model, parsed once (not on every query); dropped with the version.
         self._models: weakref.WeakKeyDictionary[ProductChannels, FusionModel | None] = (
             weakref.WeakKeyDictionary()
         )
-
-    def close(self) -> None:
-        if self._fan_out is not None:
-            self._fan_out.close()
 
     def fusion(self, channels: ProductChannels) -> FusionModel | None:
         try:
@@ -177,7 +168,6 @@ class HybridRanker:
             mask,
             use_image=mode != "text",
             use_text=mode != "image",
-            fan_out=self._fan_out,
         )
         if mode == "image":  # the photos' cosines
             scores, params = cands.features[:, 0].copy(), None

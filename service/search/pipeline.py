@@ -88,7 +88,6 @@ class SearchPipeline:
         rerank_score: RerankScore = "dual_plus_margin",
         rerank_policy: RerankPolicyName = "full",
         max_query_pixels: int = 24_000_000,
-        hybrid_fan_out_threads: int = 0,
     ) -> None:
         self.encoder = encoder
         self.model_name = model_name
@@ -104,7 +103,7 @@ class SearchPipeline:
         )
         self.responses = ResponseBuilder(model_name)
         self.judge = MatchJudge(encoder)
-        self.hybrid = HybridRanker(hybrid_fan_out_threads)
+        self.hybrid = HybridRanker()
         # A model without a fusion encoder cannot re-rank: its default is off, and asking is refused.
         self.can_rerank = encoder.capabilities.rerank
         self.default_rerank = default_rerank and self.can_rerank
@@ -112,9 +111,6 @@ class SearchPipeline:
         self.rerank_score = rerank_score
         self.max_upload_bytes = max_upload_bytes
         self.max_query_pixels = max_query_pixels
-
-    def close(self) -> None:
-        self.hybrid.close()
 
     def resolve_rerank(self, requested: bool | None, lang: str | None = None) -> bool:
         """Whether to re-rank: the request's choice, else the server default, except for a language the model

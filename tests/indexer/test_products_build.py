@@ -146,9 +146,7 @@ def test_build_and_serve_products(
     # A deleted product is gone from every channel (its photos and text stay in the files until a build).
     delete("shop", ["prod-3"], settings=settings)
     assert verify_version(settings.index_root, "shop") == []
-    # This server runs a hybrid query's walks and BM25 side by side (store.fan_out): the same answers.
-    fanned = serve.model_copy(update={"hybrid_fan_out_threads": 2})
-    with LiveServer(fanned) as live, live.client() as client:
+    with LiveServer(serve) as live, live.client() as client:
         for mode in ("hybrid", "text", "image"):
             body = client.post(
                 "/v1/search", json={"query": recs[3]["title"], "mode": mode, "top_k": 20}
