@@ -196,14 +196,10 @@ class WordTable:
         ends = np.cumsum(lengths)
         return np.repeat(starts - (ends - lengths), lengths) + np.arange(int(ends[-1])), lengths
 
-    def totals_many(self, lists: Sequence[Sequence[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """``totals`` of several word lists with one lookup (a query and its halves, ``LanguageDetector``);
-        each list's sums are added in the same order as ``totals`` adds them, so they are the same."""
-        sums, held = self.totals_matrix(lists)
-        return [(sums[i], held[i]) for i in range(len(lists))]
-
     def totals_matrix(self, lists: Sequence[Sequence[str]]) -> tuple[np.ndarray, np.ndarray]:
-        """``totals_many`` as two (lists, languages) matrices: the sums and how many words each list holds."""
+        """``totals`` of several word lists with one lookup (a query and its halves, ``LanguageDetector``) as
+        two (lists, languages) matrices: the sums and how many words each list holds. Each list's sums are
+        added in the same order as ``totals`` adds them, so they are the same."""
         n, g = len(self.languages), len(lists)
         flat = [word for words_ in lists for word in words_]
         keys = np.fromiter((hash(word) for word in flat), dtype=np.int64, count=len(flat))
@@ -317,11 +313,9 @@ class LanguageDetector:
                 has_list=np.array([word_column.get(c, -1) >= 0 for c in codes]),
             )
         # Per group, the first terms of every score (the prior, its share among a folded family), computed
-        # as ``weigh`` would compute them, and the bincount cells folding k rows at once.
-        self._prior_terms = {
-            script: self.supported_prior * group.supported - group.log_family
-            for script, group in self._groups.items()
-        }
+        # as ``weigh`` computes them, by the prior in force (``bench/language_id.py --tune`` sets it on a
+        # detector); and the bincount cells folding k rows at once.
+        self._prior_terms: dict[tuple[str, float], np.ndarray] = {}
         self._fold_cells: dict[tuple[str, int], np.ndarray] = {}
         # py3langid's feature table (float16) restricted to each group's columns: the rows a query visits.
         self._char_tables = {
@@ -439,11 +433,11 @@ class LanguageDetector:
         element and row by row)."""
         group = self._groups[script]
         k, n = char.shape
-        scores = (
-            self._prior_terms[script]
-            + self.char_weight * char
-            + _LN10 * (known_log10 + self.oov_log10 * unknown)
-        )
+        prior = self._prior_terms.get((script, self.supported_prior))
+        if prior is None:  # once per script and prior; a race only computes one twice
+            prior = self.supported_prior * group.supported - group.log_family
+            self._prior_terms[(script, self.supported_prior)] = prior
+        scores = prior + self.char_weight * char + _LN10 * (known_log10 + self.oov_log10 * unknown)
         probs = np.exp(scores - scores.max(axis=1, keepdims=True))
         probs /= probs.sum(axis=1, keepdims=True)
         cells = self._fold_cells.get((script, k))

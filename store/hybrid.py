@@ -104,7 +104,7 @@ def gather(
     empty = ChannelHits.empty()
     image = channels.photos.search(q, n, allowed) if use_image else empty
     dense = channels.texts.search(q, n, allowed, text_mask) if use_text else empty
-    lexical, coverage = _lexical(channels, query, n, allowed, lexical_mask) if use_text else (empty, None)
+    lexical = channels.lexical(query.terms, n, allowed, lexical_mask) if use_text else empty
     rows = np.unique(np.concatenate([image.owners, dense.owners, lexical.owners]))
     count = rows.size
     features = np.zeros((count, len(FEATURES)), np.float32)
@@ -124,28 +124,16 @@ def gather(
         idx = _ranks(rows, lexical)
         ranks[:, 2] = idx
         found = np.flatnonzero(idx >= 0)
-        if found.size and coverage is not None:
+        if found.size:
             lex_rows[found] = lexical.via[idx[found]]
             best = float(lexical.scores.max()) if lexical.scores.size else 0.0
             features[found, 3] = lexical.scores[idx[found]] / best if best > 0 else 0.0
-            features[found, 2] = coverage[0][idx[found]]
-            presence = np.zeros((count, coverage[1].shape[1]), bool)
-            presence[found] = coverage[1][idx[found]]
+            features[found, 2], held = _coverage(channels, query, lex_rows[found])
+            presence = np.zeros((count, held.shape[1]), bool)
+            presence[found] = held
     # A channel the product has no row in (no text, say) reads as its floor, not as -inf.
     features[~np.isfinite(features)] = -1.0
     return Candidates(rows, features, ranks, photo, text, lex_rows, list(query.terms), presence)
-
-
-def _lexical(
-    channels: ProductChannels,
-    query: HybridQuery,
-    n: int,
-    allowed: np.ndarray | None,
-    lexical_mask: np.ndarray | None,
-) -> tuple[ChannelHits, tuple[np.ndarray, np.ndarray] | None]:
-    """The BM25 channel's hits and, in their order, their ``lexical`` feature and term presence."""
-    hits = channels.lexical(query.terms, n, allowed, lexical_mask)
-    return hits, (_coverage(channels, query, hits.via) if hits.owners.size else None)
 
 
 def _coverage(

@@ -46,6 +46,14 @@ def best_per_owner(
     return ChannelHits(owners[best], scores[best].astype(np.float32), via[best])
 
 
+def concat_ranges(lo: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of the ranges ``lo[i] : lo[i] + counts[i]`` one after another, and where each range
+    starts among them (the segments ``np.*.reduceat`` reads)."""
+    firsts = np.cumsum(counts) - counts
+    total = int(counts.sum())
+    return np.arange(total, dtype=np.int64) + np.repeat(lo - firsts, counts), firsts
+
+
 def positions_of(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """Each value's index in ``keys`` (unique, any order), -1 where it is not there."""
     out = np.full(values.size, -1, np.int64)
@@ -120,21 +128,12 @@ class GroupedVectors:
         if isinstance(self.index, faiss.IndexHNSW):
             self.index.hnsw.efSearch = int(ef)
 
-    def rows_of(self, products: np.ndarray) -> np.ndarray:
-        """Every row of the given products (in their order)."""
-        lo, hi = self.start[products], self.start[products + 1]
-        counts = hi - lo
-        if counts.sum() == 0:
-            return np.zeros(0, np.int64)
-        offsets = np.repeat(lo - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
-        return np.arange(int(counts.sum()), dtype=np.int64) + offsets
-
     def best_of(
         self, query: np.ndarray, products: np.ndarray, row_mask: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Exact best score and row per given product (-inf / -1 for a product with no row): the features
         of candidates that another channel found."""
-        # rows_of keeps each product's rows together, so each best is a segment maximum: no sort.
+        # Each product's rows lie together, so each best is a segment maximum: no sort.
         lo = self.start[products]
         counts = self.start[products + 1] - lo
         scores = np.full(products.size, -np.inf, np.float32)
@@ -142,8 +141,7 @@ class GroupedVectors:
         total = int(counts.sum())
         if total == 0:
             return scores, via
-        firsts = np.cumsum(counts) - counts
-        rows = np.arange(total, dtype=np.int64) + np.repeat(lo - firsts, counts)
+        rows, firsts = concat_ranges(lo, counts)
         sims = np.asarray(self.vectors[rows], np.float32) @ query
         if row_mask is not None:
             sims[~row_mask[rows]] = -np.inf

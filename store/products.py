@@ -352,8 +352,7 @@ class ProductChannels:
         return idf
 
     def terms_of(self, text_rows: Sequence[int]) -> dict[int, list[str]]:
-        """The stored terms of text values: the coverage feature of a version written before the term hashes
-        (``presence``), and ``all_rows``."""
+        """The stored terms of text values (``presence`` of a version written before the term hashes)."""
         wanted = [int(r) for r in text_rows if r >= 0]
         if not wanted:
             return {}

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from store.files import names_full_disk
+from store.product_vectors import concat_ranges
 
 TERM_HASHES = "text_term_hashes.npy"
 TERM_OFFSETS = "text_term_offsets.npy"
@@ -84,8 +85,7 @@ class TermHashes:
         total = int(counts.sum())
         if total == 0:
             return present
-        firsts = np.cumsum(counts) - counts
-        positions = np.arange(total, dtype=np.int64) + np.repeat(lo - firsts, counts)
+        positions, firsts = concat_ranges(lo, counts)
         equal = self.hashes[positions][:, None] == hash_terms(terms)[None, :]
         held = np.flatnonzero(counts > 0)
         present[held] = np.logical_or.reduceat(equal, firsts[held], axis=0)
