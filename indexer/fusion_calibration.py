@@ -26,7 +26,8 @@ mean held-out R-precision wins. A channel that does not help (its feature tells 
 candidates no better than chance) ends up with a weight near zero in the fitted methods.
 
 Match labels: per group, a small match model (logistic on the raw image, text and lexical features of a
-query's top candidate) is fitted to tell pseudo-queries' matches from what queries that match nothing meet,
+candidate; a query's label reads its best candidate, ``indexer.fusion_fitting.fit_match``) is fitted to tell
+pseudo-queries' matches from what queries that match nothing meet,
 and ``none_below`` on its probability separates the best fused score of a pseudo-query
 (in the catalogue) from queries that match nothing: the best score left once a pseudo-query's relevant
 products are removed (the hard side: a product type the shop does not sell, next to ones it does) and the
@@ -50,7 +51,6 @@ from indexer.ood_queries import ood_queries
 from model.runtime import Encoder
 from store.hybrid import (
     CANDIDATES,
-    FEATURES,
     OTHER,
     Candidates,
     FusionModel,
@@ -244,7 +244,12 @@ def calibrate(
         # shows the text channels help it; its products are ranked by their photos, which no language binds.
         params = chosen["hybrid"][OTHER]
         chosen["hybrid"][OTHER] = GroupParams(
-            weights=[1.0 if name == "image" else 0.0 for name in FEATURES], mean=params.mean, std=params.std
+            weights=[1.0 if name == "image" else 0.0 for name in params.features],
+            mean=params.mean,
+            std=params.std,
+            features=params.features,
+            match_features=params.match_features,
+            match_over=params.match_over,
         )
         train = [samples[i] for i in groups.get(OTHER, []) if not held[i]]
         fit_match(best_method, chosen["hybrid"][OTHER], train, "hybrid", no_match)

@@ -11,7 +11,41 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from store.hybrid import Candidates, GroupParams, feature_columns, fuse, match_columns
+from store.hybrid import (
+    FEATURES,
+    MATCH_FEATURES,
+    Candidates,
+    GroupParams,
+    fuse,
+    match_columns,
+    mode_features,
+)
+
+# What a fit reads: every feature for ranking; for the match model, the raw ones (the BM25 score is relative
+# to the query's best, so not comparable across queries).
+FIT_FEATURES = FEATURES
+FIT_MATCH_FEATURES = MATCH_FEATURES
+# Refits of a match model on the candidates it scores highest (``fit_match``).
+MATCH_REFITS = 3
+
+
+def fit_columns(mode: str) -> list[int]:
+    return [FEATURES.index(n) for n in mode_features(FIT_FEATURES, mode)]
+
+
+def _params(
+    weights: list[float], bias: float = 0.0, mean: list[float] | None = None, std: list[float] | None = None
+) -> GroupParams:
+    """Parameters of a fit, naming the features they are over."""
+    return GroupParams(
+        weights=weights,
+        bias=bias,
+        mean=mean or [],
+        std=std or [],
+        features=list(FIT_FEATURES),
+        match_features=list(FIT_MATCH_FEATURES),
+        match_over="any",
+    )
 
 
 @dataclass
@@ -32,7 +66,7 @@ def r_precision(scores: np.ndarray, labels: np.ndarray, relevant: int) -> float:
 
 
 def _standardise(samples: Sequence[Sample], mode: str) -> tuple[np.ndarray, np.ndarray]:
-    x = np.concatenate([s.candidates.features[:, feature_columns(mode)] for s in samples]).astype(np.float64)
+    x = np.concatenate([s.candidates.features[:, fit_columns(mode)] for s in samples]).astype(np.float64)
     mean, std = x.mean(axis=0), x.std(axis=0)
     return mean, np.where(std > 1e-6, std, 1.0)
 
@@ -40,7 +74,7 @@ def _standardise(samples: Sequence[Sample], mode: str) -> tuple[np.ndarray, np.n
 def fit_logistic(samples: Sequence[Sample], mode: str, l2: float = 1e-2, steps: int = 400) -> GroupParams:
     """Logistic regression (balanced classes, L2) on standardised features by gradient descent."""
     mean, std = _standardise(samples, mode)
-    x = (np.concatenate([s.candidates.features[:, feature_columns(mode)] for s in samples]) - mean) / std
+    x = (np.concatenate([s.candidates.features[:, fit_columns(mode)] for s in samples]) - mean) / std
     y = np.concatenate([s.labels for s in samples]).astype(np.float64)
     pos = max(y.sum(), 1.0)
     neg = max(len(y) - y.sum(), 1.0)
@@ -53,17 +87,17 @@ def fit_logistic(samples: Sequence[Sample], mode: str, l2: float = 1e-2, steps: 
         g = (p - y) * weight
         w -= lr * (x.T @ g + l2 * w)
         b -= lr * float(g.sum())
-    return GroupParams(weights=w.tolist(), bias=b, mean=mean.tolist(), std=std.tolist())
+    return _params(weights=w.tolist(), bias=b, mean=mean.tolist(), std=std.tolist())
 
 
 def fit_weighted(samples: Sequence[Sample], mode: str, step: float = 0.1) -> GroupParams:
     """A weighted sum of standardised features, weights on the simplex grid, best training R-precision."""
     mean, std = _standardise(samples, mode)
-    k = len(feature_columns(mode))
-    step = step if k <= 4 else 2 * step  # 6 features: 252 grid points instead of 3,003
+    k = len(fit_columns(mode))
+    step = step if k <= 5 else 2 * step  # 5 features: 1,001 grid points; 6 would be 3,003 (then 252)
     ticks = round(1 / step)
     best: tuple[float, list[float]] = (-1.0, [1.0 / k] * k)
-    xs = [(s.candidates.features[:, feature_columns(mode)] - mean) / std for s in samples]
+    xs = [(s.candidates.features[:, fit_columns(mode)] - mean) / std for s in samples]
     for combo in itertools.product(range(ticks + 1), repeat=k - 1):
         if sum(combo) > ticks:
             continue
@@ -74,7 +108,7 @@ def fit_weighted(samples: Sequence[Sample], mode: str, step: float = 0.1) -> Gro
         )
         if score > best[0] + 1e-9:
             best = (score, weights)
-    return GroupParams(weights=best[1], mean=mean.tolist(), std=std.tolist())
+    return _params(weights=best[1], mean=mean.tolist(), std=std.tolist())
 
 
 def evaluate(method: str, params: GroupParams, samples: Sequence[Sample], mode: str) -> float:
@@ -90,22 +124,31 @@ def evaluate(method: str, params: GroupParams, samples: Sequence[Sample], mode: 
 def _top_features(
     method: str, params: GroupParams, samples: Sequence[Sample], mode: str, no_match: Sequence[Candidates]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The match features of what a query's label reads (its top-fused candidate): for each pseudo-query
-    its best relevant candidate (a match) and its best irrelevant one (what a query for a product the shop
-    does not sell would meet), and each other-domain query's top candidate (no match)."""
-    cols = match_columns(mode)
+    """The match features of what a query's label reads: for each pseudo-query its best relevant candidate
+    (a match) and its best irrelevant one (what a query for a product the shop does not sell would meet),
+    and each other-domain query's best candidate (no match). "Best": the top-fused one, or where the label
+    reads any candidate (``GroupParams.match_over``, with a match model already fitted), the one the match
+    model scores highest."""
+    cols = match_columns(mode, params)
+    by_match = params.match_over == "any" and bool(params.match)
+    w = np.asarray(params.match[:-1], np.float64) if by_match else None
+
+    def ranking(cands: Candidates) -> np.ndarray:
+        if w is not None:
+            return cands.features[:, cols].astype(np.float64) @ w  # the probability's order
+        return fuse(method, cands, params, mode)
+
     pos, neg = [], []
     for s in samples:
-        fused = fuse(method, s.candidates, params, mode)
+        score = ranking(s.candidates)
         x = s.candidates.features[:, cols]
         for mask, out in ((s.labels, pos), (~s.labels, neg)):
             idx = np.flatnonzero(mask)
             if idx.size:
-                out.append(x[idx[np.argmax(fused[idx])]])
+                out.append(x[idx[np.argmax(score[idx])]])
     for cands in no_match:
-        fused = fuse(method, cands, params, mode)
-        if fused.size:
-            neg.append(cands.features[int(np.argmax(fused)), cols])
+        if len(cands):
+            neg.append(cands.features[int(np.argmax(ranking(cands))), cols])
     width = len(cols)
     return np.asarray(pos, np.float64).reshape(-1, width), np.asarray(neg, np.float64).reshape(-1, width)
 
@@ -122,20 +165,25 @@ def fit_match(
     method: str, params: GroupParams, samples: Sequence[Sample], mode: str, no_match: Sequence[Candidates]
 ) -> None:
     """The match model of a group (logistic, balanced, on the raw match features of ``_top_features``) and
-    the thresholds of its probability, set on ``params``."""
-    pos, neg = _top_features(method, params, samples, mode, no_match)
-    if not len(pos) or not len(neg):
-        return
-    x = np.concatenate([pos, neg])
-    y = np.concatenate([np.ones(len(pos)), np.zeros(len(neg))])
-    weight = np.where(y > 0, 0.5 / len(pos), 0.5 / len(neg))
-    w, b = np.zeros(x.shape[1]), 0.0
-    for _ in range(2000):
-        p = 1.0 / (1.0 + np.exp(-(x @ w + b)))
-        g = (p - y) * weight
-        w -= 4.0 * (x.T @ g + 1e-3 * w)
-        b -= 4.0 * float(g.sum())
-    params.match = [*w.tolist(), b]
+    the thresholds of its probability, set on ``params``. Where the label reads any candidate
+    (``match_over`` "any"), the model is fitted again on the candidates it scores highest (a few rounds,
+    from the top-fused ones): what it reads then no longer depends on how the fusion orders the results."""
+    rounds = 1 + (MATCH_REFITS if params.match_over == "any" else 0)
+    params.match = []  # the first round reads the top-fused candidates
+    for _ in range(rounds):
+        pos, neg = _top_features(method, params, samples, mode, no_match)
+        if not len(pos) or not len(neg):
+            return
+        x = np.concatenate([pos, neg])
+        y = np.concatenate([np.ones(len(pos)), np.zeros(len(neg))])
+        weight = np.where(y > 0, 0.5 / len(pos), 0.5 / len(neg))
+        w, b = np.zeros(x.shape[1]), 0.0
+        for _ in range(2000):
+            p = 1.0 / (1.0 + np.exp(-(x @ w + b)))
+            g = (p - y) * weight
+            w -= 4.0 * (x.T @ g + 1e-3 * w)
+            b -= 4.0 * float(g.sum())
+        params.match = [*w.tolist(), b]
     prob = 1.0 / (1.0 + np.exp(-(x @ w + b)))
     ins, outs = prob[: len(pos)], prob[len(pos) :]
     params.none_below = _cut(ins, outs)
@@ -173,4 +221,4 @@ def fit(method: str, samples: Sequence[Sample], mode: str) -> GroupParams:
         return fit_logistic(samples, mode)
     if method == "weighted":
         return fit_weighted(samples, mode)
-    return GroupParams(weights=[])
+    return _params(weights=[])

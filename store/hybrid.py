@@ -11,7 +11,9 @@ Features of a candidate (the same for fitting and for serving, so a fitted model
 ``image`` and ``text`` the exact best cosine (computed for every candidate, whichever channel found it),
 ``lexical`` the IDF-weighted share of the query's terms that its best BM25 field holds (0..1; a query read
 in several likely languages counts its best-covered reading), ``bm25``
-its BM25 score relative to the query's best (0..1); the last two are 0 for a product BM25 did not find.
+its BM25 score relative to the query's best (0..1), the two 0 for a product BM25 did not find; ``centroid``
+the cosine to the normalised sum of the product's text embeddings (every field at once; versions written
+before ``text_sum_norms.npy`` lack it, and their fusions, fitted before it, do not read it).
 (Cosines standardised over each query's candidates were tried as two more features: no better ranking on
 the shared grocery catalogue, and match labels far worse.)
 
@@ -33,11 +35,12 @@ import numpy as np
 from store.product_vectors import ChannelHits, positions_of
 from store.products import ProductChannels
 
-FEATURES = ("image", "text", "lexical", "bm25")
+FEATURES = ("image", "text", "lexical", "bm25", "centroid")
+# The features fusions fitted before the centroid feature read (their parameters name none: ``GroupParams``).
+LEGACY_FEATURES = ("image", "text", "lexical", "bm25")
 # Each channel's candidates per query: the depth the fusion is calibrated at (indexer.fusion_calibration)
 # and served at (more when a page reaches further).
 CANDIDATES = 50
-TEXT_FEATURES = ("text", "lexical", "bm25")  # mode "text": the image channel left out
 CHANNELS = ("image", "text", "lexical")
 RRF_K = 60.0
 OTHER = "other"
@@ -119,7 +122,9 @@ def gather(
         features[:, 0], photo = channels.photos.best_of(q, rows)
         ranks[:, 0] = _ranks(rows, image)
     if use_text:
-        features[:, 1], text = channels.texts.best_of(q, rows, text_mask)
+        features[:, 1], text, features[:, 4] = channels.texts.best_and_centroid_of(
+            q, rows, text_mask, channels.text_sum_norms
+        )
         ranks[:, 1] = _ranks(rows, dense)
         idx = _ranks(rows, lexical)
         ranks[:, 2] = idx
@@ -172,6 +177,14 @@ class GroupParams:
     # The match model: logistic weights over MATCH_FEATURES (mode text: without the image) and its bias
     # last; its probability is the match score labels read. Empty: labels read the fused score.
     match: list[float] = field(default_factory=list)
+    # The names of the features ``weights`` and ``match`` are over; empty (fitted before the centroid
+    # feature): ``LEGACY_FEATURES`` and ``MATCH_FEATURES`` (``feature_columns``, ``match_columns``).
+    features: list[str] = field(default_factory=list)
+    match_features: list[str] = field(default_factory=list)
+    # What a query's label reads: "top", the top-ranked candidate's match score (fits before the centroid
+    # feature), or "any", the best match score of any candidate (whether the shop holds a match, however
+    # the fusion orders the results; ``indexer.fusion_fitting.fit_match`` fits the model for it).
+    match_over: str = "top"
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -224,9 +237,31 @@ class FusionModel:
 MATCH_FEATURES = ("image", "text", "lexical")  # raw, comparable across queries (no per-query scaling)
 
 
-def match_columns(mode: str) -> list[int]:
-    names = MATCH_FEATURES[1:] if mode == "text" else MATCH_FEATURES
-    return [FEATURES.index(n) for n in names]
+def mode_features(names: Sequence[str], mode: str) -> list[str]:
+    """``names`` as a mode reads them: mode text leaves the image out."""
+    return [n for n in names if n != "image"] if mode == "text" else list(names)
+
+
+def feature_columns(mode: str, params: GroupParams | None = None) -> list[int]:
+    """The columns of ``Candidates.features`` a fusion reads: those its parameters name (fitted before the
+    centroid feature: ``LEGACY_FEATURES``), as ``mode`` reads them."""
+    names = params.features if params is not None and params.features else LEGACY_FEATURES
+    return [FEATURES.index(n) for n in mode_features(names, mode)]
+
+
+def match_columns(mode: str, params: GroupParams | None = None) -> list[int]:
+    names = params.match_features if params is not None and params.match_features else MATCH_FEATURES
+    return [FEATURES.index(n) for n in mode_features(names, mode)]
+
+
+def query_match_score(quality: np.ndarray, order: np.ndarray, params: GroupParams | None) -> float | None:
+    """The match score a query's label reads (``GroupParams.match_over``): its top-ranked candidate's, or
+    the best of any candidate's; None without candidates."""
+    if not order.size:
+        return None
+    if params is not None and params.match_over == "any" and params.match:
+        return float(quality.max())
+    return float(quality[order[0]])
 
 
 def match_scores(candidates: Candidates, params: GroupParams, mode: str, fused: np.ndarray) -> np.ndarray:
@@ -234,14 +269,9 @@ def match_scores(candidates: Candidates, params: GroupParams, mode: str, fused: 
     score where a version has no match model."""
     if not params.match:
         return fused
-    x = candidates.features[:, match_columns(mode)].astype(np.float64)
+    x = candidates.features[:, match_columns(mode, params)].astype(np.float64)
     w = np.asarray(params.match, np.float64)
     return (1.0 / (1.0 + np.exp(-(x @ w[:-1] + w[-1])))).astype(np.float32)
-
-
-def feature_columns(mode: str) -> list[int]:
-    names = TEXT_FEATURES if mode == "text" else FEATURES
-    return [FEATURES.index(n) for n in names]
 
 
 def channel_columns(mode: str) -> list[int]:
@@ -256,7 +286,7 @@ def rrf(candidates: Candidates, mode: str) -> np.ndarray:
 def fuse(method: str, candidates: Candidates, params: GroupParams, mode: str) -> np.ndarray:
     if method == "rrf":
         return rrf(candidates, mode)
-    x = candidates.features[:, feature_columns(mode)].astype(np.float64)
+    x = candidates.features[:, feature_columns(mode, params)].astype(np.float64)
     if params.mean:
         x = (x - np.asarray(params.mean)) / np.asarray(params.std)
     z = x @ np.asarray(params.weights, np.float64) + params.bias

@@ -99,6 +99,23 @@ class _IndexView(np.ndarray):
         self.index = getattr(obj, "index", None)
 
 
+def sum_norms(vectors: np.ndarray, owners: np.ndarray, products: int) -> np.ndarray:
+    """(products,) float32: the norm of the sum of each product's rows (owners ascending; 0 for a product
+    without rows), what ``GroupedVectors.best_and_centroid_of`` divides by."""
+    out = np.zeros(products, np.float32)
+    if owners.size == 0:
+        return out
+    start = np.searchsorted(owners, np.arange(products + 1), side="left")
+    held = np.flatnonzero(start[1:] > start[:-1])
+    for lo in range(0, held.size, 4096):  # in blocks: a (block, D) sum at a time, not all rows at once
+        part = held[lo : lo + 4096]
+        first, last = int(start[part[0]]), int(start[part[-1] + 1])
+        block = np.asarray(vectors[first:last], np.float32)
+        sums = np.add.reduceat(block, start[part] - first, axis=0)
+        out[part] = np.sqrt(np.einsum("ij,ij->i", sums, sums, dtype=np.float32))
+    return out
+
+
 class GroupedVectors:
     """One grouped vector set (photos, their visual embeddings, or text values) with its ANN index."""
 
@@ -133,20 +150,49 @@ class GroupedVectors:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Exact best score and row per given product (-inf / -1 for a product with no row): the features
         of candidates that another channel found."""
+        scores, via, _ = self.best_and_centroid_of(query, products, row_mask, centroid=False)
+        return scores, via
+
+    def best_and_centroid_of(
+        self,
+        query: np.ndarray,
+        products: np.ndarray,
+        row_mask: np.ndarray | None = None,
+        sum_norms: np.ndarray | None = None,
+        *,
+        centroid: bool = True,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``best_of``, and each product's centroid cosine: the query against the normalised sum of its
+        rows (-inf for a product with no row), from the same row scores (the sum of its rows' scores over
+        the norm of their sum). ``sum_norms``: those norms per product (``sum_norms``), or None: computed
+        here from the rows when ``row_mask`` leaves some out (calibration), else the centroid is -inf (a
+        version written without them)."""
         # Each product's rows lie together, so each best is a segment maximum: no sort.
         lo = self.start[products]
         counts = self.start[products + 1] - lo
         scores = np.full(products.size, -np.inf, np.float32)
+        centroids = np.full(products.size, -np.inf, np.float32)
         via = np.full(products.size, -1, np.int64)
         total = int(counts.sum())
         if total == 0:
-            return scores, via
+            return scores, via, centroids
         rows, firsts = concat_ranges(lo, counts)
-        sims = np.asarray(self.vectors[rows], np.float32) @ query
+        vectors = np.asarray(self.vectors[rows], np.float32)
+        sims = vectors @ query
+        held = np.flatnonzero(counts > 0)
+        starts = firsts[held]
+        if centroid and (row_mask is not None or sum_norms is not None):
+            kept = sims if row_mask is None else np.where(row_mask[rows], sims, np.float32(0.0))
+            if row_mask is None:
+                norms = np.asarray(sum_norms, np.float32)[products[held]]
+            else:  # the centroid of the rows left in (slow: calibration only)
+                sums = np.add.reduceat(vectors * row_mask[rows, None], starts, axis=0)
+                norms = np.sqrt(np.einsum("ij,ij->i", sums, sums, dtype=np.float32))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                centroids[held] = np.where(norms > 0, np.add.reduceat(kept, starts) / norms, -np.inf)
         if row_mask is not None:
             sims[~row_mask[rows]] = -np.inf
-        held = np.flatnonzero(counts > 0)
-        best = np.maximum.reduceat(sims, firsts[held])
+        best = np.maximum.reduceat(sims, starts)
         scores[held] = best
         # The first row reaching its product's best (as a stable sort would pick), none where all are masked.
         at = np.flatnonzero(sims == np.repeat(best, counts[held]))
@@ -155,7 +201,7 @@ class GroupedVectors:
         first[1:] = segment[1:] != segment[:-1]
         via[held[segment[first]]] = rows[at[first]]
         via[~np.isfinite(scores)] = -1
-        return scores, via
+        return scores, via, centroids
 
     def _rescored(self, hits: ChannelHits, query: np.ndarray) -> ChannelHits:
         """Hits of a walk over half precision with their rows' exact scores, best first again (only the

@@ -21,6 +21,9 @@ also holds, beside them (all written through ``ProductChannelsWriter``, read thr
     lexical.tantivy/         BM25 over those terms (``store.lexical_index``), document id = text row
     text_term_hashes.npy     those terms again as 64-bit hashes, and their row offsets
     text_term_offsets.npy    (``store.term_hashes``; written since 27 Nov 2026, read when present)
+    text_sum_norms.npy       (P,) float32 the norm of the sum of each product's text embeddings: the
+                             centroid feature's divisor (``store.product_vectors.sum_norms``; written since
+                             27 Nov 2026 (session 13); a version without it has no centroid feature)
 
 Products format 1 (written before tantivy, still served) keeps the lexical index in ``products.sqlite`` as
 an FTS5 table ``lexical`` (rowid = text row, its ``terms`` column the analysed terms) instead.
@@ -47,7 +50,7 @@ import numpy as np
 from store.errors import IndexFormatError
 from store.files import names_full_disk
 from store.lexical_index import TANTIVY_DIR, Fts5Lexical, LexicalIndex, TantivyLexical, write_tantivy
-from store.product_vectors import ChannelHits, GroupedVectors, best_per_owner
+from store.product_vectors import ChannelHits, GroupedVectors, best_per_owner, sum_norms
 from store.term_hashes import TermHashes, write_term_hashes
 
 PRODUCTS_FILE = "products.json"
@@ -60,6 +63,7 @@ TEXT_OWNERS = "text_owners.npy"
 TEXT_FIELDS = "text_fields.npy"
 TEXT_LANGS = "text_langs.npy"
 TEXT_INDEX = "texts.faiss"
+TEXT_SUM_NORMS = "text_sum_norms.npy"
 PRODUCTS_DB = "products.sqlite"
 PRODUCTS_FORMAT = 2  # 2: the lexical index in tantivy; 1: in FTS5 (read, never written)
 # Vector sets up to this size are searched exactly: the reference, and no dearer than a walk tuned to the
@@ -208,6 +212,9 @@ def write_product_channels(
     }
     if photos.visual is not None:
         arrays[PHOTO_VISUAL] = np.asarray(photos.visual, np.float32)
+    owners = [o for o in (arrays[PHOTO_OWNERS], arrays[TEXT_OWNERS]) if o.size]
+    products = max(int(o[-1]) + 1 for o in owners) if owners else 0
+    arrays[TEXT_SUM_NORMS] = sum_norms(arrays[TEXT_EMBEDDINGS], arrays[TEXT_OWNERS], products)
     for name, array in arrays.items():
         with names_full_disk(stage / name):
             np.save(stage / name, array)
@@ -270,6 +277,7 @@ class ProductChannels:
             self.text_fields = np.load(self.path / TEXT_FIELDS)
             self.text_langs = np.load(self.path / TEXT_LANGS)
             self._term_hashes = TermHashes.open(self.path, int(t_owners.size))
+            self.text_sum_norms = self._sum_norms(products)
         except (OSError, ValueError, RuntimeError) as exc:
             raise IndexFormatError(f"cannot read the product channels of {self.path}: {exc}") from exc
         if owners.size != self.info.photos or t_owners.size != self.info.texts:
@@ -290,6 +298,17 @@ class ProductChannels:
         except IndexFormatError:
             self._db.close()
             raise
+
+    def _sum_norms(self, products: int) -> np.ndarray | None:
+        """``text_sum_norms.npy`` over the version's rows (a product after the last one with a photo or text
+        has none), or None where the version was written without it."""
+        path = self.path / TEXT_SUM_NORMS
+        if not path.is_file():
+            return None
+        norms = np.load(path)
+        if norms.ndim != 1 or norms.size > products:
+            raise IndexFormatError(f"{path}: {norms.shape} norms for {products} products")
+        return np.pad(norms.astype(np.float32, copy=False), (0, products - norms.size))
 
     def _index(self, name: str, rows: int) -> Any | None:
         path = self.path / name

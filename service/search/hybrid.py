@@ -40,6 +40,7 @@ from store.hybrid import (
     HybridQuery,
     gather,
     match_scores,
+    query_match_score,
     rrf,
 )
 from store.lexical import analyze, readings_of, union_of
@@ -195,7 +196,7 @@ class HybridRanker:
             quality = cands.features[:, 0].copy()
         else:
             quality = match_scores(cands, params, mode, scores) if params is not None else scores
-        top = float(quality[order[0]]) if order.size else None
+        top = query_match_score(quality, order, params)
         cut = "weak" if (sort is not None and min_score == "auto") else min_score
         ordered = order
         if cut in ("weak", "strong") and params is not None and params.none_below is not None:

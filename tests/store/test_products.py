@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from store.hybrid import FEATURES, FusionModel, GroupParams, HybridQuery, fuse, gather, rrf
+from store.hybrid import FEATURES, LEGACY_FEATURES, FusionModel, GroupParams, HybridQuery, fuse, gather, rrf
 from store.layout import LEXICAL_DIR, file_checksums
 from store.lexical import analyze, analyze_variants, match_expression
 from store.products import PhotoRows, ProductChannels, ProductInfo, TextRows, write_product_channels
@@ -179,7 +179,49 @@ def test_gather_features_and_fusion(tmp_path: Path) -> None:
     model = FusionModel("weighted", {"other": params}, {"other": GroupParams(weights=[0, 1.0, 0])}, ["en"])
     assert FusionModel.from_dict(model.to_dict()).to_dict() == model.to_dict()
     assert model.group_of(["de"]) == "other" and model.group_of(["de", "en"]) == "en"
-    assert len(FEATURES) == 4
+    assert (*LEGACY_FEATURES, "centroid") == FEATURES
+    channels.close()
+
+
+def test_centroid_feature_is_the_cosine_to_the_normalised_mean_of_a_products_texts(tmp_path: Path) -> None:
+    """The ``centroid`` feature against a plain reference: the query against the normalised sum of the
+    product's text embeddings, over every text row (stored norms) and over the rows a mask leaves in
+    (calibration: computed from the rows); a product without text reads as the floor."""
+    channels, _, _, text_vecs, _ = make_channels(tmp_path, photos_per=(3, 1, 2, 1, 1))  # product 4: no text
+    text_owners = np.asarray([t[0] for t in TEXTS])
+    q = unit(np.random.default_rng(5), 1)[0]
+    mask = np.ones(len(TEXTS), bool)
+    mask[[1, 3]] = False  # product 0 keeps its English title, product 2 its English one
+
+    def reference(product: int, keep: np.ndarray) -> float:
+        rows = np.flatnonzero((text_owners == product) & keep)
+        if not rows.size:
+            return -1.0
+        total = text_vecs[rows].sum(axis=0)
+        return float(total @ q / np.linalg.norm(total))
+
+    for keep, text_mask in ((np.ones(len(TEXTS), bool), None), (mask, mask)):
+        cands = gather(channels, HybridQuery(q, []), 10, None, text_mask=text_mask)
+        expected = [reference(int(p), keep) for p in cands.rows]
+        assert 4 in cands.rows.tolist() and -1.0 in expected
+        np.testing.assert_allclose(cands.features[:, 4], expected, atol=1e-5)
+    # One text value: its centroid is itself.
+    single = cands.rows.tolist().index(1)
+    assert cands.features[single, 4] == pytest.approx(cands.features[single, 1], abs=1e-6)
+    channels.close()
+
+
+def test_a_fusion_fitted_before_the_centroid_feature_reads_the_four_legacy_columns(tmp_path: Path) -> None:
+    """Parameters stored without feature names (versions written before the centroid feature) weigh the
+    four features they were fitted on, whatever comes after them."""
+    channels, _, _, text_vecs, _ = make_channels(tmp_path)
+    cands = gather(channels, HybridQuery(text_vecs[4], analyze("fresh milk", "en"), "en"), 10, None)
+    stored = {"method": "weighted", "hybrid": {"other": {"weights": [0.1, 0.2, 0.3, 0.4]}}, "text": {}}
+    legacy = FusionModel.from_dict(stored).hybrid["other"]
+    x = cands.features[:, :4].astype(np.float64)
+    np.testing.assert_allclose(fuse("weighted", cands, legacy, "hybrid"), x @ [0.1, 0.2, 0.3, 0.4], atol=1e-6)
+    named = GroupParams(weights=[0.0, 0.0, 0.0, 1.0], features=["text", "lexical", "bm25", "centroid"])
+    np.testing.assert_allclose(fuse("weighted", cands, named, "text"), cands.features[:, 4], atol=1e-6)
     channels.close()
 
 
