@@ -44,7 +44,7 @@ from indexer.build_key import (
     without_key,
 )
 from indexer.encoding import append_shards, stored_token_shape
-from indexer.errors import BuildError
+from indexer.errors import BuildError, ShardedProductsError
 from indexer.incremental import (
     ANN_LINKED,
     QUALITY_KEY,
@@ -118,11 +118,6 @@ def build(
     items = scan.items
     if not items:
         raise BuildError(f"the sources hold no images: {', '.join(map(str, sources))}")
-    if settings.index_shards > 1 and wants_products(items, settings):
-        raise BuildError(
-            "products with several photos or searched text fields (--text-fields) are not supported in "
-            "sharded versions yet; build with --shards 1"
-        )
     # The whole model directory, before anything is created under the index root (model.model_check);
     # not again when CURRENT's build checked these very files (``build_key.model_files_key``).
     model_key = model_files_key(model_dir, settings.backend, settings.int8)
@@ -300,6 +295,8 @@ def build(
                 index_factory=index_factory,
                 need=need,
                 work_dir=work_dir,
+                model_dir=model_dir,
+                cfg=cfg,
             )
         with op.new_version(need, f"the new version of {name!r}") as writer:
             linked = can_link(rows, reuse)
@@ -384,6 +381,13 @@ def add(
         parent = read_parent(root, name, expect_fingerprint=fingerprint)
         pm, parent_dir, n_old, parent_count = parent.manifest, parent.path, parent.total_rows, parent.count
         if pm.is_sharded:
+            if has_product_channels(parent.path):
+                raise ShardedProductsError(
+                    f"cannot add to {name!r}: its version {pm.version} is sharded with product channels "
+                    "(several photos or searched text fields), and `ccrk index add` does not extend those "
+                    "yet; run `ccrk index build` with the whole manifest (or build with --shards 1, which "
+                    "supports add); nothing was published"
+                )
             sharding = Sharding.from_dict(pm.sharding)
             if sharding.segmented and len(sharding.shards) >= settings.index_max_segments:
                 # An add writes one more segment and never compacts: past the limit, a build does.
