@@ -9,8 +9,8 @@ call names the version, so one answer never mixes versions. Closing releases the
 
 A version's product channels (``store.products``: beside the shards, over the global rows) are opened here,
 in the ingress, as ``ShardedIndex.products`` (the hybrid path reads them in-process; the shards serve the
-main rows, items and re-rank tokens as for any version). A sharded version with channels has no deleted
-rows (``ccrk index delete`` refuses it), so ``live_mask`` is None.
+main rows, items and re-rank tokens as for any version); their rows deleted (``live_mask``) are read once from
+the shards' metadata files, beside the channels.
 
 Retries: all shard calls are reads, so a call that fails because the replica answering it died (or became
 unreachable) is sent again, up to ``retries`` times; Ray Serve's router drops a dead replica and routes the
@@ -30,10 +30,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from store.errors import IndexFormatError, IndexUnreachableError
-from store.layout import MANIFEST_FILE, index_dir
+from store.layout import MANIFEST_FILE, METADATA_FILE, index_dir
 from store.manifest import IndexManifest, check_model
 from store.merge import merge_topk
-from store.metadata import filter_sql
+from store.metadata import MetadataReader, filter_sql
 from store.products import ProductChannels, has_product_channels
 from store.reader import check_queries
 from store.sharding import Sharding, locate, split_allowed
@@ -96,18 +96,27 @@ class RemoteShardedIndex:
         self._fields = set().union(*self._shard_fields)
         self._closed = False
         self.products: ProductChannels | None = None
+        self._live: np.ndarray | None = None
         if has_product_channels(self.path):
-            if sum(self._counts) != self.total_rows:  # deleted rows: no mask of them here
-                self.close()
-                raise IndexFormatError(
-                    f"{path}: product channels over a version with deleted rows (written by another tool?); "
-                    "rebuild it with `ccrk index build`"
-                )
             try:
                 self.products = ProductChannels(self.path, self.total_rows)
+                if sum(self._counts) != self.total_rows:
+                    self._live = self._read_live()
             except BaseException:
                 self.close()
                 raise
+
+    def _read_live(self) -> np.ndarray:
+        """(total_rows,) bool, False for the rows the shards' metadata marks deleted."""
+        live = np.ones(self.total_rows, bool)
+        for entry, offset, total in zip(self.sharding.shards, self._offsets, self._totals, strict=True):
+            meta = MetadataReader(self.path / entry.dir / METADATA_FILE)
+            try:
+                gone = meta.deleted_rows()
+            finally:
+                meta.close()
+            live[offset + gone[(gone >= 0) & (gone < total)]] = False
+        return live
 
     # -- calls ---------------------------------------------------------------------------------------------
 
@@ -241,8 +250,9 @@ class RemoteShardedIndex:
         return np.stack(found) if found else np.zeros((0, self.manifest.embed_dim), np.float32)
 
     def live_mask(self) -> np.ndarray | None:
-        """None: no row of a version served with product channels is deleted (see the module docstring)."""
-        return None
+        """(total_rows,) bool over the global rows, False for deleted rows; None when none is deleted. Read
+        for a version with product channels only (the hybrid path's mask; see the module docstring)."""
+        return self._live
 
     def close(self) -> None:
         """Release the version on the shards (one replica of each hears it; the others close it when idle)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,6 +19,8 @@ from ccrk_cli.main import app
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings
 from indexer.build import add, build, delete
 from indexer.errors import ShardedProductsError
+from service.cluster.remote_index import RemoteShardedIndex, remote_opener
+from service.cluster.shard import ShardServer
 from store.layout import index_dir
 from store.opening import open_version
 from store.products import PRODUCTS_FILE, TEXT_OWNERS, has_product_channels
@@ -29,10 +32,13 @@ from tests.fixtures import LiveServer, make_settings
 from tests.indexer.test_products_build import PRODUCTS, _manifest
 
 
-def _answers(root: Path, name: str, recs: list[dict]) -> dict[str, list]:
-    """What the service answers on a version: (id, score) per hit, per request."""
+def _answers(root: Path, name: str, recs: list[dict], opener: Any = None) -> dict[str, list]:
+    """What the service answers on a version: (id, score) per hit, per request. ``opener``: the index
+    holder's (the Ray ingress's ``remote_opener``)."""
     out: dict[str, list] = {}
-    with LiveServer(make_settings(root, index_name=name)) as live, live.client() as client:
+    server = LiveServer(make_settings(root, index_name=name))
+    server.app.state.runtime.index_opener = opener
+    with server as live, live.client() as client:
         queries = [recs[3]["title"], recs[7]["title@de"], "red", "a yellow umbrella", recs[11]["description"]]
         for q in queries:
             for mode in ("hybrid", "text", "image"):
@@ -130,9 +136,15 @@ def test_a_sharded_product_version_answers_as_the_unsharded_one(
                 v2 = np.asarray(c2.vectors[c2.owners == r2])
                 np.testing.assert_allclose(v2, v1, atol=1e-6)
             assert one.products.photo_paths([r1])[r1] == many.products.photo_paths([r2])[r2]
+        row3 = many.row_of("prod-3")
     want = _answers(root, "one", recs)
     got = _answers(root, "shards", recs)
     _same(got, want)
+    # Ray serving: the shards served apart (``ShardServer``, in this process), the channels in the ingress.
+    servers = [ShardServer(str(root), "shards", i) for i in range(2)]
+    remote = remote_opener(_in_process(servers), 2, open_version)
+    _same(_answers(root, "shards", recs, remote), want)
+    assert all(s.loaded() == [current_version(root, "shards")] for s in servers)  # served through them
 
     # ``add`` refuses (typed, naming the way on); nothing is published.
     before = current_version(root, "shards")
@@ -146,13 +158,36 @@ def test_a_sharded_product_version_answers_as_the_unsharded_one(
     assert (vdir / TEXT_OWNERS).stat().st_ino == (
         index_dir(root, "shards") / before / TEXT_OWNERS
     ).stat().st_ino
-    with LiveServer(make_settings(root, index_name="shards")) as live, live.client() as client:
-        for mode in ("hybrid", "text", "image"):
-            body = {"query": recs[3]["title"], "mode": mode, "top_k": 20}
-            hits = client.post("/v1/search", json=body).json()["results"]
-            assert "prod-3" not in [h["id"] for h in hits] and len(hits) == PRODUCTS - 1
-        similar = client.post("/v1/items/prod-4/similar", json={"top_k": 20}).json()["results"]
-        assert "prod-3" not in [h["id"] for h in similar]
+    with open_version(root, "shards") as local:
+        mask = local.live_mask()
+        assert mask is not None and np.flatnonzero(~mask).tolist() == [row3]
+        servers = [ShardServer(str(root), "shards", i) for i in range(2)]
+        with RemoteShardedIndex(local.path, local.manifest, _in_process(servers), shard_count=2) as far:
+            assert far.products is not None
+            np.testing.assert_array_equal(far.live_mask(), mask)
+    for opener in (None, remote_opener(_in_process(servers), 2, open_version)):
+        server = LiveServer(make_settings(root, index_name="shards"))
+        server.app.state.runtime.index_opener = opener
+        with server as live, live.client() as client:
+            for mode in ("hybrid", "text", "image"):
+                body = {"query": recs[3]["title"], "mode": mode, "top_k": 20}
+                hits = client.post("/v1/search", json=body).json()["results"]
+                assert "prod-3" not in [h["id"] for h in hits] and len(hits) == PRODUCTS - 1
+            similar = client.post("/v1/items/prod-4/similar", json={"top_k": 20}).json()["results"]
+            assert "prod-3" not in [h["id"] for h in similar]
+
+
+def _in_process(servers: list[ShardServer]) -> Any:
+    """A ``RemoteShardedIndex`` call answered by shard servers of this process (Ray's handles stand-in)."""
+
+    class Done:
+        def __init__(self, value: object) -> None:
+            self.value = value
+
+        def result(self, timeout_s: float | None = None) -> object:
+            return self.value
+
+    return lambda shard, method, *args: Done(getattr(servers[shard], method)(*args))
 
 
 def test_cli_builds_and_verifies_a_sharded_product_version(catalogue: Path, tmp_path: Path) -> None:
