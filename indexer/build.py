@@ -8,8 +8,9 @@ so that a re-run resumes. Free disk space is checked before encoding and before 
 (``indexer.disk``), and a full build whose result is CURRENT already publishes nothing
 (``indexer.build_key``). ``build`` and ``add`` share the steps around their own (``indexer.pipeline``);
 ``delete`` and ``rollback`` live in ``indexer.maintenance`` and are re-exported here, where callers find
-the four operations. With ``settings.index_shards`` > 1 a build writes a sharded version, and ``add`` and
-``delete`` on a sharded version touch only the owning shards (``indexer.sharded``).
+the four operations. With ``settings.index_shards`` > 1 a build writes a sharded version (products: their
+channels beside the shards), and ``add`` and ``delete`` on a sharded version touch only the owning shards
+(``indexer.sharded``; ``add`` refuses a sharded version with products, ``ShardedProductsError``).
 
 A full build encodes only what CURRENT does not hold already: rows whose image bytes are unchanged keep
 their stored vectors (``indexer.incremental``, ``store.reuse``); ``force`` encodes everything. A small
