@@ -10,7 +10,7 @@ so that a re-run resumes. Free disk space is checked before encoding and before 
 ``delete`` and ``rollback`` live in ``indexer.maintenance`` and are re-exported here, where callers find
 the four operations. With ``settings.index_shards`` > 1 a build writes a sharded version (products: their
 channels beside the shards), and ``add`` and ``delete`` on a sharded version touch only the owning shards
-(``indexer.sharded``; ``add`` refuses a sharded version with products, ``ShardedProductsError``).
+(``indexer.sharded``; products: the channels beside them extended over the new global rows).
 
 A full build encodes only what CURRENT does not hold already: rows whose image bytes are unchanged keep
 their stored vectors (``indexer.incremental``, ``store.reuse``); ``force`` encodes everything. A small
@@ -45,7 +45,7 @@ from indexer.build_key import (
     without_key,
 )
 from indexer.encoding import append_shards, stored_token_shape
-from indexer.errors import BuildError, ShardedProductsError
+from indexer.errors import BuildError
 from indexer.incremental import (
     ANN_LINKED,
     QUALITY_KEY,
@@ -382,13 +382,6 @@ def add(
         parent = read_parent(root, name, expect_fingerprint=fingerprint)
         pm, parent_dir, n_old, parent_count = parent.manifest, parent.path, parent.total_rows, parent.count
         if pm.is_sharded:
-            if has_product_channels(parent.path):
-                raise ShardedProductsError(
-                    f"cannot add to {name!r}: its version {pm.version} is sharded with product channels "
-                    "(several photos or searched text fields), and `ccrk index add` does not extend those "
-                    "yet; run `ccrk index build` with the whole manifest (or build with --shards 1, which "
-                    "supports add); nothing was published"
-                )
             sharding = Sharding.from_dict(pm.sharding)
             if sharding.segmented and len(sharding.shards) >= settings.index_max_segments:
                 # An add writes one more segment and never compacts: past the limit, a build does.
@@ -457,7 +450,15 @@ def add(
                 segmented.close()
         if parent.sharded:
             return add_to_shards(
-                op, parent, encoded, encoder, gate, need=need(encoded.ok_items), work_dir=work_dir
+                op,
+                parent,
+                encoded,
+                encoder,
+                gate,
+                need=need(encoded.ok_items),
+                work_dir=work_dir,
+                model_dir=model_dir,
+                cfg=cfg,
             )
         n = n_old + len(encoded.ok_items)
         with op.new_version(need(encoded.ok_items), f"the new version of {name!r}") as writer:

@@ -22,8 +22,3 @@ class TooManyBadItemsError(BuildError):
 class DiskSpaceError(BuildError):
     """The index's filesystem has too little free space for an operation; the message names the path, the
     space needed and the space free. Nothing was published."""
-
-
-class ShardedProductsError(BuildError):
-    """An operation that does not support a sharded version with product channels yet (``ccrk index add``);
-    the message says how to proceed (a full build). Nothing was published."""

@@ -287,20 +287,32 @@ def extend_products(
     settings: Settings,
     cfg: ModelConfig,
     report: BuildReport,
+    moved: RowMove | None = None,
 ) -> ProductInfo:
     """``ccrk index add`` on products: the parent's photos and text values as stored (nothing encoded
     again), then those of the ``added`` items (rows ``first_row`` on; their first photos from the add's
     shards ``main``), written into the staged version; the fusion is calibrated again on the whole, as a
-    build would. The parent's searched fields stay the version's (``settings.text_fields`` is not read)."""
+    build would. The parent's searched fields stay the version's (``settings.text_fields`` is not read).
+    ``moved``: a sharded version's rows (``first_row`` unused), the parent's moved and the added ones among
+    them; the values are grouped by their new rows, the calibration's order the parent's, then the added."""
     old_photos, old_texts = parent.all_rows()
-    photos = photo_rows(added, main, work_dir, model_dir, settings, cfg, report)
-    photos.owners = photos.owners + first_row
+    rows = first_row + np.arange(len(added), dtype=np.int64) if moved is None else moved.added
+    photos = photo_rows(added, main, work_dir, model_dir, settings, cfg, report, rows)
     if (old_photos.visual is None) != (photos.visual is None):
         raise ValueError("internal: the added photos and the parent's differ in visual embeddings")
     fields = list(parent.info.fields)
     texts, _ = text_rows(added, encoder, settings.model_copy(update={"text_fields": fields}))
-    texts.owners = texts.owners + first_row
-    all_texts = old_texts.extended(texts)
+    texts.owners = rows[texts.owners] if texts.owners.size else texts.owners
+    products = first_row + len(added)
+    catalogue_order = None
+    if moved is not None:
+        products = moved.products
+        old_photos.owners = moved.parent[old_photos.owners]
+        old_texts.owners = moved.parent[old_texts.owners] if old_texts.owners.size else old_texts.owners
+    all_photos, all_texts = old_photos.extended(photos), old_texts.extended(texts)
+    if moved is not None:  # the added rows fall between the parent's: grouped by row again
+        all_photos = _grouped_photos(all_photos)
+        all_texts, catalogue_order = grouped_by_row(all_texts, np.arange(products, dtype=np.int64))
     counts = Counter(all_texts.langs)
     info = ProductInfo(
         fields=fields,
@@ -309,9 +321,37 @@ def extend_products(
         photos=0,
         texts=len(all_texts.texts),
     )
-    products = first_row + len(added)
     return write_and_calibrate(
-        stage, info, old_photos.extended(photos), all_texts, encoder, products, report, settings.target_recall
+        stage,
+        info,
+        all_photos,
+        all_texts,
+        encoder,
+        products,
+        report,
+        settings.target_recall,
+        catalogue_order=catalogue_order,
+    )
+
+
+@dataclass
+class RowMove:
+    """Where the rows of a sharded version go when an ``add`` appends to its shards (``indexer.sharded``):
+    ``parent`` the new row of each parent row, ``added`` each added item's row, ``products`` the rows."""
+
+    parent: np.ndarray
+    added: np.ndarray
+    products: int
+
+
+def _grouped_photos(photos: PhotoRows) -> PhotoRows:
+    """Photos grouped by product row again (a product's photos in their order)."""
+    order = np.argsort(photos.owners, kind="stable")
+    return PhotoRows(
+        owners=photos.owners[order],
+        paths=[photos.paths[i] for i in order.tolist()],
+        embeds=np.ascontiguousarray(photos.embeds[order]),
+        visual=None if photos.visual is None else np.ascontiguousarray(photos.visual[order]),
     )
 
 

@@ -12,7 +12,7 @@ owning shards' metadata; the other shards are hard-linked from the parent. CURRE
 Products (several photos, searched text fields): the build writes the product channels once, beside the
 shards, over the global rows (``indexer.products.write_products`` with each item's global row), calibrated
 on the whole catalogue as an unsharded build calibrates them; ``delete`` hard-links them (the deleted rows
-are masked by the shards' metadata); ``add`` refuses such a version (``indexer.build.add``).
+are masked by the shards' metadata); ``add`` extends them over the new global rows and calibrates again.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from indexer.build_key import without_key
 from indexer.encoding import Encoded, append_shards_split
 from indexer.parent import ParentVersion, appended_metadata
 from indexer.pipeline import Operation, inherit_measurements, judge, utc_now, write_ann_index
-from indexer.products import wants_products, write_products
+from indexer.products import RowMove, extend_products, wants_products, write_products
 from indexer.quality_gate import QualityGate
 from indexer.report import BuildReport
 from indexer.tuning import (
@@ -49,6 +49,7 @@ from model.model_dir import ModelConfig
 from model.runtime import Encoder
 from store.layout import INDEX_FILE, METADATA_FILE, SHARDED_FORMAT_VERSION
 from store.manifest import IndexManifest
+from store.products import ProductChannels, has_product_channels
 from store.reader import IndexVersion
 from store.sharded import ShardedIndex
 from store.sharded_writer import ShardedVersionWriter, ShardStage
@@ -189,9 +190,13 @@ def add_to_shards(
     *,
     need: disk.SpaceNeed,
     work_dir: Path,
+    model_dir: Path,
+    cfg: ModelConfig,
 ) -> BuildReport:
     """An ``add`` to a sharded parent: each new item appended to its owning shard (copied and extended,
-    the ANN index the parent's plus the new rows, re-tuned); shards without new items hard-linked."""
+    the ANN index the parent's plus the new rows, re-tuned); shards without new items hard-linked. Product
+    channels: the parent's extended (``indexer.products.extend_products``) over the new global rows (a
+    shard's rows move by the items added to the shards before it)."""
     pm, items, settings = parent.manifest, encoded.ok_items, op.settings
     shard_count = len(parent.shard_manifests)
     owners = partition([it.id for it in items], shard_count)
@@ -249,6 +254,33 @@ def add_to_shards(
                     f"shard {i}: {totals[i]} items now exceed exact_max_items {settings.exact_max_items}: "
                     "the next full build chooses an ANN index"
                 )
+        if has_product_channels(parent.path):
+            # A parent row keeps its place in its shard; the shard's offset grows by what the ones before got.
+            shard_of_row = np.repeat(np.arange(shard_count), old_totals)
+            moved = RowMove(
+                parent=np.arange(shard_of_row.size, dtype=np.int64)
+                + (_offsets(totals) - _offsets(old_totals))[shard_of_row],
+                added=global_rows,
+                products=int(totals.sum()),
+            )
+            channels = ProductChannels(parent.path, int(old_totals.sum()))
+            try:
+                extend_products(
+                    writer.stage,
+                    channels,
+                    items,
+                    encoded.store,
+                    encoder,
+                    first_row=0,
+                    work_dir=work_dir,
+                    model_dir=model_dir,
+                    settings=settings,
+                    cfg=cfg,
+                    report=op.report,
+                    moved=moved,
+                )
+            finally:
+                channels.close()
         manifest = dataclasses.replace(
             pm,
             version=writer.version,

@@ -1,8 +1,8 @@
 """Products in sharded versions: the product channels live once beside the shards, over the global rows,
 calibrated on the whole catalogue; the sharded version answers hybrid, text and image searches (and
 explain, sort, "more like this", search by photo) as the unsharded build of the same catalogue does;
-``verify`` covers the channel files; ``delete`` masks a product in every channel; ``add`` refuses with a
-typed error. The shipped demo model, real files, real uvicorn; ``ccrk index build --shards 2
+``verify`` covers the channel files; ``delete`` masks a product in every channel; ``add`` extends them
+over the moved global rows. The shipped demo model, real files, real uvicorn; ``ccrk index build --shards 2
 --text-fields`` through the CLI."""
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from typer.testing import CliRunner
 from ccrk_cli.main import app
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings
 from indexer.build import add, build, delete
-from indexer.errors import ShardedProductsError
 from service.cluster.remote_index import RemoteShardedIndex, remote_opener
 from service.cluster.shard import ShardServer
 from store.layout import index_dir
@@ -146,12 +145,8 @@ def test_a_sharded_product_version_answers_as_the_unsharded_one(
     _same(_answers(root, "shards", recs, remote), want)
     assert all(s.loaded() == [current_version(root, "shards")] for s in servers)  # served through them
 
-    # ``add`` refuses (typed, naming the way on); nothing is published.
-    before = current_version(root, "shards")
-    with pytest.raises(ShardedProductsError, match="ccrk index build"):
-        add("shards", [manifest], settings=sharded)
-    assert current_version(root, "shards") == before
     # ``delete``: the product gone from every channel, the channel files taken over unchanged.
+    before = current_version(root, "shards")
     delete("shards", ["prod-3"], settings=sharded)
     assert verify_version(root, "shards") == []
     vdir = index_dir(root, "shards") / current_version(root, "shards")
@@ -175,6 +170,53 @@ def test_a_sharded_product_version_answers_as_the_unsharded_one(
                 assert "prod-3" not in [h["id"] for h in hits] and len(hits) == PRODUCTS - 1
             similar = client.post("/v1/items/prod-4/similar", json={"top_k": 20}).json()["results"]
             assert "prod-3" not in [h["id"] for h in similar]
+
+
+def _product(opened: Any, item_id: str) -> tuple[np.ndarray, list[str], list[tuple]]:
+    """One product's photo vectors, photo paths and text values (field, language, text) in a version."""
+    row = opened.row_of(item_id)
+    channels = opened.products
+    photos = np.asarray(channels.photos.vectors[channels.photos.owners == row])
+    found = channels.texts_of(np.flatnonzero(channels.texts.owners == row).tolist())
+    return photos, channels.photo_paths([row])[row], [found[r] for r in sorted(found)]
+
+
+def test_add_extends_the_channels_of_a_sharded_version(
+    settings: Settings, catalogue: Path, tmp_path: Path
+) -> None:
+    """``ccrk index add`` on a sharded product version: the items appended to their shards move the later
+    shards' rows; every product's photos and text values end up at its new row, as a full build of the
+    whole catalogue has them, and the added and the moved products are found."""
+    products = settings.model_copy(update={"text_fields": ["title", "description"], "index_shards": 2})
+    manifest = _manifest(catalogue, tmp_path)
+    lines = manifest.read_text().splitlines()
+    recs = [json.loads(line) for line in lines]
+    first = tmp_path / "first.jsonl"
+    first.write_text("\n".join(lines[:15]) + "\n")
+    root = settings.index_root
+    build("shop", [first], settings=products)
+    with open_version(root, "shop") as parent:
+        before = {i: parent.row_of(f"prod-{i}") for i in range(15)}
+    report = add("shop", [manifest], settings=products)
+    assert report.published and report.items_indexed == PRODUCTS - 15
+    assert verify_version(root, "shop", model_dir=DEFAULT_MODEL_DIR) == []
+    full = products.model_copy(update={"index_root": tmp_path / "full"})
+    build("shop", [manifest], settings=full)
+    with open_version(root, "shop") as added, open_version(full.index_root, "shop") as whole:
+        assert isinstance(added, ShardedIndex) and added.products is not None
+        assert (added.products.info.photos, added.products.info.texts) == (2 * PRODUCTS, 3 * PRODUCTS)
+        assert added.products.info.fusion
+        for i in range(PRODUCTS):
+            mine, theirs = _product(added, f"prod-{i}"), _product(whole, f"prod-{i}")
+            np.testing.assert_allclose(mine[0], theirs[0], atol=1e-5)
+            assert mine[1:] == theirs[1:]
+        moved = sum(added.row_of(f"prod-{i}") != row for i, row in before.items())
+        assert 0 < moved < 15  # the second shard's products moved by the items added to the first
+    with LiveServer(make_settings(root, index_name="shop")) as live, live.client() as client:
+        for i in (17, 2, 12):
+            body = client.post("/v1/search", json={"query": recs[i]["title"], "top_k": 3}).json()
+            assert body["mode"] == "hybrid" and body["results"][0]["id"] == f"prod-{i}"
+            assert len(body["results"][0]["images"]) == 2
 
 
 def _in_process(servers: list[ShardServer]) -> Any:
