@@ -18,11 +18,14 @@ from typer.testing import CliRunner
 from ccrk_cli.main import app
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings
 from indexer.build import add, build, delete
+from model.runtime import Encoder
+from monitoring.probe import index_searcher, run_probes
+from monitoring.probe_set import probes_from_captions
 from service.cluster.remote_index import RemoteShardedIndex, remote_opener
 from service.cluster.shard import ShardServer
 from store.layout import index_dir
 from store.opening import open_version
-from store.products import PRODUCTS_FILE, TEXT_OWNERS, has_product_channels
+from store.products import PRODUCTS_FILE, TEXT_OWNERS, default_mode, has_product_channels
 from store.reader import IndexVersion
 from store.sharded import ShardedIndex
 from store.verify import verify_version
@@ -97,7 +100,7 @@ def _close(a: object, b: object) -> bool:
 
 
 def test_a_sharded_product_version_answers_as_the_unsharded_one(
-    settings: Settings, catalogue: Path, tmp_path: Path
+    settings: Settings, catalogue: Path, tmp_path: Path, encoder: Encoder
 ) -> None:
     products = settings.model_copy(update={"text_fields": ["title", "description"]})
     manifest = _manifest(catalogue, tmp_path)
@@ -136,6 +139,20 @@ def test_a_sharded_product_version_answers_as_the_unsharded_one(
                 np.testing.assert_allclose(v2, v1, atol=1e-6)
             assert one.products.photo_paths([r1])[r1] == many.products.photo_paths([r2])[r2]
         row3 = many.row_of("prod-3")
+        # The quality gate's probes (hybrid, the version's default mode) measure the same on both.
+        cats = [json.loads(line) for line in (catalogue / "test.jsonl").read_text().splitlines()]
+        probes = probes_from_captions(
+            [(f"prod-{i}", cats[2 * i]["captions"]) for i in range(PRODUCTS)], n=10, languages=["en", "de"]
+        )
+        assert default_mode(many.products) == "hybrid"
+        measured = [
+            run_probes(probes, index_searcher(opened, encoder, mode="hybrid"), depth=10)
+            for opened in (one, many)
+        ]
+        assert measured[0]["recall_at_10_mean"] > 0.5
+        for lang, figures in measured[0]["per_language"].items():  # latencies aside
+            same = {k: v for k, v in figures.items() if not k.startswith("latency")}
+            assert {k: measured[1]["per_language"][lang][k] for k in same} == same
     want = _answers(root, "one", recs)
     got = _answers(root, "shards", recs)
     _same(got, want)
