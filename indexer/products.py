@@ -274,6 +274,16 @@ def write_products(
     )
 
 
+@dataclass
+class RowMove:
+    """Where the rows of a sharded version go when an ``add`` appends to its shards (``indexer.sharded``):
+    ``parent`` the new row of each parent row, ``added`` each added item's row, ``products`` the rows."""
+
+    parent: np.ndarray
+    added: np.ndarray
+    products: int
+
+
 def extend_products(
     stage: Path,
     parent: ProductChannels,
@@ -332,16 +342,6 @@ def extend_products(
         settings.target_recall,
         catalogue_order=catalogue_order,
     )
-
-
-@dataclass
-class RowMove:
-    """Where the rows of a sharded version go when an ``add`` appends to its shards (``indexer.sharded``):
-    ``parent`` the new row of each parent row, ``added`` each added item's row, ``products`` the rows."""
-
-    parent: np.ndarray
-    added: np.ndarray
-    products: int
 
 
 def _grouped_photos(photos: PhotoRows) -> PhotoRows:

@@ -13,6 +13,9 @@ Products (several photos, searched text fields): the build writes the product ch
 shards, over the global rows (``indexer.products.write_products`` with each item's global row), calibrated
 on the whole catalogue as an unsharded build calibrates them; ``delete`` hard-links them (the deleted rows
 are masked by the shards' metadata); ``add`` extends them over the new global rows and calibrates again.
+
+(A little over 400 lines: a sharded version's build, add and delete side by side, with the publishing step
+they share, as ``indexer.build`` keeps its build and add.)
 """
 
 from __future__ import annotations
