@@ -8,8 +8,9 @@ so that a re-run resumes. Free disk space is checked before encoding and before 
 (``indexer.disk``), and a full build whose result is CURRENT already publishes nothing
 (``indexer.build_key``). ``build`` and ``add`` share the steps around their own (``indexer.pipeline``);
 ``delete`` and ``rollback`` live in ``indexer.maintenance`` and are re-exported here, where callers find
-the four operations. With ``settings.index_shards`` > 1 a build writes a sharded version, and ``add`` and
-``delete`` on a sharded version touch only the owning shards (``indexer.sharded``).
+the four operations. With ``settings.index_shards`` > 1 a build writes a sharded version (products: their
+channels beside the shards), and ``add`` and ``delete`` on a sharded version touch only the owning shards
+(``indexer.sharded``; products: the channels beside them extended over the new global rows).
 
 A full build encodes only what CURRENT does not hold already: rows whose image bytes are unchanged keep
 their stored vectors (``indexer.incremental``, ``store.reuse``); ``force`` encodes everything. A small
@@ -118,11 +119,6 @@ def build(
     items = scan.items
     if not items:
         raise BuildError(f"the sources hold no images: {', '.join(map(str, sources))}")
-    if settings.index_shards > 1 and wants_products(items, settings):
-        raise BuildError(
-            "products with several photos or searched text fields (--text-fields) are not supported in "
-            "sharded versions yet; build with --shards 1"
-        )
     # The whole model directory, before anything is created under the index root (model.model_check);
     # not again when CURRENT's build checked these very files (``build_key.model_files_key``).
     model_key = model_files_key(model_dir, settings.backend, settings.int8)
@@ -300,6 +296,8 @@ def build(
                 index_factory=index_factory,
                 need=need,
                 work_dir=work_dir,
+                model_dir=model_dir,
+                cfg=cfg,
             )
         with op.new_version(need, f"the new version of {name!r}") as writer:
             linked = can_link(rows, reuse)
@@ -452,7 +450,15 @@ def add(
                 segmented.close()
         if parent.sharded:
             return add_to_shards(
-                op, parent, encoded, encoder, gate, need=need(encoded.ok_items), work_dir=work_dir
+                op,
+                parent,
+                encoded,
+                encoder,
+                gate,
+                need=need(encoded.ok_items),
+                work_dir=work_dir,
+                model_dir=model_dir,
+                cfg=cfg,
             )
         n = n_old + len(encoded.ok_items)
         with op.new_version(need(encoded.ok_items), f"the new version of {name!r}") as writer:

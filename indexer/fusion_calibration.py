@@ -94,13 +94,20 @@ def catalogue_languages(counts: dict[str, int]) -> list[str]:
     )
 
 
-def pseudo_queries(texts: TextRows, products: int, rng: np.random.Generator) -> list[PseudoQuery]:
-    """Fragments of the text values (see the module docstring), at most ``MAX_QUERIES``."""
+def pseudo_queries(
+    texts: TextRows, products: int, rng: np.random.Generator, catalogue_order: np.ndarray | None = None
+) -> list[PseudoQuery]:
+    """Fragments of the text values (see the module docstring), at most ``MAX_QUERIES``. The values are
+    drawn in a random order of the catalogue's order: ``catalogue_order`` (the text row of each value in the
+    catalogue's order; default the text rows' own), so that a version holding the same values in another
+    order of rows (a sharded one) draws the same pseudo-queries."""
     by_field: dict[tuple[str, str], set[int]] = defaultdict(set)  # (field, term) -> owners
     for owner, fname, terms in zip(texts.owners.tolist(), texts.fields, texts.terms, strict=True):
         for term in terms:
             by_field[(fname, term)].add(owner)
     order = rng.permutation(len(texts.texts))
+    if catalogue_order is not None:
+        order = np.asarray(catalogue_order, np.int64)[order]
     queries: list[PseudoQuery] = []
     seen: set[tuple[str, str]] = set()
     limit = max(2, int(GENERIC_SHARE * products))
@@ -180,11 +187,14 @@ def calibrate(
     languages: dict[str, int],
     products: int,
     allowed: np.ndarray | None = None,
+    *,
+    catalogue_order: np.ndarray | None = None,
 ) -> Calibration:
-    """Fit, compare and choose the fusion of a staged version (see the module docstring)."""
+    """Fit, compare and choose the fusion of a staged version (see the module docstring; ``catalogue_order``
+    as for ``pseudo_queries``)."""
     rng = np.random.default_rng(SEED)
     catalogue = catalogue_languages(languages)
-    queries = pseudo_queries(texts, products, rng)
+    queries = pseudo_queries(texts, products, rng, catalogue_order)
     if len(queries) < 10:
         return Calibration(_default_model(catalogue), {"pseudo_queries": len(queries), "method": "rrf"})
     acquired = set(encoder.acquired_languages)

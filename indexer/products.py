@@ -7,6 +7,11 @@ A product's first photo is the version's own image of the item (encoded by the b
 photos (``paths``) are encoded here into a work folder of their own (resumable like the build's shards).
 A further photo that cannot be decoded is left out and counted in the report; the product stays.
 
+A sharded version (``indexer.sharded``) holds its product channels once, beside its shards, over its global
+rows (``rows``: each item's row); they are encoded in the catalogue's order as for an unsharded version (the
+same batches, so the same vectors), then grouped by row, and the fusion is calibrated on the pseudo-queries
+of the catalogue's order (``catalogue_order``), so that it is the one the unsharded build calibrates.
+
 Text values: a field ``title`` named in ``text_fields`` covers ``title`` and its language-tagged variants
 (``title@de``, whose tag is taken as its language). Untagged values are identified by py3langid; a value
 identified with low confidence (short titles) takes its field's majority language, as a shop writes a field
@@ -135,9 +140,11 @@ def photo_rows(
     settings: Settings,
     cfg: ModelConfig,
     report: BuildReport,
+    rows: np.ndarray | None = None,
 ) -> PhotoRows:
-    """Every photo of the items (the version's rows: ``items`` are the build's decoded items, in row
-    order): the first photo's vectors from the build's own shards, the further photos encoded here."""
+    """Every photo of the items (``items`` are the build's decoded items, in the order of ``main``; their
+    version rows are ``rows``, default their positions): the first photo's vectors from the build's own
+    shards, the further photos encoded here."""
     oks, embeds, visual = _shard_arrays(main)
     ok = np.concatenate(oks)
     first_embeds = np.concatenate(embeds)
@@ -149,7 +156,8 @@ def photo_rows(
         for row, item in enumerate(items)
         for k, path in enumerate(item.extra_paths, start=1)
     ]
-    owners: list[int] = list(range(len(items)))
+    row_of = np.arange(len(items), dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
+    owners: list[int] = row_of.tolist()
     paths: list[str] = [str(it.path) for it in items]
     all_embeds = [first_embeds]
     all_visual = [first_visual]
@@ -165,7 +173,7 @@ def photo_rows(
         all_visual.extend(x_visual)
         for it in extra:
             if it.id in good:
-                owners.append(int(it.id.split(":")[0]))
+                owners.append(int(row_of[int(it.id.split(":")[0])]))
                 paths.append(str(it.path))
         if encoded.skipped:
             report.notes.append(
@@ -213,6 +221,26 @@ def text_rows(
     return rows, info
 
 
+def grouped_by_row(texts: TextRows, rows: np.ndarray) -> tuple[TextRows, np.ndarray]:
+    """Text values in the catalogue's order (owners: item positions) as a version over ``rows`` holds them:
+    owners mapped to rows and grouped by them (a product's values in their order), and the catalogue order
+    (the text row of each value in the catalogue's order)."""
+    owners = np.asarray(rows, np.int64)[texts.owners] if texts.owners.size else texts.owners
+    order = np.argsort(owners, kind="stable")
+    catalogue_order = np.empty_like(order)
+    catalogue_order[order] = np.arange(order.size)
+    pick = order.tolist()
+    grouped = TextRows(
+        owners=owners[order],
+        fields=[texts.fields[i] for i in pick],
+        langs=[texts.langs[i] for i in pick],
+        texts=[texts.texts[i] for i in pick],
+        terms=[texts.terms[i] for i in pick],
+        embeds=np.ascontiguousarray(texts.embeds[order]),
+    )
+    return grouped, catalogue_order.astype(np.int64)
+
+
 def write_products(
     stage: Path,
     items: Sequence[SourceItem],
@@ -224,13 +252,36 @@ def write_products(
     settings: Settings,
     cfg: ModelConfig,
     report: BuildReport,
+    rows: np.ndarray | None = None,
 ) -> ProductInfo:
-    """Write the product channels of a staged version and calibrate its fusion on them."""
-    photos = photo_rows(items, main, work_dir, model_dir, settings, cfg, report)
+    """Write the product channels of a staged version and calibrate its fusion on them. ``rows``: each
+    item's version row (a sharded version's global rows); default its position in ``items``."""
+    photos = photo_rows(items, main, work_dir, model_dir, settings, cfg, report, rows)
     texts, info = text_rows(items, encoder, settings)
+    catalogue_order = None
+    if rows is not None:
+        texts, catalogue_order = grouped_by_row(texts, rows)
     return write_and_calibrate(
-        stage, info, photos, texts, encoder, len(items), report, settings.target_recall
+        stage,
+        info,
+        photos,
+        texts,
+        encoder,
+        len(items),
+        report,
+        settings.target_recall,
+        catalogue_order=catalogue_order,
     )
+
+
+@dataclass
+class RowMove:
+    """Where the rows of a sharded version go when an ``add`` appends to its shards (``indexer.sharded``):
+    ``parent`` the new row of each parent row, ``added`` each added item's row, ``products`` the rows."""
+
+    parent: np.ndarray
+    added: np.ndarray
+    products: int
 
 
 def extend_products(
@@ -246,20 +297,32 @@ def extend_products(
     settings: Settings,
     cfg: ModelConfig,
     report: BuildReport,
+    moved: RowMove | None = None,
 ) -> ProductInfo:
     """``ccrk index add`` on products: the parent's photos and text values as stored (nothing encoded
     again), then those of the ``added`` items (rows ``first_row`` on; their first photos from the add's
     shards ``main``), written into the staged version; the fusion is calibrated again on the whole, as a
-    build would. The parent's searched fields stay the version's (``settings.text_fields`` is not read)."""
+    build would. The parent's searched fields stay the version's (``settings.text_fields`` is not read).
+    ``moved``: a sharded version's rows (``first_row`` unused), the parent's moved and the added ones among
+    them; the values are grouped by their new rows, the calibration's order the parent's, then the added."""
     old_photos, old_texts = parent.all_rows()
-    photos = photo_rows(added, main, work_dir, model_dir, settings, cfg, report)
-    photos.owners = photos.owners + first_row
+    rows = first_row + np.arange(len(added), dtype=np.int64) if moved is None else moved.added
+    photos = photo_rows(added, main, work_dir, model_dir, settings, cfg, report, rows)
     if (old_photos.visual is None) != (photos.visual is None):
         raise ValueError("internal: the added photos and the parent's differ in visual embeddings")
     fields = list(parent.info.fields)
     texts, _ = text_rows(added, encoder, settings.model_copy(update={"text_fields": fields}))
-    texts.owners = texts.owners + first_row
-    all_texts = old_texts.extended(texts)
+    texts.owners = rows[texts.owners] if texts.owners.size else texts.owners
+    products = first_row + len(added)
+    catalogue_order = None
+    if moved is not None:
+        products = moved.products
+        old_photos.owners = moved.parent[old_photos.owners]
+        old_texts.owners = moved.parent[old_texts.owners] if old_texts.owners.size else old_texts.owners
+    all_photos, all_texts = old_photos.extended(photos), old_texts.extended(texts)
+    if moved is not None:  # the added rows fall between the parent's: grouped by row again
+        all_photos = _grouped_photos(all_photos)
+        all_texts, catalogue_order = grouped_by_row(all_texts, np.arange(products, dtype=np.int64))
     counts = Counter(all_texts.langs)
     info = ProductInfo(
         fields=fields,
@@ -268,9 +331,27 @@ def extend_products(
         photos=0,
         texts=len(all_texts.texts),
     )
-    products = first_row + len(added)
     return write_and_calibrate(
-        stage, info, old_photos.extended(photos), all_texts, encoder, products, report, settings.target_recall
+        stage,
+        info,
+        all_photos,
+        all_texts,
+        encoder,
+        products,
+        report,
+        settings.target_recall,
+        catalogue_order=catalogue_order,
+    )
+
+
+def _grouped_photos(photos: PhotoRows) -> PhotoRows:
+    """Photos grouped by product row again (a product's photos in their order)."""
+    order = np.argsort(photos.owners, kind="stable")
+    return PhotoRows(
+        owners=photos.owners[order],
+        paths=[photos.paths[i] for i in order.tolist()],
+        embeds=np.ascontiguousarray(photos.embeds[order]),
+        visual=None if photos.visual is None else np.ascontiguousarray(photos.visual[order]),
     )
 
 
@@ -283,14 +364,23 @@ def write_and_calibrate(
     products: int,
     report: BuildReport,
     target_recall: float,
+    *,
+    catalogue_order: np.ndarray | None = None,
 ) -> ProductInfo:
     """Write the channels into the staged version, tune their graph walks for ``target_recall``
-    (``indexer.channel_tuning``) and calibrate their fusion (when there is text) on the tuned walks."""
+    (``indexer.channel_tuning``) and calibrate their fusion (when there is text) on the tuned walks
+    (its pseudo-queries drawn in ``catalogue_order``, see ``indexer.fusion_calibration.calibrate``)."""
     write_product_channels(stage, info, photos, texts)
     channels = ProductChannels(stage, products)
     try:
         info.search_params = tune_channels(channels, target_recall)
-        result = calibrate(channels, texts, encoder, info.language_counts, products) if texts.texts else None
+        result = (
+            calibrate(
+                channels, texts, encoder, info.language_counts, products, catalogue_order=catalogue_order
+            )
+            if texts.texts
+            else None
+        )
     finally:
         channels.close()
     for name, tuned in info.search_params.items():

@@ -8,6 +8,14 @@ results merged, as the service searches it) is then measured as one: recall@10 o
 against exact search over all shards, text->image recall per language, the match calibration, and the
 quality gate's verdict. ``add`` appends each new item to its owning shard and ``delete`` rewrites the
 owning shards' metadata; the other shards are hard-linked from the parent. CURRENT switches once.
+
+Products (several photos, searched text fields): the build writes the product channels once, beside the
+shards, over the global rows (``indexer.products.write_products`` with each item's global row), calibrated
+on the whole catalogue as an unsharded build calibrates them; ``delete`` hard-links them (the deleted rows
+are masked by the shards' metadata); ``add`` extends them over the new global rows and calibrates again.
+
+(A little over 400 lines: a sharded version's build, add and delete side by side, with the publishing step
+they share, as ``indexer.build`` keeps its build and add.)
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from indexer.build_key import without_key
 from indexer.encoding import Encoded, append_shards_split
 from indexer.parent import ParentVersion, appended_metadata
 from indexer.pipeline import Operation, inherit_measurements, judge, utc_now, write_ann_index
+from indexer.products import RowMove, extend_products, wants_products, write_products
 from indexer.quality_gate import QualityGate
 from indexer.report import BuildReport
 from indexer.tuning import (
@@ -39,9 +48,11 @@ from indexer.tuning import (
     tune_version,
     tuning_queries,
 )
+from model.model_dir import ModelConfig
 from model.runtime import Encoder
 from store.layout import INDEX_FILE, METADATA_FILE, SHARDED_FORMAT_VERSION
 from store.manifest import IndexManifest
+from store.products import ProductChannels, has_product_channels
 from store.reader import IndexVersion
 from store.sharded import ShardedIndex
 from store.sharded_writer import ShardedVersionWriter, ShardStage
@@ -96,9 +107,12 @@ def build_sharded(
     index_factory: str | None,
     need: disk.SpaceNeed,
     work_dir: Path,
+    model_dir: Path,
+    cfg: ModelConfig,
 ) -> BuildReport:
     """A full build's version in ``settings.index_shards`` shards; ``template`` is the manifest an
-    unsharded build would write (its version and index fields are filled in here)."""
+    unsharded build would write (its version and index fields are filled in here). Products: their
+    channels beside the shards, over the global rows."""
     settings, items = op.settings, encoded.ok_items
     shard_count = settings.index_shards
     owners = partition([it.id for it in items], shard_count)
@@ -140,6 +154,19 @@ def build_sharded(
                 },
             )
             to_tune[i] = (stage, shard_manifest, plan)
+        if wants_products(items, settings):
+            write_products(
+                writer.stage,
+                items,
+                encoded.store,
+                encoder,
+                work_dir=work_dir,
+                model_dir=model_dir,
+                settings=settings,
+                cfg=cfg,
+                report=op.report,
+                rows=global_rows,
+            )
         manifest = dataclasses.replace(
             template, format_version=SHARDED_FORMAT_VERSION, version=writer.version, created_at=utc_now()
         )
@@ -166,9 +193,13 @@ def add_to_shards(
     *,
     need: disk.SpaceNeed,
     work_dir: Path,
+    model_dir: Path,
+    cfg: ModelConfig,
 ) -> BuildReport:
     """An ``add`` to a sharded parent: each new item appended to its owning shard (copied and extended,
-    the ANN index the parent's plus the new rows, re-tuned); shards without new items hard-linked."""
+    the ANN index the parent's plus the new rows, re-tuned); shards without new items hard-linked. Product
+    channels: the parent's extended (``indexer.products.extend_products``) over the new global rows (a
+    shard's rows move by the items added to the shards before it)."""
     pm, items, settings = parent.manifest, encoded.ok_items, op.settings
     shard_count = len(parent.shard_manifests)
     owners = partition([it.id for it in items], shard_count)
@@ -226,6 +257,33 @@ def add_to_shards(
                     f"shard {i}: {totals[i]} items now exceed exact_max_items {settings.exact_max_items}: "
                     "the next full build chooses an ANN index"
                 )
+        if has_product_channels(parent.path):
+            # A parent row keeps its place in its shard; the shard's offset grows by what the ones before got.
+            shard_of_row = np.repeat(np.arange(shard_count), old_totals)
+            moved = RowMove(
+                parent=np.arange(shard_of_row.size, dtype=np.int64)
+                + (_offsets(totals) - _offsets(old_totals))[shard_of_row],
+                added=global_rows,
+                products=int(totals.sum()),
+            )
+            channels = ProductChannels(parent.path, int(old_totals.sum()))
+            try:
+                extend_products(
+                    writer.stage,
+                    channels,
+                    items,
+                    encoded.store,
+                    encoder,
+                    first_row=0,
+                    work_dir=work_dir,
+                    model_dir=model_dir,
+                    settings=settings,
+                    cfg=cfg,
+                    report=op.report,
+                    moved=moved,
+                )
+            finally:
+                channels.close()
         manifest = dataclasses.replace(
             pm,
             version=writer.version,
@@ -348,6 +406,7 @@ def delete_from_shards(
     )
     rule = Sharding.from_dict(pm.sharding).rule
     with op.new_sharded_version(need, f"the deletion from {op.name!r}", shard_count, rule=rule) as writer:
+        writer.link_own_files(parent.path, pm.checksums)  # product channels: unchanged, rows masked
         for i in range(shard_count):
             if i not in doomed:
                 writer.link_shard(i, parent.shard_dirs[i])

@@ -16,11 +16,13 @@ Layout::
                                         ``lexical.tantivy/<name>`` (``NESTED_DIRS``)
     INDEX_ROOT/NAME/.builds/...         work dirs of unfinished writers, never read by readers
 
-A sharded version (``store.sharding``) holds no data files of its own::
+A sharded version (``store.sharding``) holds no data files of its own but its product channels::
 
     INDEX_ROOT/NAME/<version>/
         manifest.json                   format_version 2, with a ``sharding`` block (rule, shards, checksums)
         shard-000/ ... shard-{S-1}/     each an ordinary format-1 version folder, as above
+        products.json, ...              product channels over the global rows, when built from products
+                                        (``store.products``; checksums in this manifest's ``checksums``)
 
 A published version is never modified: ``add`` and ``delete`` write a new version (unchanged large files
 are hard-linked), so a reader holding an old version keeps a consistent view.

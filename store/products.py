@@ -29,7 +29,8 @@ Products format 1 (written before tantivy, still served) keeps the lexical index
 an FTS5 table ``lexical`` (rowid = text row, its ``terms`` column the analysed terms) instead.
 
 A version without these files (every version written before them, and one-photo catalogues without text
-fields) is searched exactly as before. Checksums cover these files like any other (``store.layout``).
+fields) is searched exactly as before. Checksums cover these files like any other (``store.layout``). A
+sharded version holds them once, beside its shards, over its global rows (``store.sharded``).
 
 (Over 400 lines: the channel files are written and read here only, so that their format is in one place.)
 """

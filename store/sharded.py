@@ -7,6 +7,12 @@ and merges them (``store.merge.merge_topk``: score, then global row), so exact s
 equals exact search over one index of the same rows. ``row_of`` asks only the owning shard (the hash rule;
 every segment, newest first, for a segmented version); items and re-rank tokens are read from the shards
 owning the rows asked for.
+
+Product channels (``store.products``) of a sharded version live once, beside the shards in the version's
+own folder, over the global rows (the shards hold the products' main rows, their first photos, as an
+unsharded version does): ``products`` opens them as ``IndexVersion.products`` does, so the hybrid path
+(``store.hybrid``) searches them with no per-shard merge. A sharded version without them (every one written
+before 27 Nov 2026) has ``products`` None and is searched as before.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from store.layout import FORMAT_VERSION, MANIFEST_FILE
 from store.manifest import IndexManifest
 from store.merge import merge_topk
 from store.metadata import filter_sql
+from store.products import ProductChannels, has_product_channels
 from store.reader import IndexVersion, check_queries
 from store.sharding import Sharding, locate, split_allowed
 
@@ -80,6 +87,11 @@ class ShardedIndex:
                         f"{where} holds {shard.total_rows} rows, the version's manifest says "
                         f"{entry.total_rows}"
                     )
+            # The version's product channels, over its global rows (None: written without them).
+            total = sum(s.total_rows for s in shards)
+            self.products: ProductChannels | None = (
+                ProductChannels(self.path, total) if has_product_channels(self.path) else None
+            )
         except BaseException:
             for shard in shards:
                 shard.close()
@@ -88,6 +100,8 @@ class ShardedIndex:
         self._offsets = self.sharding.offsets()
         self._totals = np.array([s.total_rows for s in shards], dtype=np.int64)
         self._fields = set().union(*(s.fields for s in shards))
+        self._live: np.ndarray | None = None  # ``live_mask``, made at its first call
+        self._live_made = False
 
     # -- the shards ------------------------------------------------------------------------------------------
 
@@ -118,6 +132,8 @@ class ShardedIndex:
     def close(self) -> None:
         for shard in self._shards:
             shard.close()
+        if self.products is not None:
+            self.products.close()
 
     def __enter__(self) -> ShardedIndex:
         return self
@@ -166,6 +182,16 @@ class ShardedIndex:
             if set(filters) <= shard.fields
         ]
         return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+    def live_mask(self) -> np.ndarray | None:
+        """(total_rows,) bool over the global rows, False for deleted rows; None when no row is deleted
+        (made once, at the first call: only the product channels' searches ask for it)."""
+        if not self._live_made:
+            masks = [(s.total_rows, s.live_mask()) for s in self._shards]
+            if any(m is not None for _, m in masks):
+                self._live = np.concatenate([np.ones(n, bool) if m is None else m for n, m in masks])
+            self._live_made = True
+        return self._live
 
     # -- rows: items, embeddings, re-rank tokens ------------------------------------------------------------
 

@@ -6,6 +6,10 @@ ordinary version folder inside one stage, then installs and publishes the whole 
     (``link_shard``, an unchanged shard)  ->  the version's format-2 manifest with the ``sharding`` block
     (``sharding()`` reads the sealed shards)  ->  install (one rename)  ->  publish (CURRENT, once)  ->  prune
 
+The only files of the version's own folder are its manifest and, for products, the product channels over
+the global rows (``store.products``, written into ``stage`` by ``store.products.write_product_channels``):
+the version's manifest records their checksums (``checksums``, empty for a version without them).
+
 As with ``store.writer.VersionWriter``, leaving the writer without ``finish`` removes the stage, and one
 writer per index at a time is the caller's duty.
 """
@@ -18,6 +22,7 @@ from store.errors import VersionWriteError
 from store.files import link_or_copy, names_full_disk
 from store.layout import FORMAT_VERSION, MANIFEST_FILE, SHARDED_FORMAT_VERSION, file_checksums
 from store.manifest import IndexManifest
+from store.products import has_product_channels
 from store.sharded import load_shard_manifest
 from store.sharding import MAX_SHARDS, RULES, SHARD_RULE, ShardEntry, Sharding, shard_dir_name
 from store.writer import Finished, StagedFiles, StagedVersion, install_and_publish
@@ -84,6 +89,19 @@ class ShardedVersionWriter(StagedVersion):
             if source.is_file() and not source.name.startswith("."):
                 link_or_copy(source, path / source.name)
 
+    def link_own_files(self, parent_dir: Path, checksums: dict[str, str]) -> None:
+        """The parent version's own files (its product channels, named by its manifest's ``checksums``)
+        taken over unchanged: hard-linked (copied across filesystems), their checksums not read again."""
+        for fname, digest in checksums.items():
+            if Path(fname).is_absolute() or ".." in Path(fname).parts:  # a manifest's names stay inside
+                raise VersionWriteError(f"{parent_dir}: file name {fname!r} leaves the version folder")
+            if link_or_copy(Path(parent_dir) / fname, self.stage / fname):
+                self._own_known[fname] = digest
+
+    @property
+    def _own_known(self) -> dict[str, str]:
+        return self.__dict__.setdefault("_linked_own", {})
+
     def shard_manifest(self, index: int) -> IndexManifest:
         """The sealed (or linked) manifest of shard ``index``."""
         return load_shard_manifest(self.stage, self._layout(), index)[0]
@@ -145,10 +163,10 @@ class ShardedVersionWriter(StagedVersion):
                 f"internal: the manifest says {manifest.count} items in {manifest.total_rows} rows, the "
                 f"shards hold {count} in {total}"
             )
-        stray = file_checksums(self.stage)
-        if stray:
-            raise VersionWriteError(f"internal: files outside the shard folders: {sorted(stray)}")
-        manifest.checksums = {}
+        own = file_checksums(self.stage, self._own_known)
+        if own and not has_product_channels(self.stage):
+            raise VersionWriteError(f"internal: files outside the shard folders: {sorted(own)}")
+        manifest.checksums = own  # the product channels' files; {} without them
         with names_full_disk(self.stage / MANIFEST_FILE):
             manifest.save(self.stage / MANIFEST_FILE)
         self._finished = install_and_publish(self.root, self.name, self.stage, self.version, publish, keep)

@@ -14,6 +14,7 @@ from store.errors import IndexFormatError, ModelMismatchError
 from store.layout import MANIFEST_FILE, METADATA_FILE, index_dir, sha256_file
 from store.manifest import IndexManifest, check_model, model_fingerprint, model_name_of
 from store.metadata import read_metadata
+from store.products import ProductChannels, has_product_channels
 from store.reader import IndexVersion
 from store.sharded import load_shard_manifest
 from store.sharding import Sharding
@@ -106,6 +107,21 @@ def _verify_shards(path: Path, manifest: IndexManifest) -> list[str]:
             f"the shards hold {count} items in {total} rows, the version's manifest says {manifest.count} in "
             f"{manifest.total_rows}"
         )
+    return problems + _channel_problems(path, manifest, total)
+
+
+def _channel_problems(path: Path, manifest: IndexManifest, total_rows: int) -> list[str]:
+    """A sharded version's own files (its product channels) against its manifest's checksums, then opened
+    over the version's global rows (their row counts and owners)."""
+    problems = _checksum_problems(path, manifest)
+    if has_product_channels(path) and not manifest.checksums:
+        problems.append("product channel files beside the shards, but no checksums for them in the manifest")
+    if problems or not has_product_channels(path):
+        return problems
+    try:
+        ProductChannels(path, total_rows).close()
+    except IndexFormatError as exc:
+        problems.append(str(exc))
     return problems
 
 

@@ -7,6 +7,11 @@ A search sends every shard its request first and then collects the answers: one 
 as ``ShardedIndex``). Items and re-rank tokens are asked only of the shards owning the merged rows. Every
 call names the version, so one answer never mixes versions. Closing releases the version on every shard.
 
+A version's product channels (``store.products``: beside the shards, over the global rows) are opened here,
+in the ingress, as ``ShardedIndex.products`` (the hybrid path reads them in-process; the shards serve the
+main rows, items and re-rank tokens as for any version); their rows deleted (``live_mask``) are read once from
+the shards' metadata files, beside the channels.
+
 Retries: all shard calls are reads, so a call that fails because the replica answering it died (or became
 unreachable) is sent again, up to ``retries`` times; Ray Serve's router drops a dead replica and routes the
 retry to another one. A replica's death costs no failed request when the shard has another live replica
@@ -25,10 +30,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from store.errors import IndexFormatError, IndexUnreachableError
-from store.layout import MANIFEST_FILE, index_dir
+from store.layout import MANIFEST_FILE, METADATA_FILE, index_dir
 from store.manifest import IndexManifest, check_model
 from store.merge import merge_topk
-from store.metadata import filter_sql
+from store.metadata import MetadataReader, filter_sql
+from store.products import ProductChannels, has_product_channels
 from store.reader import check_queries
 from store.sharding import Sharding, locate, split_allowed
 
@@ -89,6 +95,28 @@ class RemoteShardedIndex:
         self._shard_fields = [set(info["fields"]) for info in opened]
         self._fields = set().union(*self._shard_fields)
         self._closed = False
+        self.products: ProductChannels | None = None
+        self._live: np.ndarray | None = None
+        if has_product_channels(self.path):
+            try:
+                self.products = ProductChannels(self.path, self.total_rows)
+                if sum(self._counts) != self.total_rows:
+                    self._live = self._read_live()
+            except BaseException:
+                self.close()
+                raise
+
+    def _read_live(self) -> np.ndarray:
+        """(total_rows,) bool, False for the rows the shards' metadata marks deleted."""
+        live = np.ones(self.total_rows, bool)
+        for entry, offset, total in zip(self.sharding.shards, self._offsets, self._totals, strict=True):
+            meta = MetadataReader(self.path / entry.dir / METADATA_FILE)
+            try:
+                gone = meta.deleted_rows()
+            finally:
+                meta.close()
+            live[offset + gone[(gone >= 0) & (gone < total)]] = False
+        return live
 
     # -- calls ---------------------------------------------------------------------------------------------
 
@@ -221,11 +249,18 @@ class RemoteShardedIndex:
         found = self._gather("embeddings", np.asarray(rows, dtype=np.int64).ravel())
         return np.stack(found) if found else np.zeros((0, self.manifest.embed_dim), np.float32)
 
+    def live_mask(self) -> np.ndarray | None:
+        """(total_rows,) bool over the global rows, False for deleted rows; None when none is deleted. Read
+        for a version with product channels only (the hybrid path's mask; see the module docstring)."""
+        return self._live
+
     def close(self) -> None:
         """Release the version on the shards (one replica of each hears it; the others close it when idle)."""
         if self._closed:
             return
         self._closed = True
+        if getattr(self, "products", None) is not None:
+            self.products.close()  # type: ignore[union-attr]
         for i in range(len(self._totals)):
             with contextlib.suppress(Exception):  # best effort: a replica closes an idle version itself
                 self._send(i, "release", ())
