@@ -64,6 +64,7 @@ class ShardedVersionWriter(StagedVersion):
             raise VersionWriteError(f"shard count must be within 1..{MAX_SHARDS}, got {shard_count}")
         self.shard_count = shard_count
         self.rule = rule
+        self._own_known: dict[str, str] = {}  # own files linked from a parent, by their known checksums
         super().__init__(root, name, version=version)
 
     def _shard_dir(self, index: int) -> Path:
@@ -97,10 +98,6 @@ class ShardedVersionWriter(StagedVersion):
                 raise VersionWriteError(f"{parent_dir}: file name {fname!r} leaves the version folder")
             if link_or_copy(Path(parent_dir) / fname, self.stage / fname):
                 self._own_known[fname] = digest
-
-    @property
-    def _own_known(self) -> dict[str, str]:
-        return self.__dict__.setdefault("_linked_own", {})
 
     def shard_manifest(self, index: int) -> IndexManifest:
         """The sealed (or linked) manifest of shard ``index``."""
