@@ -220,6 +220,11 @@ class HitExplanation(BaseModel):
     text: str | None = Field(None, description="Its text.")
     lexical_field: str | None = Field(None, description="The text field BM25 matched.")
     terms: list[str] = Field(default_factory=list, description="The query's terms found in it.")
+    centroid: float | None = Field(
+        None,
+        description="The query's cosine to the normalised sum of the product's text-field embeddings (every "
+        "field at once, a fusion feature); null without text, or in an index written before it.",
+    )
     image_url: str | None = Field(None, description="The photo that matched best.")
 
 

@@ -33,6 +33,7 @@ from service.search.responses import image_url
 from store.hybrid import (
     CANDIDATES,
     CHANNELS,
+    FEATURES,
     OTHER,
     Candidates,
     FusionModel,
@@ -47,6 +48,7 @@ from store.lexical import analyze, readings_of, union_of
 from store.products import ProductChannels
 
 RRF_K = 60.0
+CENTROID = FEATURES.index("centroid")
 # (product rows, their best image cosines) -> re-rank scores (``service.search.ranking.Ranker.rerank_head``).
 Reranker = Callable[[np.ndarray, np.ndarray], np.ndarray]
 CONFIDENT = 0.9  # below this detection confidence a query is analysed for each likely language
@@ -291,6 +293,9 @@ class HybridRanker:
                     lexical_field=lexical[0] if lexical else None,
                     terms=cands.matched_terms(i),
                     image_url=photo_url(item_id, photo),
+                    centroid=float(cands.features[i, CENTROID])
+                    if channels.text_sum_norms is not None and cands.text[i] >= 0
+                    else None,
                 )
             hits.append(hit)
         return hits

@@ -96,6 +96,14 @@ def test_build_and_serve_products(
         top = body["results"][0]
         assert len(top["images"]) == 2 and top["explain"]["channels"]["lexical"]["rank"] == 0
         assert top["explain"]["lexical_field"] == "title" and top["explain"]["terms"]
+        # The centroid feature: the query against the normalised sum of the product's text embeddings.
+        with IndexVersion.open(settings.index_root, "shop") as opened:
+            row = opened.row_of("prod-3")
+        owners, embeds = np.load(vdir / "text_owners.npy"), np.load(vdir / "text_embeddings.npy")
+        total = embeds[owners == row].sum(axis=0)
+        query = encoder.encode_text([recs[3]["title"]]).embeds[0]
+        expected = float(total @ query / np.linalg.norm(total))
+        assert top["explain"]["centroid"] == pytest.approx(expected, abs=1e-4)
         assert top["match"] in ("strong", "weak", "none")
         # Each photo is served: the second one is the second file of the row.
         photo = client.get(top["images"][1])
