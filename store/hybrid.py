@@ -1,5 +1,5 @@
 """Hybrid search over a version's product channels (``store.products``): three channels gather
-candidates, each candidate gets one feature per channel, and the fusion calibrated at build time
+candidates, each candidate gets features from every channel, and the fusion calibrated at build time
 (``FusionModel``) turns the features into one score per product.
 
 Channels of a text query:
@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from store.errors import IndexFormatError
 from store.product_vectors import ChannelHits, positions_of
 from store.products import ProductChannels
 
@@ -174,7 +175,7 @@ class GroupParams:
     std: list[float] = field(default_factory=list)
     none_below: float | None = None  # a match score below this: "none"
     strong_from: float | None = None  # from this on: "strong"
-    # The match model: logistic weights over MATCH_FEATURES (mode text: without the image) and its bias
+    # The match model: logistic weights over ``match_features`` (mode text: without the image) and its bias
     # last; its probability is the match score labels read. Empty: labels read the fused score.
     match: list[float] = field(default_factory=list)
     # The names of the features ``weights`` and ``match`` are over; empty (fitted before the centroid
@@ -182,8 +183,9 @@ class GroupParams:
     features: list[str] = field(default_factory=list)
     match_features: list[str] = field(default_factory=list)
     # What a query's label reads: "top", the top-ranked candidate's match score (fits before the centroid
-    # feature), or "any", the best match score of any candidate (whether the shop holds a match, however
-    # the fusion orders the results; ``indexer.fusion_fitting.fit_match`` fits the model for it).
+    # feature), or "any", the best match score of its candidates (whether the shop holds a match, however
+    # the fusion orders the results, and on or off the page; ``query_match_score``,
+    # ``indexer.fusion_fitting.fit_match`` fits the model for it).
     match_over: str = "top"
 
     def to_dict(self) -> dict[str, Any]:
@@ -210,12 +212,23 @@ class FusionModel:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FusionModel:
-        return cls(
-            method=str(data["method"]),
-            hybrid={g: GroupParams(**p) for g, p in data.get("hybrid", {}).items()},
-            text={g: GroupParams(**p) for g, p in data.get("text", {}).items()},
-            languages=list(data.get("languages", [])),
-        )
+        """The model ``to_dict`` wrote (``products.json``'s ``fusion``), checked: IndexFormatError when a
+        group's parameters name an unknown feature or do not fit the features they name."""
+        try:
+            model = cls(
+                method=str(data["method"]),
+                hybrid={g: GroupParams(**p) for g, p in data.get("hybrid", {}).items()},
+                text={g: GroupParams(**p) for g, p in data.get("text", {}).items()},
+                languages=list(data.get("languages", [])),
+            )
+        except (KeyError, TypeError) as exc:
+            raise IndexFormatError(f"products.json: unreadable fusion: {exc!r}") from None
+        for mode, table in (("hybrid", model.hybrid), ("text", model.text)):
+            for group, params in table.items():
+                problem = _params_problem(model.method, params, mode)
+                if problem:
+                    raise IndexFormatError(f"products.json: fusion {mode}/{group}: {problem}")
+        return model
 
     def group_of(self, languages: Sequence[str | None]) -> str:
         """The group of a query read as ``languages`` (most likely first): the first of them the catalogue
@@ -237,6 +250,23 @@ class FusionModel:
 MATCH_FEATURES = ("image", "text", "lexical")  # raw, comparable across queries (no per-query scaling)
 
 
+def _params_problem(method: str, params: GroupParams, mode: str) -> str | None:
+    """What makes a group's stored parameters unusable (None: nothing)."""
+    unknown = [n for n in (*params.features, *params.match_features) if n not in FEATURES]
+    if unknown:
+        return f"unknown features {unknown}"
+    if params.match_over not in ("top", "any"):
+        return f"match_over {params.match_over!r} is neither 'top' nor 'any'"
+    width = len(feature_columns(mode, params))
+    if method != "rrf" and len(params.weights) != width:
+        return f"{len(params.weights)} weights for {width} features"
+    if params.mean and not len(params.mean) == len(params.std) == width:
+        return f"mean/std of {len(params.mean)}/{len(params.std)} values for {width} features"
+    if params.match and len(params.match) != len(match_columns(mode, params)) + 1:
+        return f"{len(params.match)} match weights for {len(match_columns(mode, params))} features and a bias"
+    return None
+
+
 def mode_features(names: Sequence[str], mode: str) -> list[str]:
     """``names`` as a mode reads them: mode text leaves the image out."""
     return [n for n in names if n != "image"] if mode == "text" else list(names)
@@ -254,13 +284,17 @@ def match_columns(mode: str, params: GroupParams | None = None) -> list[int]:
     return [FEATURES.index(n) for n in mode_features(names, mode)]
 
 
-def query_match_score(quality: np.ndarray, order: np.ndarray, params: GroupParams | None) -> float | None:
+def query_match_score(
+    candidates: Candidates, quality: np.ndarray, order: np.ndarray, params: GroupParams | None
+) -> float | None:
     """The match score a query's label reads (``GroupParams.match_over``): its top-ranked candidate's, or
-    the best of any candidate's; None without candidates."""
+    the best of any candidate's among each channel's first ``CANDIDATES`` (the depth it was calibrated at,
+    so that a page reaching further, which gathers more, does not move it); None without candidates."""
     if not order.size:
         return None
     if params is not None and params.match_over == "any" and params.match:
-        return float(quality.max())
+        within = ((candidates.ranks >= 0) & (candidates.ranks < CANDIDATES)).any(axis=1)
+        return float(quality[within].max()) if within.any() else float(quality[order[0]])
     return float(quality[order[0]])
 
 

@@ -246,6 +246,13 @@ def write_product_channels(
         (stage / PRODUCTS_FILE).write_text(info.to_json() + "\n", encoding="utf-8")
 
 
+def _reads_centroid(fusion: dict[str, Any]) -> bool:
+    """Whether a stored fusion (``store.hybrid.FusionModel.to_dict``) has a group whose parameters name the
+    centroid feature (read from ``text_sum_norms.npy``)."""
+    tables = (fusion.get(mode) or {} for mode in ("hybrid", "text"))
+    return any("centroid" in (params.get("features") or ()) for table in tables for params in table.values())
+
+
 def default_mode(channels: ProductChannels | None) -> str:
     """The mode a text query without one searches a version in: hybrid where the version has searched text
     fields, else image (the service's default, and what the quality gate probes)."""
@@ -281,6 +288,10 @@ class ProductChannels:
             self.text_sum_norms = self._sum_norms(products)
         except (OSError, ValueError, RuntimeError) as exc:
             raise IndexFormatError(f"cannot read the product channels of {self.path}: {exc}") from exc
+        if self.text_sum_norms is None and _reads_centroid(self.info.fusion):
+            raise IndexFormatError(
+                f"{self.path}: its fusion reads the centroid feature; {TEXT_SUM_NORMS} is missing"
+            )
         if owners.size != self.info.photos or t_owners.size != self.info.texts:
             raise IndexFormatError(f"{self.path}: product channel row counts differ from {PRODUCTS_FILE}")
         if owners.size and (owners[0] < 0 or owners[-1] >= products):

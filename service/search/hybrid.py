@@ -198,7 +198,7 @@ class HybridRanker:
             quality = cands.features[:, 0].copy()
         else:
             quality = match_scores(cands, params, mode, scores) if params is not None else scores
-        top = query_match_score(quality, order, params)
+        top = query_match_score(cands, quality, order, params)
         cut = "weak" if (sort is not None and min_score == "auto") else min_score
         ordered = order
         if cut in ("weak", "strong") and params is not None and params.none_below is not None:

@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
-import numpy as np
+import re
 
-from indexer.fusion_fitting import FIT_FEATURES, Sample, _top_features, fit, fit_match
+import numpy as np
+import pytest
+
+from indexer.fusion_fitting import (
+    FIT_FEATURES,
+    MATCH_REFITS,
+    Sample,
+    _top_features,
+    fit,
+    fit_columns,
+    fit_match,
+    fit_weighted,
+    r_precision,
+    simplex_grid,
+)
+from store.errors import IndexFormatError
 from store.hybrid import (
+    CANDIDATES,
     CHANNELS,
     FEATURES,
     Candidates,
@@ -76,18 +92,85 @@ def test_the_match_model_reads_the_candidates_it_scores_highest() -> None:
 
 def test_a_querys_label_reads_its_top_candidate_or_its_best_one() -> None:
     """``query_match_score``: parameters fitted before the centroid feature (no ``match_over`` stored) read
-    the top-ranked candidate, as they were fitted to; new ones the best match score of any candidate."""
-    x = np.asarray([[0.1, 0.2, 0.0, 0.0, 0.3], [0.9, 0.8, 1.0, 1.0, 0.7]])
+    the top-ranked candidate, as they were fitted to; new ones the best match score of the candidates in
+    some channel's first ``CANDIDATES`` (a deeper page, which gathers more, does not move it)."""
+    x = np.asarray([[0.1, 0.2, 0.0, 0.0, 0.3], [0.9, 0.8, 1.0, 1.0, 0.7], [1.0, 1.0, 1.0, 1.0, 1.0]])
     cands = candidates(x)
+    cands.ranks[:, 0] = [0, 1, CANDIDATES]  # the third found only past the calibrated depth
     legacy = FusionModel.from_dict(
         {"method": "weighted", "hybrid": {"other": {"weights": [1, 0, 0, 0], "match": [1.0, 1.0, 1.0, -1.0]}}}
     ).hybrid["other"]
     assert legacy.match_over == "top" and legacy.match_features == []
-    order = np.asarray([0, 1])  # the weaker candidate ranked first
-    quality = match_scores(cands, legacy, "hybrid", np.zeros(2, np.float32))
+    order = np.asarray([0, 1, 2])  # the weakest candidate ranked first
+    quality = match_scores(cands, legacy, "hybrid", np.zeros(3, np.float32))
     expected = 1 / (1 + np.exp(-(x[:, :3].sum(axis=1) - 1.0)))
     np.testing.assert_allclose(quality, expected, atol=1e-6)
-    assert query_match_score(quality, order, legacy) == quality[0]
+    assert query_match_score(cands, quality, order, legacy) == quality[0]
     new = GroupParams(weights=[], match=[1.0, 1.0, 1.0, -1.0], match_over="any")
-    assert query_match_score(quality, order, new) == quality[1]
-    assert query_match_score(quality[:0], order[:0], new) is None
+    assert query_match_score(cands, quality, order, new) == quality[1]
+    assert query_match_score(cands, quality[:0], order[:0], new) is None
+
+
+def test_the_grid_fit_equals_scoring_one_grid_point_at_a_time() -> None:
+    """``fit_weighted`` scores every simplex point at once; the reference scores them one by one and keeps
+    the first best (as the fit did before): the same weights, on several draws and both modes."""
+    for seed in range(3):
+        train = samples(np.random.default_rng(seed), 40)
+        for mode in ("hybrid", "text"):
+            cols = fit_columns(mode)
+            x_all = np.concatenate([s.candidates.features[:, cols] for s in train]).astype(np.float64)
+            mean, std = x_all.mean(axis=0), x_all.std(axis=0)
+            best, chosen = -1.0, None
+            for point in simplex_grid(len(cols), 0.1).tolist():
+                score = float(
+                    np.mean(
+                        [
+                            r_precision(((s.candidates.features[:, cols] - mean) / std) @ point, s.labels, 2)
+                            for s in train
+                        ]
+                    )
+                )
+                if score > best + 1e-9:
+                    best, chosen = score, point
+            np.testing.assert_allclose(fit_weighted(train, mode).weights, chosen, atol=1e-12)
+
+
+def test_the_match_model_is_refitted_on_the_candidates_it_scores_highest() -> None:
+    """``fit_match`` with ``match_over`` "any": a first fit on the top-fused candidates, then refits, each on
+    the candidates the previous model scores highest; against a plain loop of the same rounds."""
+    rng = np.random.default_rng(4)
+    train = samples(rng)
+    no_match = [candidates(rng.uniform(0.0, 0.4, size=(8, len(FEATURES)))) for _ in range(10)]
+    params = fit("weighted", train, "hybrid")
+    reference = GroupParams(**params.to_dict())
+    fit_match("weighted", params, train, "hybrid", no_match)
+    reference.match = []
+    for _ in range(1 + MATCH_REFITS):
+        pos, neg = _top_features("weighted", reference, train, "hybrid", no_match)
+        x = np.concatenate([pos, neg])
+        y = np.r_[np.ones(len(pos)), np.zeros(len(neg))]
+        weight = np.where(y > 0, 0.5 / len(pos), 0.5 / len(neg))
+        w, b = np.zeros(x.shape[1]), 0.0
+        for _ in range(2000):
+            g = (1 / (1 + np.exp(-(x @ w + b))) - y) * weight
+            w, b = w - 4.0 * (x.T @ g + 1e-3 * w), b - 4.0 * float(g.sum())
+        reference.match = [*w.tolist(), b]
+    np.testing.assert_allclose(params.match, reference.match, atol=1e-9)
+    once = GroupParams(**params.to_dict())
+    once.match_over = "top"  # one round: the top-fused candidates only
+    fit_match("weighted", once, train, "hybrid", no_match)
+    assert not np.allclose(once.match, params.match, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("stored", "problem"),
+    [
+        ({"weights": [1.0, 0.0, 0.0, 0.0, 0.0], "features": ["image", "text", "lexical", "bm25", "x"]}, "x"),
+        ({"weights": [1.0, 0.0, 0.0, 0.0, 0.0], "features": list(FEATURES), "match_over": "all"}, "'all'"),
+        ({"weights": [1.0, 0.0, 0.0], "features": list(FEATURES)}, "3 weights for 5 features"),
+        ({"weights": [1.0, 0.0, 0.0, 0.0], "match": [1.0, 1.0]}, "2 match weights"),
+    ],
+)
+def test_stored_parameters_that_do_not_fit_their_features_are_refused(stored: dict, problem: str) -> None:
+    with pytest.raises(IndexFormatError, match=re.escape(problem)):
+        FusionModel.from_dict({"method": "weighted", "hybrid": {"other": stored}})

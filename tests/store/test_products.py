@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from store.errors import IndexFormatError
 from store.hybrid import FEATURES, LEGACY_FEATURES, FusionModel, GroupParams, HybridQuery, fuse, gather, rrf
 from store.layout import LEXICAL_DIR, file_checksums
 from store.lexical import analyze, analyze_variants, match_expression
@@ -285,3 +286,19 @@ def test_asking_a_channel_for_no_product_is_empty(tmp_path: Path) -> None:
     assert channels.lexical(["milk"], 0, None).owners.size == 0  # tantivy refuses a limit of 0
     assert channels.photos.search(text_vecs[0], 0, None).owners.size == 0
     channels.close()
+
+
+def test_a_fusion_reading_the_centroid_without_its_norms_is_refused(tmp_path: Path) -> None:
+    """A version whose fusion names the centroid feature but lacks ``text_sum_norms.npy`` does not open
+    (it would rank with every centroid at the floor); without such a fusion it opens as an old version."""
+    make_channels(tmp_path)[0].close()
+    (tmp_path / "text_sum_norms.npy").unlink()
+    ProductChannels(tmp_path, 4).close()  # no fusion: as a version written before the file
+    info = ProductInfo.load(tmp_path / "products.json")
+    info.fusion = {
+        "method": "weighted",
+        "hybrid": {"other": {"weights": [0, 0, 0, 0, 1.0], "features": FEATURES}},
+    }
+    (tmp_path / "products.json").write_text(info.to_json())
+    with pytest.raises(IndexFormatError, match=r"text_sum_norms\.npy is missing"):
+        ProductChannels(tmp_path, 4)
