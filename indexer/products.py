@@ -9,8 +9,9 @@ A further photo that cannot be decoded is left out and counted in the report; th
 
 A sharded version (``indexer.sharded``) holds its product channels once, beside its shards, over its global
 rows (``rows``: each item's row); they are encoded in the catalogue's order as for an unsharded version (the
-same batches, so the same vectors), then grouped by row, and the fusion is calibrated on the pseudo-queries
-of the catalogue's order (``catalogue_order``), so that it is the one the unsharded build calibrates.
+same batches, so the same vectors), then grouped by row (``indexer.product_rows``), and the fusion is
+calibrated on the pseudo-queries of the catalogue's order (``catalogue_order``), so that it is the one the
+unsharded build calibrates.
 
 Text values: a field ``title`` named in ``text_fields`` covers ``title`` and its language-tagged variants
 (``title@de``, whose tag is taken as its language). Untagged values are identified by py3langid; a value
@@ -33,6 +34,7 @@ from ccrk_settings import Settings
 from indexer import encoding
 from indexer.channel_tuning import tune_channels
 from indexer.fusion_calibration import calibrate
+from indexer.product_rows import RowMove, grouped_by_row, grouped_photos
 from indexer.report import BuildReport
 from indexer.shards import ShardStore
 from indexer.sources import SourceItem
@@ -180,16 +182,12 @@ def photo_rows(
                 f"{len(encoded.skipped)} of {len(extra)} further product photos could not be decoded and are "
                 "not searched (their products are): " + "; ".join(s["reason"] for s in encoded.skipped[:5])
             )
-    owner_arr = np.asarray(owners, np.int64)
-    order = np.argsort(owner_arr, kind="stable")  # grouped by product, photos in manifest order
-    vectors = np.concatenate(all_embeds)[order]
+    vectors = np.concatenate(all_embeds)
     vis = np.concatenate(all_visual)
     has_visual = vis.shape[1] > 0 and vis.shape[0] == vectors.shape[0]
-    return PhotoRows(
-        owners=owner_arr[order],
-        paths=[paths[i] for i in order.tolist()],
-        embeds=np.ascontiguousarray(vectors),
-        visual=np.ascontiguousarray(vis[order]) if has_visual else None,
+    # Grouped by product, its photos in manifest order.
+    return grouped_photos(
+        PhotoRows(np.asarray(owners, np.int64), paths, vectors, vis if has_visual else None)
     )
 
 
@@ -219,26 +217,6 @@ def text_rows(
         texts=len(values),
     )
     return rows, info
-
-
-def grouped_by_row(texts: TextRows, rows: np.ndarray) -> tuple[TextRows, np.ndarray]:
-    """Text values in the catalogue's order (owners: item positions) as a version over ``rows`` holds them:
-    owners mapped to rows and grouped by them (a product's values in their order), and the catalogue order
-    (the text row of each value in the catalogue's order)."""
-    owners = np.asarray(rows, np.int64)[texts.owners] if texts.owners.size else texts.owners
-    order = np.argsort(owners, kind="stable")
-    catalogue_order = np.empty_like(order)
-    catalogue_order[order] = np.arange(order.size)
-    pick = order.tolist()
-    grouped = TextRows(
-        owners=owners[order],
-        fields=[texts.fields[i] for i in pick],
-        langs=[texts.langs[i] for i in pick],
-        texts=[texts.texts[i] for i in pick],
-        terms=[texts.terms[i] for i in pick],
-        embeds=np.ascontiguousarray(texts.embeds[order]),
-    )
-    return grouped, catalogue_order.astype(np.int64)
 
 
 def write_products(
@@ -272,16 +250,6 @@ def write_products(
         settings.target_recall,
         catalogue_order=catalogue_order,
     )
-
-
-@dataclass
-class RowMove:
-    """Where the rows of a sharded version go when an ``add`` appends to its shards (``indexer.sharded``):
-    ``parent`` the new row of each parent row, ``added`` each added item's row, ``products`` the rows."""
-
-    parent: np.ndarray
-    added: np.ndarray
-    products: int
 
 
 def extend_products(
@@ -321,7 +289,7 @@ def extend_products(
         old_texts.owners = moved.parent[old_texts.owners] if old_texts.owners.size else old_texts.owners
     all_photos, all_texts = old_photos.extended(photos), old_texts.extended(texts)
     if moved is not None:  # the added rows fall between the parent's: grouped by row again
-        all_photos = _grouped_photos(all_photos)
+        all_photos = grouped_photos(all_photos)
         all_texts, catalogue_order = grouped_by_row(all_texts, np.arange(products, dtype=np.int64))
     counts = Counter(all_texts.langs)
     info = ProductInfo(
@@ -341,17 +309,6 @@ def extend_products(
         report,
         settings.target_recall,
         catalogue_order=catalogue_order,
-    )
-
-
-def _grouped_photos(photos: PhotoRows) -> PhotoRows:
-    """Photos grouped by product row again (a product's photos in their order)."""
-    order = np.argsort(photos.owners, kind="stable")
-    return PhotoRows(
-        owners=photos.owners[order],
-        paths=[photos.paths[i] for i in order.tolist()],
-        embeds=np.ascontiguousarray(photos.embeds[order]),
-        visual=None if photos.visual is None else np.ascontiguousarray(photos.visual[order]),
     )
 
 

@@ -37,7 +37,8 @@ from indexer.build_key import without_key
 from indexer.encoding import Encoded, append_shards_split
 from indexer.parent import ParentVersion, appended_metadata
 from indexer.pipeline import Operation, inherit_measurements, judge, utc_now, write_ann_index
-from indexer.products import RowMove, extend_products, wants_products, write_products
+from indexer.product_rows import RowMove
+from indexer.products import extend_products, wants_products, write_products
 from indexer.quality_gate import QualityGate
 from indexer.report import BuildReport
 from indexer.tuning import (

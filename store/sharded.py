@@ -53,6 +53,14 @@ def load_shard_manifest(version_dir: Path, sharding: Sharding, index: int) -> tu
     return manifest, hashlib.sha256(raw).hexdigest()
 
 
+def global_live_mask(shards: Sequence[IndexVersion]) -> np.ndarray | None:
+    """(total rows,) bool over the shards' global rows, False for deleted rows; None when none is."""
+    masks = [(s.total_rows, s.live_mask()) for s in shards]
+    if all(m is None for _, m in masks):
+        return None
+    return np.concatenate([np.ones(n, bool) if m is None else m for n, m in masks])
+
+
 class ShardedIndex:
     """One opened, read-only sharded version (a ``SearchableIndex``). Thread-safe for concurrent searches,
     as its shards are."""
@@ -100,8 +108,8 @@ class ShardedIndex:
         self._offsets = self.sharding.offsets()
         self._totals = np.array([s.total_rows for s in shards], dtype=np.int64)
         self._fields = set().union(*(s.fields for s in shards))
-        self._live: np.ndarray | None = None  # ``live_mask``, made at its first call
-        self._live_made = False
+        # Made here, before any search can ask for it (so no lock): see ``live_mask``.
+        self._live = global_live_mask(shards) if self.products is not None else None
 
     # -- the shards ------------------------------------------------------------------------------------------
 
@@ -184,13 +192,9 @@ class ShardedIndex:
         return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
     def live_mask(self) -> np.ndarray | None:
-        """(total_rows,) bool over the global rows, False for deleted rows; None when no row is deleted
-        (made once, at the first call: only the product channels' searches ask for it)."""
-        if not self._live_made:
-            masks = [(s.total_rows, s.live_mask()) for s in self._shards]
-            if any(m is not None for _, m in masks):
-                self._live = np.concatenate([np.ones(n, bool) if m is None else m for n, m in masks])
-            self._live_made = True
+        """The product channels' mask over the global rows: (total_rows,) bool, False for deleted rows.
+        None when no row is deleted, or when the version has no product channels (only their searches ask
+        for it; the shards mask their own rows). Made once, when the version is opened."""
         return self._live
 
     # -- rows: items, embeddings, re-rank tokens ------------------------------------------------------------

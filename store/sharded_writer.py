@@ -25,7 +25,13 @@ from store.manifest import IndexManifest
 from store.products import has_product_channels
 from store.sharded import load_shard_manifest
 from store.sharding import MAX_SHARDS, RULES, SHARD_RULE, ShardEntry, Sharding, shard_dir_name
-from store.writer import Finished, StagedFiles, StagedVersion, install_and_publish
+from store.writer import (
+    Finished,
+    StagedFiles,
+    StagedVersion,
+    install_and_publish,
+    link_version_files,
+)
 
 
 class ShardStage(StagedFiles):
@@ -93,11 +99,9 @@ class ShardedVersionWriter(StagedVersion):
     def link_own_files(self, parent_dir: Path, checksums: dict[str, str]) -> None:
         """The parent version's own files (its product channels, named by its manifest's ``checksums``)
         taken over unchanged: hard-linked (copied across filesystems), their checksums not read again."""
-        for fname, digest in checksums.items():
-            if Path(fname).is_absolute() or ".." in Path(fname).parts:  # a manifest's names stay inside
-                raise VersionWriteError(f"{parent_dir}: file name {fname!r} leaves the version folder")
-            if link_or_copy(Path(parent_dir) / fname, self.stage / fname):
-                self._own_known[fname] = digest
+        link_version_files(
+            parent_dir, self.stage, checksums, checksums, self._own_known, error=VersionWriteError
+        )
 
     def shard_manifest(self, index: int) -> IndexManifest:
         """The sealed (or linked) manifest of shard ``index``."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -197,17 +197,32 @@ class StagedFiles:
             theirs = IndexManifest.load(Path(version_dir) / MANIFEST_FILE).checksums
         except IndexFormatError:
             theirs = {}
-        known = self.linked_checksums
-        for fname in names:
-            if Path(fname).is_absolute() or ".." in Path(fname).parts:  # a manifest's names stay inside
-                raise IndexFormatError(f"{version_dir}: file name {fname!r} leaves the version folder")
-            if link_or_copy(Path(version_dir) / fname, self.stage / fname) and fname in theirs:
-                known[fname] = theirs[fname]
+        link_version_files(version_dir, self.stage, names, theirs, self.linked_checksums)
 
     @property
     def linked_checksums(self) -> dict[str, str]:
         """{file: sha256} of the files ``link_from`` linked, from their version's manifest."""
         return self.__dict__.setdefault("_linked_checksums", {})
+
+
+def link_version_files(
+    version_dir: Path,
+    stage: Path,
+    names: Iterable[str],
+    digests: Mapping[str, str],
+    known: dict[str, str],
+    *,
+    error: type[Exception] = IndexFormatError,
+) -> None:
+    """Files ``names`` of an installed version taken over unchanged into ``stage`` (hard links; copies
+    across filesystems). A hard-linked file's checksum among ``digests`` (its version's manifest's) goes
+    into ``known``, not read again (a copy's bytes are new: they are hashed). A name that leaves the version
+    folder raises ``error``, the caller's type."""
+    for fname in names:
+        if Path(fname).is_absolute() or ".." in Path(fname).parts:  # a manifest's names stay inside
+            raise error(f"{version_dir}: file name {fname!r} leaves the version folder")
+        if link_or_copy(Path(version_dir) / fname, stage / fname) and fname in digests:
+            known[fname] = digests[fname]
 
 
 class StagedVersion:

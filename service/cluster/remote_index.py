@@ -250,8 +250,10 @@ class RemoteShardedIndex:
         return np.stack(found) if found else np.zeros((0, self.manifest.embed_dim), np.float32)
 
     def live_mask(self) -> np.ndarray | None:
-        """(total_rows,) bool over the global rows, False for deleted rows; None when none is deleted. Read
-        for a version with product channels only (the hybrid path's mask; see the module docstring)."""
+        """The product channels' mask over the global rows: (total_rows,) bool, False for deleted rows.
+        None when no row is deleted, or when the version has no product channels (only their searches ask
+        for it; the shards mask their own rows). Read once, when the version is opened (see the module
+        docstring)."""
         return self._live
 
     def close(self) -> None:

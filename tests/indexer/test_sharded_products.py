@@ -2,8 +2,8 @@
 calibrated on the whole catalogue; the sharded version answers hybrid, text and image searches (and
 explain, sort, "more like this", search by photo) as the unsharded build of the same catalogue does;
 ``verify`` covers the channel files; ``delete`` masks a product in every channel; ``add`` extends them
-over the moved global rows. The shipped demo model, real files, real uvicorn; ``ccrk index build --shards 2
---text-fields`` through the CLI."""
+over the moved global rows, and a failed ``add`` publishes nothing. The shipped demo model, real files,
+real uvicorn; ``ccrk index build --shards 2 --text-fields`` through the CLI."""
 
 from __future__ import annotations
 
@@ -15,21 +15,23 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import indexer.sharded
 from ccrk_cli.main import app
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings
 from indexer.build import add, build, delete
+from indexer.errors import BuildError
 from model.runtime import Encoder
 from monitoring.probe import index_searcher, run_probes
 from monitoring.probe_set import probes_from_captions
 from service.cluster.remote_index import RemoteShardedIndex, remote_opener
 from service.cluster.shard import ShardServer
-from store.layout import index_dir
+from store.layout import builds_dir, index_dir
 from store.opening import open_version
 from store.products import PRODUCTS_FILE, TEXT_OWNERS, default_mode, has_product_channels
 from store.reader import IndexVersion
 from store.sharded import ShardedIndex
 from store.verify import verify_version
-from store.versions import current_version
+from store.versions import current_version, list_versions
 from tests.fixtures import LiveServer, make_settings
 from tests.indexer.test_products_build import PRODUCTS, _manifest
 
@@ -234,6 +236,39 @@ def test_add_extends_the_channels_of_a_sharded_version(
             body = client.post("/v1/search", json={"query": recs[i]["title"], "top_k": 3}).json()
             assert body["mode"] == "hybrid" and body["results"][0]["id"] == f"prod-{i}"
             assert len(body["results"][0]["images"]) == 2
+
+
+def test_a_failed_add_on_a_sharded_product_version_publishes_nothing(
+    settings: Settings, catalogue: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ccrk index add`` failing while it extends the product channels (the shards already staged): the
+    typed error surfaces, CURRENT still names the parent, which still verifies, and nothing staged stays
+    (the add's encoded work folder is kept for a re-run, as after any failure)."""
+    products = settings.model_copy(update={"text_fields": ["title", "description"], "index_shards": 2})
+    manifest = _manifest(catalogue, tmp_path)
+    first = tmp_path / "first.jsonl"
+    first.write_text("\n".join(manifest.read_text().splitlines()[:15]) + "\n")
+    root = settings.index_root
+    build("shop", [first], settings=products)
+    parent = current_version(root, "shop")
+    stages: list[Path] = []
+
+    def fail(stage: Path, *args: object, **kwargs: object) -> None:
+        stages.append(stage)
+        assert (stage / "shard-000").is_dir()  # the shards are staged: only the channels are missing
+        raise BuildError("extending the product channels failed")
+
+    monkeypatch.setattr(indexer.sharded, "extend_products", fail)
+    with pytest.raises(BuildError, match="extending the product channels failed"):
+        add("shop", [manifest], settings=products)
+    assert len(stages) == 1 and not stages[0].exists()
+    assert current_version(root, "shop") == parent and list_versions(root, "shop") == [parent]
+    assert verify_version(root, "shop", model_dir=DEFAULT_MODEL_DIR) == []
+    # No staged version, no trash: of the folders under .builds only the add's work folder is left.
+    left = sorted(p.name for p in builds_dir(root, "shop").iterdir() if p.is_dir())
+    assert [name for name in left if not name.startswith("add-")] == [], left
+    with open_version(root, "shop") as opened:
+        assert opened.version == parent and len(opened) == 15 and opened.products is not None
 
 
 def _in_process(servers: list[ShardServer]) -> Any:

@@ -203,6 +203,8 @@ def test_the_writer_stages_links_and_publishes_once(tmp_path: Path) -> None:
     first = write_rows(tmp_path, NAME, embeds, _ids(30), shard_count=2)
     parent = tmp_path / NAME / first
     with ShardedVersionWriter(tmp_path, NAME, 2) as writer:
+        with pytest.raises(VersionWriteError, match="leaves the version folder"):
+            writer.link_own_files(parent, {"../CURRENT": "0" * 64})  # a writer's caller's mistake
         writer.link_shard(0, parent / "shard-000")
         writer.link_shard(1, parent / "shard-001")
         sharding = writer.sharding()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from store import versions
-from store.errors import VersionWriteError
+from store.errors import IndexFormatError, VersionWriteError
 from store.layout import (
     BUILDS_DIR,
     EMBEDDINGS_FILE,
@@ -114,6 +114,13 @@ def test_hard_links_share_the_parents_files(tmp_path: Path) -> None:
         writer.link_from(tmp_path / "shop" / parent, [EMBEDDINGS_FILE])
         linked = writer.stage / EMBEDDINGS_FILE
         assert linked.stat().st_ino == (tmp_path / "shop" / parent / EMBEDDINGS_FILE).stat().st_ino
+        # A linked file's checksum is the parent manifest's, not read again.
+        theirs = _manifest(tmp_path, parent).checksums
+        assert writer.linked_checksums == {EMBEDDINGS_FILE: theirs[EMBEDDINGS_FILE]}
+        # A name that leaves the version folder is a bad manifest to the writer: IndexFormatError.
+        with pytest.raises(IndexFormatError, match="leaves the version folder") as caught:
+            writer.link_from(tmp_path / "shop" / parent, ["../CURRENT"])
+        assert caught.type is IndexFormatError
 
 
 def _write_rows(root: Path, rows: int, tokens: int = 0, width: int = 0) -> None:
