@@ -200,12 +200,15 @@ def _product(opened: Any, item_id: str) -> tuple[np.ndarray, list[str], list[tup
     return photos, channels.photo_paths([row])[row], [found[r] for r in sorted(found)]
 
 
-def test_add_extends_the_channels_of_a_sharded_version(
-    settings: Settings, catalogue: Path, tmp_path: Path
+def test_add_extends_the_channels_of_a_sharded_version_after_a_failed_try(
+    settings: Settings, catalogue: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``ccrk index add`` on a sharded product version: the items appended to their shards move the later
-    shards' rows; every product's photos and text values end up at its new row, as a full build of the
-    whole catalogue has them, and the added and the moved products are found."""
+    """``ccrk index add`` on a sharded product version. First it fails while it extends the product channels
+    (the shards already staged): the typed error surfaces, CURRENT still names the parent, which still
+    verifies, and nothing staged stays (the add's encoded work folder is kept for a re-run, as after any
+    failure). Run again, it publishes: the items appended to their shards move the later shards' rows;
+    every product's photos and text values end up at its new row, as a full build of the whole catalogue
+    has them, and the added and the moved products are found."""
     products = settings.model_copy(update={"text_fields": ["title", "description"], "index_shards": 2})
     manifest = _manifest(catalogue, tmp_path)
     lines = manifest.read_text().splitlines()
@@ -214,8 +217,29 @@ def test_add_extends_the_channels_of_a_sharded_version(
     first.write_text("\n".join(lines[:15]) + "\n")
     root = settings.index_root
     build("shop", [first], settings=products)
-    with open_version(root, "shop") as parent:
-        before = {i: parent.row_of(f"prod-{i}") for i in range(15)}
+    parent = current_version(root, "shop")
+    with open_version(root, "shop") as opened:
+        before = {i: opened.row_of(f"prod-{i}") for i in range(15)}
+    stages: list[Path] = []
+
+    def fail(stage: Path, *args: object, **kwargs: object) -> None:
+        stages.append(stage)
+        assert (stage / "shard-000").is_dir()  # the shards are staged: only the channels are missing
+        raise BuildError("extending the product channels failed")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(indexer.sharded, "extend_products", fail)
+        with pytest.raises(BuildError, match="extending the product channels failed"):
+            add("shop", [manifest], settings=products)
+    assert len(stages) == 1 and not stages[0].exists()
+    assert current_version(root, "shop") == parent and list_versions(root, "shop") == [parent]
+    assert verify_version(root, "shop", model_dir=DEFAULT_MODEL_DIR) == []
+    # No staged version, no trash: of the folders under .builds only the add's work folder is left.
+    left = sorted(p.name for p in builds_dir(root, "shop").iterdir() if p.is_dir())
+    assert [name for name in left if not name.startswith("add-")] == [], left
+    with open_version(root, "shop") as opened:
+        assert opened.version == parent and len(opened) == 15 and opened.products is not None
+
     report = add("shop", [manifest], settings=products)
     assert report.published and report.items_indexed == PRODUCTS - 15
     assert verify_version(root, "shop", model_dir=DEFAULT_MODEL_DIR) == []
@@ -236,39 +260,6 @@ def test_add_extends_the_channels_of_a_sharded_version(
             body = client.post("/v1/search", json={"query": recs[i]["title"], "top_k": 3}).json()
             assert body["mode"] == "hybrid" and body["results"][0]["id"] == f"prod-{i}"
             assert len(body["results"][0]["images"]) == 2
-
-
-def test_a_failed_add_on_a_sharded_product_version_publishes_nothing(
-    settings: Settings, catalogue: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``ccrk index add`` failing while it extends the product channels (the shards already staged): the
-    typed error surfaces, CURRENT still names the parent, which still verifies, and nothing staged stays
-    (the add's encoded work folder is kept for a re-run, as after any failure)."""
-    products = settings.model_copy(update={"text_fields": ["title", "description"], "index_shards": 2})
-    manifest = _manifest(catalogue, tmp_path)
-    first = tmp_path / "first.jsonl"
-    first.write_text("\n".join(manifest.read_text().splitlines()[:15]) + "\n")
-    root = settings.index_root
-    build("shop", [first], settings=products)
-    parent = current_version(root, "shop")
-    stages: list[Path] = []
-
-    def fail(stage: Path, *args: object, **kwargs: object) -> None:
-        stages.append(stage)
-        assert (stage / "shard-000").is_dir()  # the shards are staged: only the channels are missing
-        raise BuildError("extending the product channels failed")
-
-    monkeypatch.setattr(indexer.sharded, "extend_products", fail)
-    with pytest.raises(BuildError, match="extending the product channels failed"):
-        add("shop", [manifest], settings=products)
-    assert len(stages) == 1 and not stages[0].exists()
-    assert current_version(root, "shop") == parent and list_versions(root, "shop") == [parent]
-    assert verify_version(root, "shop", model_dir=DEFAULT_MODEL_DIR) == []
-    # No staged version, no trash: of the folders under .builds only the add's work folder is left.
-    left = sorted(p.name for p in builds_dir(root, "shop").iterdir() if p.is_dir())
-    assert [name for name in left if not name.startswith("add-")] == [], left
-    with open_version(root, "shop") as opened:
-        assert opened.version == parent and len(opened) == 15 and opened.products is not None
 
 
 def _in_process(servers: list[ShardServer]) -> Any:
