@@ -16,9 +16,9 @@ from store.hybrid import (
     MATCH_FEATURES,
     Candidates,
     GroupParams,
+    columns_of,
     fuse,
     match_columns,
-    mode_features,
 )
 
 # What a fit reads: every feature for ranking; for the match model, the raw ones (the BM25 score is relative
@@ -30,7 +30,7 @@ MATCH_REFITS = 3
 
 
 def fit_columns(mode: str) -> list[int]:
-    return [FEATURES.index(n) for n in mode_features(FIT_FEATURES, mode)]
+    return columns_of(FIT_FEATURES, mode)
 
 
 def _params(

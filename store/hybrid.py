@@ -272,16 +272,20 @@ def mode_features(names: Sequence[str], mode: str) -> list[str]:
     return [n for n in names if n != "image"] if mode == "text" else list(names)
 
 
-def feature_columns(mode: str, params: GroupParams | None = None) -> list[int]:
-    """The columns of ``Candidates.features`` a fusion reads: those its parameters name (fitted before the
-    centroid feature: ``LEGACY_FEATURES``), as ``mode`` reads them."""
-    names = params.features if params is not None and params.features else LEGACY_FEATURES
+def columns_of(names: Sequence[str], mode: str) -> list[int]:
+    """The columns of ``Candidates.features`` holding ``names``, as ``mode`` reads them."""
     return [FEATURES.index(n) for n in mode_features(names, mode)]
+
+
+def feature_columns(mode: str, params: GroupParams | None = None) -> list[int]:
+    """The columns a fusion reads: those its parameters name (fitted before the centroid feature:
+    ``LEGACY_FEATURES``), as ``mode`` reads them."""
+    return columns_of(params.features if params is not None and params.features else LEGACY_FEATURES, mode)
 
 
 def match_columns(mode: str, params: GroupParams | None = None) -> list[int]:
     names = params.match_features if params is not None and params.match_features else MATCH_FEATURES
-    return [FEATURES.index(n) for n in mode_features(names, mode)]
+    return columns_of(names, mode)
 
 
 def query_match_score(

@@ -110,10 +110,15 @@ def sum_norms(vectors: np.ndarray, owners: np.ndarray, products: int) -> np.ndar
     for lo in range(0, held.size, 4096):  # in blocks: a (block, D) sum at a time, not all rows at once
         part = held[lo : lo + 4096]
         first, last = int(start[part[0]]), int(start[part[-1] + 1])
-        block = np.asarray(vectors[first:last], np.float32)
-        sums = np.add.reduceat(block, start[part] - first, axis=0)
-        out[part] = np.sqrt(np.einsum("ij,ij->i", sums, sums, dtype=np.float32))
+        out[part] = _norms_of_sums(np.asarray(vectors[first:last], np.float32), start[part] - first)
     return out
+
+
+def _norms_of_sums(rows: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The norm of the sum of each segment of ``rows`` (segments begin at ``starts``, as ``reduceat``
+    reads them): one computation for the stored norms and the masked ones, so both give the same bits."""
+    sums = np.add.reduceat(rows, starts, axis=0)
+    return np.sqrt(np.einsum("ij,ij->i", sums, sums, dtype=np.float32))
 
 
 class GroupedVectors:
@@ -186,8 +191,7 @@ class GroupedVectors:
             if row_mask is None:
                 norms = np.asarray(sum_norms, np.float32)[products[held]]
             else:  # the centroid of the rows left in (slow: calibration only)
-                sums = np.add.reduceat(vectors * row_mask[rows, None], starts, axis=0)
-                norms = np.sqrt(np.einsum("ij,ij->i", sums, sums, dtype=np.float32))
+                norms = _norms_of_sums(vectors * row_mask[rows, None], starts)
             with np.errstate(divide="ignore", invalid="ignore"):
                 centroids[held] = np.where(norms > 0, np.add.reduceat(kept, starts) / norms, -np.inf)
         if row_mask is not None:
