@@ -52,6 +52,7 @@ CENTROID = FEATURES.index("centroid")
 # (product rows, their best image cosines) -> re-rank scores (``service.search.ranking.Ranker.rerank_head``).
 Reranker = Callable[[np.ndarray, np.ndarray], np.ndarray]
 CONFIDENT = 0.9  # below this detection confidence a query is analysed for each likely language
+LABEL_ORDER: dict[MatchLabel | None, int] = {None: -1, "none": 0, "weak": 1, "strong": 2}
 
 
 def channels_of(served: Served) -> ProductChannels | None:
@@ -199,6 +200,8 @@ class HybridRanker:
         else:
             quality = match_scores(cands, params, mode, scores) if params is not None else scores
         top = query_match_score(cands, quality, order, params)
+        if not certain and fusion is not None and params is not None and group != OTHER:
+            params, quality, top = self._uncertain_labels(fusion, cands, mode, order, params, quality, top)
         cut = "weak" if (sort is not None and min_score == "auto") else min_score
         ordered = order
         if cut in ("weak", "strong") and params is not None and params.none_below is not None:
@@ -236,6 +239,31 @@ class HybridRanker:
         )
         label = label_of(top, params) if top is not None else None
         return HybridPage(hits, label, params, search_s, rerank_s, head)
+
+    @staticmethod
+    def _uncertain_labels(
+        fusion: FusionModel,
+        cands: Candidates,
+        mode: str,
+        order: np.ndarray,
+        params: GroupParams,
+        quality: np.ndarray,
+        top: float | None,
+    ) -> tuple[GroupParams, np.ndarray, float | None]:
+        """The labelling of a query whose language is uncertain and read as one the shop writes in: it may be
+        in a language the shop does not write, whose labels were calibrated apart (group ``other``), so it is
+        labelled by whichever of the two finds the better match, as it is analysed for each likely language.
+        (On the shared grocery catalogue "courgette" and "sojayoghurt", read as English at confidence
+        0.13-0.25, were labelled none by the English labels and weak by the others.) The ranking stays the
+        detected language's. Returns the thresholds, the candidates' match scores and the query's."""
+        alt = fusion.params(mode, OTHER)
+        if alt is params or alt.none_below is None or top is None:
+            return params, quality, top
+        alt_quality = match_scores(cands, alt, mode, fusion.score(cands, mode, OTHER))
+        alt_top = query_match_score(cands, alt_quality, order, alt)
+        if alt_top is not None and LABEL_ORDER[label_of(alt_top, alt)] > LABEL_ORDER[label_of(top, params)]:
+            return alt, alt_quality, alt_top
+        return params, quality, top
 
     def _hits(
         self,
