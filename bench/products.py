@@ -12,7 +12,8 @@ Quality (``--grocery DIR``, the shared catalogue's development half; never shipp
   store with the fitted parameters the build recorded: lexical only, dense text only, and each fusion
   method (rrf, weighted, logistic);
 - per language: R-precision, precision@10, recall@10; per mode: MRV over the ten languages (top 10);
-  labels: share of not-sold queries labelled ``none`` and of in-catalogue queries labelled ``none``;
+  labels: share of not-sold queries labelled ``none`` and of in-catalogue queries labelled ``none``, and
+  the label ``none`` as a no-match detector (precision, recall) per language;
 - image queries: top-1 product by the visual embedding (what ``/v1/search/image`` does) and by the
   cross-modal embedding (the starter's ConSE mix, what it did before).
 
@@ -93,6 +94,15 @@ def _metrics(ids: list[str], relevant: set[str]) -> dict[str, float]:
     }
 
 
+def _no_match(not_sold: list[bool], in_catalogue: list[bool]) -> dict[str, float]:
+    """Precision and recall of the label ``none`` (True: a query labelled none) as a no-match detector."""
+    caught, false = sum(not_sold), sum(in_catalogue)
+    return {
+        "precision": round(caught / (caught + false), 4) if caught + false else float("nan"),
+        "recall": round(caught / len(not_sold), 4) if not_sold else float("nan"),
+    }
+
+
 def _mean(values: list[float]) -> float:
     return round(float(np.mean(values)), 4) if values else float("nan")
 
@@ -135,7 +145,10 @@ def quality(grocery: Path, model: Path, held_out: int, work: Path) -> dict[str, 
     modes = ("hybrid", "text", "image")
     per: dict[str, dict[str, list[dict[str, float]]]] = {m: defaultdict(list) for m in modes}
     lists: dict[str, dict[str, dict[str, list[str]]]] = {m: defaultdict(dict) for m in modes}
-    labels = {"in_catalogue": defaultdict(list), "not_sold": defaultdict(list)}
+    labels: dict[str, defaultdict[str, list[bool]]] = {
+        "in_catalogue": defaultdict(list),
+        "not_sold": defaultdict(list),
+    }
     with TestClient(create_app(settings)) as client:
         for kind, table in (("in_catalogue", spec["in_catalogue"]), ("not_sold", spec["not_sold"])):
             for ptype, by_lang in table.items():
@@ -178,6 +191,15 @@ def quality(grocery: Path, model: Path, held_out: int, work: Path) -> dict[str, 
         },
         "per_language_in_catalogue_none": {
             k: _mean([float(x) for x in v]) for k, v in labels["in_catalogue"].items()
+        },
+        # "none" as a no-match detector: recall over the not-sold queries, precision over every query it
+        # was given to (in-catalogue ones labelled none are its false positives).
+        "no_match": {
+            **{lang: _no_match(labels["not_sold"][lang], labels["in_catalogue"][lang]) for lang in languages},
+            "all": _no_match(
+                [x for v in labels["not_sold"].values() for x in v],
+                [x for v in labels["in_catalogue"].values() for x in v],
+            ),
         },
     }
     # Channels alone and every fitted fusion, through the store with the build's recorded parameters.
@@ -530,6 +552,12 @@ def print_table(result: dict[str, Any]) -> None:
         print(
             f"labels: not sold -> none {labels['not_sold_labelled_none']:.2f}; "
             f"in catalogue -> none {labels['in_catalogue_labelled_none']:.2f}"
+        )
+        print(
+            "no-match (label none) precision / recall: "
+            + ", ".join(
+                f"{k} {v['precision']:.2f} / {v['recall']:.2f}" for k, v in labels["no_match"].items()
+            )
         )
         print(f"image query top-1: visual {top1['visual']:.3f}, cross-modal {top1['cross_modal']:.3f}")
     for name in ("demo", "photos"):
