@@ -175,7 +175,7 @@ def test_a_sharded_product_version_served_on_ray_answers_as_ccrk_serve_unsharded
 ) -> None:
     """The product index served beside the default one (``/v1/indexes/shop/...``): its shards are their own
     deployments, its product channels read in the ingress; hybrid, text and image modes (ids, order, match
-    labels, scores), explain, photos, sort, "more like this" and search by photo answer as `ccrk serve`
+    labels, scores), explain, photo links, sort, "more like this" and search by photo answer as `ccrk serve`
     over the unsharded build of the same products."""
     root, _ = sharded_root
     with LiveServer(make_settings(root, index_name=SHOP_FLAT)) as live, live.client() as client:
