@@ -1,6 +1,8 @@
 """The Ray Serve application of ``ccrk serve --engine ray``: one deployment per shard (``ShardServer``,
 named ``shard-000`` ...) and the service's FastAPI app (``service.app.create_app``) as the ingress, whose
-index holder opens sharded versions as ``RemoteShardedIndex`` over handles to the shard deployments.
+index holders open sharded versions as ``RemoteShardedIndex`` over handles to the shard deployments. Every
+served index (``index_name`` and ``extra_indexes``) has deployments of its own for the shards of its
+version: ``shard-000`` ... for the default index, ``NAME-shard-000`` ... for an extra one.
 
 The ingress keeps everything the service does per query (language detection, query encoding, caches,
 metrics, re-ranking, responses); the shards only search and read rows. Index root and model directory must
@@ -10,7 +12,9 @@ be at the same paths on every node (a shared file system), as for ``--engine ray
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ccrk_settings import Settings
@@ -22,8 +26,9 @@ from store.opening import open_version
 INGRESS = "ingress"
 
 
-def shard_deployment_name(index: int) -> str:
-    return f"shard-{index:03d}"
+def shard_deployment_name(index: int, name: str | None = None) -> str:
+    """Shard ``index``'s deployment of the default index (``name`` None), or of the extra index ``name``."""
+    return f"shard-{index:03d}" if name is None else f"{name}-shard-{index:03d}"
 
 
 @dataclass
@@ -106,14 +111,46 @@ def _unreachable_errors() -> tuple[type[BaseException], ...]:
 class Ingress:
     """The ingress deployment's body: the service app, built on the replica (``__serve_build_asgi_app__``)."""
 
-    def __init__(self, settings: Settings, shards: list[Any], options: ClusterOptions) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        shards: list[Any],
+        options: ClusterOptions,
+        extra_shards: Mapping[str, list[Any]] | None = None,
+    ) -> None:
         self.settings = settings
-        self.shards = list(shards)  # DeploymentHandles, one per shard
+        self.shards = list(shards)  # DeploymentHandles, one per shard of the default index
         self.options = options
+        self.extra_shards = {name: list(handles) for name, handles in (extra_shards or {}).items()}
         self._app: Any = None
 
-    def _call(self, shard: int, method: str, *args: Any) -> Any:
-        return getattr(self.shards[shard], method).remote(*args)
+    @staticmethod
+    def _call(handles: list[Any], shard: int, method: str, *args: Any) -> Any:
+        return getattr(handles[shard], method).remote(*args)
+
+    def _opener(self, names: tuple[str, ...]) -> Any:
+        """The index holders' opener: a version of index NAME over NAME's own shard deployments (a shard
+        server serves the shards of one index: a version of another is not under its folder). An index
+        without deployments (unsharded when the app was deployed) reads an unsharded version itself and
+        refuses a sharded one until the app is deployed again (``redeploy_if_resharded``)."""
+        handles = {**self.extra_shards, self.settings.index_name: self.shards}
+        openers = {
+            name: remote_opener(
+                partial(self._call, handles.get(name, [])),
+                len(handles.get(name, [])),
+                open_version,
+                retries=self.options.retries,
+                timeout_s=self.options.timeout_s,
+                retry_on=_retry_errors(),
+                unreachable_on=_unreachable_errors(),
+            )
+            for name in dict.fromkeys((*names, *handles))
+        }
+
+        def opener(root: Any, name: str, version: str | None = None, **kwargs: Any) -> Any:
+            return openers[name](root, name, version, **kwargs)
+
+        return opener
 
     def check_health(self) -> None:
         """Serve's health check, the first one included: a replica that serves no version yet (its shards
@@ -125,25 +162,16 @@ class Ingress:
 
     def __serve_build_asgi_app__(self) -> Any:
         app = self._app = create_app(self.settings)
-        app.state.runtime.index_opener = remote_opener(
-            self._call,
-            len(self.shards),
-            open_version,
-            retries=self.options.retries,
-            timeout_s=self.options.timeout_s,
-            retry_on=_retry_errors(),
-            unreachable_on=_unreachable_errors(),
-        )
+        app.state.runtime.index_opener = self._opener(app.state.runtime.index_names)
         return app
 
 
-def build_application(settings: Settings, shard_count: int, options: ClusterOptions | None = None) -> Any:
-    """The bound Serve application (``serve.run`` it)."""
+def _bound_shards(settings: Settings, name: str, count: int, options: ClusterOptions) -> list[Any]:
+    """The deployments of index ``name``'s ``count`` shards, bound."""
     from ray import serve
 
-    options = options or ClusterOptions.from_settings(settings)
     shards = []
-    for i in range(shard_count):
+    for i in range(count):
         actor: dict[str, Any] = {"num_cpus": options.shard_cpus}
         if options.shard_memory:
             actor["memory"] = options.shard_memory
@@ -152,12 +180,27 @@ def build_application(settings: Settings, shard_count: int, options: ClusterOpti
             placement["max_replicas_per_node"] = options.max_replicas_per_node
         deployment = serve.deployment(
             ShardDeployment,
-            name=shard_deployment_name(i),
+            name=shard_deployment_name(i, None if name == settings.index_name else name),
             num_replicas=options.shard_replicas,
             ray_actor_options=actor,
             **placement,
         )
-        shards.append(deployment.bind(str(settings.index_root), settings.index_name, i))
+        shards.append(deployment.bind(str(settings.index_root), name, i))
+    return shards
+
+
+def build_application(
+    settings: Settings, shard_counts: int | Mapping[str, int], options: ClusterOptions | None = None
+) -> Any:
+    """The bound Serve application (``serve.run`` it). ``shard_counts``: the shards of each served index's
+    version by name (``service.cluster.serving.shard_counts_of``; 0 or absent: unsharded), or of the
+    default index's alone."""
+    from ray import serve
+
+    options = options or ClusterOptions.from_settings(settings)
+    counts = {settings.index_name: shard_counts} if isinstance(shard_counts, int) else dict(shard_counts)
+    shards = _bound_shards(settings, settings.index_name, counts.pop(settings.index_name, 0), options)
+    extra = {name: _bound_shards(settings, name, count, options) for name, count in counts.items() if count}
     ingress_class = serve.ingress()(Ingress)
     ingress = serve.deployment(
         ingress_class,
@@ -165,4 +208,4 @@ def build_application(settings: Settings, shard_count: int, options: ClusterOpti
         num_replicas=options.ingress_replicas,
         ray_actor_options={"num_cpus": options.ingress_cpus},
     )
-    return ingress.bind(settings, shards, options)
+    return ingress.bind(settings, shards, options, extra)

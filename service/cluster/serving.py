@@ -9,10 +9,12 @@ import signal
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ccrk_settings import Settings, SettingsError, settings_with
 from service.cluster.deployments import ClusterOptions, build_application
+from service.runtime import served_index_names
 from store.errors import IndexFormatError, IndexNotFoundError
 from store.layout import MANIFEST_FILE, index_dir
 from store.manifest import IndexManifest
@@ -34,19 +36,34 @@ FAST_PATH_ENV: dict[str, str] = {
 }
 
 
+def _shards_of(root: Path, name: str) -> int:
+    version = current_version(root, name)
+    if version is None:
+        raise IndexNotFoundError(f"index {name!r} has no published version under {root}")
+    manifest = IndexManifest.load(index_dir(root, name) / version / MANIFEST_FILE)
+    return Sharding.from_dict(manifest.sharding).shard_count if manifest.is_sharded else 0
+
+
 def shard_count_of(settings: Settings) -> int:
     """Shards of the version CURRENT names: one deployment each (0 for an unsharded version, which the
     ingress reads itself). The ingress refuses a later version with another shard count until the app is
     deployed again (``redeploy_if_resharded``)."""
-    version = current_version(settings.index_root, settings.index_name)
-    if version is None:
-        raise IndexNotFoundError(
-            f"index {settings.index_name!r} has no published version under {settings.index_root}"
-        )
-    manifest = IndexManifest.load(
-        index_dir(settings.index_root, settings.index_name) / version / MANIFEST_FILE
-    )
-    return Sharding.from_dict(manifest.sharding).shard_count if manifest.is_sharded else 0
+    return _shards_of(settings.index_root, settings.index_name)
+
+
+def shard_counts_of(settings: Settings, known: Mapping[str, int] | None = None) -> dict[str, int]:
+    """``shard_count_of`` of every served index (``extra_indexes`` too), the default one first: each has
+    deployments of its own. An extra index whose version cannot be read (none published yet, a publish in
+    progress) counts as in ``known`` (the counts deployed), else 0: its routes answer 503 as `ccrk serve`'s
+    do, and once it has a sharded version the app is deployed again for it."""
+    counts = {settings.index_name: shard_count_of(settings)}
+    for name in served_index_names(settings)[1:]:
+        try:
+            counts[name] = _shards_of(settings.index_root, name)
+        except (OSError, IndexFormatError) as exc:
+            log.warning("extra index %s: %s", name, exc)
+            counts[name] = (known or {}).get(name, 0)
+    return counts
 
 
 def app(args: Mapping[str, Any]) -> Any:
@@ -57,30 +74,36 @@ def app(args: Mapping[str, Any]) -> Any:
         settings = settings_with(dict(args))
     except SettingsError as exc:  # named as the config file names them: args.<setting>
         raise SettingsError(list(exc.problems), options={field: f"args.{field}" for field in args}) from None
-    return build_application(settings, shard_count_of(settings))
+    return build_application(settings, shard_counts_of(settings))
 
 
-def redeploy_if_resharded(settings: Settings, deployed: int, options: ClusterOptions) -> int:
-    """Deploy the app again when CURRENT names a version with another shard count than ``deployed`` (the
-    ingress refuses to open it over the deployments it has): Serve starts the new shard deployments and new
-    ingress replicas, which open the new version, before it stops the old ones. Returns the count now
-    deployed. ``serve deploy`` users deploy the config again instead."""
+def redeploy_if_resharded(
+    settings: Settings, deployed: Mapping[str, int], options: ClusterOptions
+) -> dict[str, int]:
+    """Deploy the app again when the CURRENT of a served index names a version with another shard count
+    than ``deployed`` has for it (the ingress refuses to open it over the deployments it has): Serve starts
+    the new shard deployments and new ingress replicas, which open the new version, before it stops the old
+    ones. Returns the counts now deployed. ``serve deploy`` users deploy the config again instead."""
     from ray import serve
 
     try:
-        count = shard_count_of(settings)
+        counts = shard_counts_of(settings, known=deployed)
     except (OSError, IndexFormatError) as exc:  # a publish in progress, a vanished index: keep serving
         log.warning("cannot read the current version of %s: %s", settings.index_name, exc)
-        return deployed
-    if count == deployed:
-        return deployed
-    log.info("CURRENT has %d shard(s), the app %d: deploying it again", count, deployed)
+        return dict(deployed)
+    # Only a deployed index's count triggers (one that appeared under the root since, for `*`, is served by
+    # the ingress replicas started after the next deploy, as `ccrk serve --all` serves those at its start).
+    if all(counts.get(name, 0) == count for name, count in deployed.items()):
+        return dict(deployed)
+    log.info(
+        "CURRENT names other shard counts (%s) than the app's (%s): deploying it again", counts, deployed
+    )
     try:
-        serve.run(build_application(settings, count, options), name=APP_NAME, route_prefix="/")
+        serve.run(build_application(settings, counts, options), name=APP_NAME, route_prefix="/")
     except Exception:  # a failed rollout: Serve keeps the old replicas serving; try again at the next poll
-        log.exception("deploying the app for %d shard(s) failed; trying again at the next poll", count)
-        return deployed
-    return count
+        log.exception("deploying the app for %s shard(s) failed; trying again at the next poll", counts)
+        return dict(deployed)
+    return counts
 
 
 def _wanted_cpus(options: ClusterOptions, shard_count: int) -> float:
@@ -102,7 +125,8 @@ def serve_on_ray(settings: Settings, options: ClusterOptions | None = None) -> N
     import ray
     from ray import serve
 
-    count = shard_count_of(settings)  # before starting anything: a missing index fails fast
+    counts = shard_counts_of(settings)  # before starting anything: a missing index fails fast
+    count = sum(counts.values())
     options = options or ClusterOptions.from_settings(settings)
     if settings.ray_serve_fast_path:
         for key, value in FAST_PATH_ENV.items():
@@ -121,11 +145,11 @@ def serve_on_ray(settings: Settings, options: ClusterOptions | None = None) -> N
                 options.ingress_cpus, available,
             )  # fmt: skip
         serve.start(http_options={"host": settings.host, "port": settings.port})
-        serve.run(build_application(settings, count, options), name=APP_NAME, route_prefix="/")
-        log.info("serving %s on http://%s:%d (Ray Serve)", settings.index_name, settings.host, settings.port)
+        serve.run(build_application(settings, counts, options), name=APP_NAME, route_prefix="/")
+        log.info("serving %s on http://%s:%d (Ray Serve)", ", ".join(counts), settings.host, settings.port)
         while True:
             time.sleep(max(settings.index_poll_s, 1.0))
-            count = redeploy_if_resharded(settings, count, options)
+            counts = redeploy_if_resharded(settings, counts, options)
     except KeyboardInterrupt:
         log.info("interrupted: deleting the Serve application")
     finally:

@@ -176,7 +176,8 @@ def test_application_built_from_the_config_names_and_places_its_deployments(
     assert ingress.name == INGRESS
     assert ingress.num_replicas == settings.ray_ingress_replicas
     assert ingress.ray_actor_options["num_cpus"] == settings.ray_ingress_cpus
-    bound_settings, shards, options = ingress.init_args
+    bound_settings, shards, options, extra_shards = ingress.init_args
+    assert extra_shards == {}  # the config serves one index
     assert options == ClusterOptions.from_settings(settings)
     assert (bound_settings.index_root, bound_settings.index_name) == (
         settings.index_root,

@@ -36,42 +36,48 @@ from tests.fixtures import LiveServer, make_settings
 from tests.indexer.test_products_build import PRODUCTS, _manifest
 
 
-def _answers(root: Path, name: str, recs: list[dict], opener: Any = None) -> dict[str, list]:
-    """What the service answers on a version: (id, score) per hit, per request. ``opener``: the index
-    holder's (the Ray ingress's ``remote_opener``)."""
+def product_answers(client: Any, recs: list[dict], prefix: str = "") -> dict[str, list]:
+    """What a service answers on a product version: (id, score[, match]) per hit, per request (hybrid, text
+    and image modes, explain, sort, "more like this", search by photo). ``prefix``: the served index's
+    routes (``/v1/indexes/NAME``), else the default index's."""
+    search, by_photo = (
+        (f"{prefix}/search", f"{prefix}/search/image") if prefix else ("/v1/search", "/v1/search/image")
+    )
+    similar_of = f"{prefix or '/v1'}/items/prod-3/similar"
     out: dict[str, list] = {}
+    queries = [recs[3]["title"], recs[7]["title@de"], "red", "a yellow umbrella", recs[11]["description"]]
+    for q in queries:
+        for mode in ("hybrid", "text", "image"):
+            body = client.post(search, json={"query": q, "mode": mode, "top_k": 10}).json()
+            assert body["mode"] == mode, body
+            out[f"{mode}:{q}"] = [(h["id"], h["score"], h["match"]) for h in body["results"]]
+    explained = client.post(search, json={"query": recs[3]["title"], "top_k": 5, "explain": True})
+    top = explained.json()["results"][0]
+    assert top["id"] == "prod-3" and top["explain"]["channels"]["lexical"]["rank"] == 0
+    assert len(top["images"]) == 2
+    out["explain"] = [(h["id"], h["score"], h["explain"]) for h in explained.json()["results"]]
+    out["images"] = [(h["id"], h["images"]) for h in explained.json()["results"]]
+    body = {"query": "umbrella", "min_score": -1.0, "top_k": 10, "sort": {"field": "price", "order": "asc"}}
+    by_price = client.post(search, json=body).json()["results"]
+    assert [h["metadata"]["price"] for h in by_price] == sorted(h["metadata"]["price"] for h in by_price)
+    out["sort"] = [(h["id"], h["metadata"]["price"]) for h in by_price]
+    similar = client.post(similar_of, json={"top_k": 5}).json()["results"]
+    out["similar"] = [(h["id"], h["score"]) for h in similar]
+    with open(recs[5]["paths"][1], "rb") as fh:
+        up = client.post(by_photo, files={"file": ("q.png", fh, "image/png")}, data={"top_k": "3"})
+    out["by photo"] = [(h["id"], h["score"]) for h in up.json()["results"]]
+    assert out["by photo"][0][0] == "prod-5"
+    return out
+
+
+def _answers(root: Path, name: str, recs: list[dict], opener: Any = None) -> dict[str, list]:
+    """``product_answers`` of the service on a version, and the second photo of a hit served. ``opener``:
+    the index holder's (the Ray ingress's ``remote_opener``)."""
     server = LiveServer(make_settings(root, index_name=name))
     server.app.state.runtime.index_opener = opener
     with server as live, live.client() as client:
-        queries = [recs[3]["title"], recs[7]["title@de"], "red", "a yellow umbrella", recs[11]["description"]]
-        for q in queries:
-            for mode in ("hybrid", "text", "image"):
-                body = client.post("/v1/search", json={"query": q, "mode": mode, "top_k": 10}).json()
-                assert body["mode"] == mode, body
-                out[f"{mode}:{q}"] = [(h["id"], h["score"], h["match"]) for h in body["results"]]
-        explained = client.post("/v1/search", json={"query": recs[3]["title"], "top_k": 5, "explain": True})
-        top = explained.json()["results"][0]
-        assert top["id"] == "prod-3" and top["explain"]["channels"]["lexical"]["rank"] == 0
-        assert len(top["images"]) == 2
-        out["explain"] = [(h["id"], h["score"], h["explain"]) for h in explained.json()["results"]]
-        body = {
-            "query": "umbrella",
-            "min_score": -1.0,
-            "top_k": 10,
-            "sort": {"field": "price", "order": "asc"},
-        }
-        by_price = client.post("/v1/search", json=body).json()["results"]
-        assert [h["metadata"]["price"] for h in by_price] == sorted(h["metadata"]["price"] for h in by_price)
-        out["sort"] = [(h["id"], h["metadata"]["price"]) for h in by_price]
-        similar = client.post("/v1/items/prod-3/similar", json={"top_k": 5}).json()["results"]
-        out["similar"] = [(h["id"], h["score"]) for h in similar]
-        with open(recs[5]["paths"][1], "rb") as fh:
-            up = client.post(
-                "/v1/search/image", files={"file": ("q.png", fh, "image/png")}, data={"top_k": "3"}
-            )
-        out["by photo"] = [(h["id"], h["score"]) for h in up.json()["results"]]
-        assert out["by photo"][0][0] == "prod-5"
-        second = client.get(top["images"][1])
+        out = product_answers(client, recs)
+        second = client.get(out["images"][0][1][1])
         assert second.status_code == 200 and second.content == Path(recs[3]["paths"][1]).read_bytes()
     return out
 

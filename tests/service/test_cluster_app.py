@@ -1,21 +1,30 @@
 """The Ray Serve application without a cluster: options from settings, the ``serve deploy`` builder
-(``service.cluster.serving:app``) over a sharded version, and the errors a wrong setting or a missing
-index gives before anything starts."""
+(``service.cluster.serving:app``) over a sharded version, the shard deployments of each served index and
+the ingress opening each index over its own, and the errors a wrong setting or a missing index gives
+before anything starts."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from ccrk_cli.main import app as cli
 from ccrk_settings import SettingsError
-from service.cluster.deployments import ClusterOptions, shard_deployment_name
-from service.cluster.serving import app, shard_count_of
+from service.cluster.deployments import ClusterOptions, Ingress, shard_deployment_name
+from service.cluster.remote_index import RemoteShardedIndex
+from service.cluster.serving import app, shard_count_of, shard_counts_of
+from service.cluster.shard import ShardServer
 from store.errors import IndexNotFoundError
+from store.opening import open_version
+from store.reader import IndexVersion
+from store.versions import current_version
 from tests.fixtures import make_settings
-from tests.store.writing import vectors, write_rows
+from tests.store.writing import D, vectors, write_rows
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.serve._private.config")
 
@@ -27,6 +36,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("indexes")
     write_rows(root, NAME, vectors(60, seed=1), [f"p-{i}" for i in range(60)], shard_count=3)
     write_rows(root, "flat", vectors(10, seed=2), [f"f-{i}" for i in range(10)])
+    write_rows(root, "other", vectors(30, seed=3), [f"o-{i}" for i in range(30)], shard_count=2)
     return root
 
 
@@ -85,3 +95,89 @@ def test_serve_on_ray_refuses_a_missing_index_before_starting_ray(root: Path) ->
     assert not ray.is_initialized()
     result = CliRunner().invoke(cli, ["serve", "--engine", "ray", "--shard-replicas", "0"])
     assert result.exit_code == 2 and "--shard-replicas" in result.output
+
+
+def test_every_served_index_has_shard_deployments_of_its_own(root: Path) -> None:
+    """``--index-name sharded,flat,other,missing``: the default index's shards are ``shard-000`` ...,
+    other's ``other-shard-000`` ..., each serving its own index; unsharded and unpublished ones have none."""
+    settings = make_settings(root, index_name=NAME, extra_indexes=["flat", "other", "missing"])
+    assert shard_counts_of(settings) == {NAME: 3, "flat": 0, "other": 2, "missing": 0}
+    built = app({"index_root": str(root), "index_name": NAME, "extra_indexes": "flat,other"})
+    ingress = built._bound_deployment
+    shards, extra = ingress.init_args[1], ingress.init_args[3]
+    assert [s._bound_deployment.name for s in shards] == ["shard-000", "shard-001", "shard-002"]
+    assert list(extra) == ["other"]
+    other = [s._bound_deployment for s in extra["other"]]
+    assert [s.name for s in other] == [shard_deployment_name(i, "other") for i in range(2)]
+    assert [s.name for s in other] == ["other-shard-000", "other-shard-001"]
+    assert [s.init_args for s in other] == [(str(root), "other", i) for i in range(2)]
+
+
+class _Done:
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def result(self, timeout_s: float | None = None) -> object:
+        return self.value
+
+
+class _Handle:
+    """A deployment handle's stand-in: ``handle.method.remote(*args)`` answered by a shard server here."""
+
+    def __init__(self, server: ShardServer) -> None:
+        self.server = server
+
+    def __getattr__(self, method: str) -> Any:
+        server = self.__dict__["server"]
+        return SimpleNamespace(remote=lambda *args: _Done(getattr(server, method)(*args)))
+
+
+def test_the_ingress_opens_each_index_over_its_own_shards(root: Path) -> None:
+    """A sharded extra index is opened over its own deployments (before, every index went to the default
+    index's shards, which have no such version: the extra index never served), and answers as
+    ``ShardedIndex``; an unsharded one is read in the ingress."""
+    settings = make_settings(root, index_name=NAME, extra_indexes=["flat", "other"])
+    servers = {
+        name: [ShardServer(str(root), name, i) for i in range(n)] for name, n in ((NAME, 3), ("other", 2))
+    }
+    handles = {name: [_Handle(s) for s in found] for name, found in servers.items()}
+    ingress = Ingress(settings, handles[NAME], ClusterOptions(), {"other": handles["other"]})
+    opener = ingress._opener((NAME, "flat", "other"))
+    q = np.random.default_rng(0).standard_normal((3, D)).astype(np.float32)
+    for name in (NAME, "other"):
+        version = current_version(root, name)
+        with opener(root, name, version) as remote, open_version(root, name) as local:
+            assert isinstance(remote, RemoteShardedIndex) and len(remote) == len(local)
+            for a, b in zip(remote.search(q, 7), local.search(q, 7), strict=True):
+                np.testing.assert_array_equal(a, b)
+        assert all(s.loaded() == [version] for s in servers[name])
+    with opener(root, "flat", current_version(root, "flat")) as flat:
+        assert isinstance(flat, IndexVersion) and len(flat) == 10
+
+
+def test_the_app_is_deployed_again_when_a_served_index_changes_its_shard_count(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The poll step: the extra index's shard count changed, the app is deployed again for it; nothing
+    changed, or an extra index's version cannot be read a moment (a publish in progress), it is not."""
+    from ray import serve
+
+    from service.cluster import serving
+
+    runs: list[dict[str, int]] = []
+    monkeypatch.setattr(serving, "build_application", lambda settings, counts, options: counts)
+    monkeypatch.setattr(serve, "run", lambda built, **kwargs: runs.append(built))
+    settings = make_settings(root, index_name=NAME, extra_indexes=["flat", "other", "missing"])
+    deployed = {NAME: 3, "flat": 0, "other": 2, "missing": 0}
+    assert serving.redeploy_if_resharded(settings, deployed, ClusterOptions()) == deployed and runs == []
+    assert serving.redeploy_if_resharded(settings, {**deployed, "other": 3}, ClusterOptions()) == deployed
+    assert runs == [deployed]
+    shards_of = serving._shards_of
+
+    def flaky(index_root: Path, name: str) -> int:
+        if name == "other":
+            raise OSError("a publish in progress")
+        return shards_of(index_root, name)
+
+    monkeypatch.setattr(serving, "_shards_of", flaky)
+    assert serving.redeploy_if_resharded(settings, deployed, ClusterOptions()) == deployed and len(runs) == 1

@@ -1,6 +1,9 @@
 """``ccrk serve --engine ray`` on a real Ray cluster of three nodes on this machine: a sharded version served
 by one Ray Serve deployment per shard behind the service's own app as the ingress answers 50 multilingual
-queries over HTTP with the ids `ccrk serve` answers over the same catalogue unsharded; a replica of every
+queries over HTTP with the ids `ccrk serve` answers over the same catalogue unsharded, and a sharded product
+version (several photos per product, text fields), served by the same app as an extra index with shard
+deployments of its own, answers its hybrid, text and image searches, explain and "more like this" as `ccrk
+serve` does over the same products unsharded; a replica of every
 shard killed, and a whole node removed, under load fail no request; a swap under load never mixes versions
 in one answer; ``RemoteShardedIndex`` retries a call whose replica died."""
 
@@ -27,6 +30,8 @@ from store.opening import open_version
 from store.versions import current_version
 from synthetic.synth import SynthConfig, generate_catalogue
 from tests.fixtures import LiveServer, make_settings
+from tests.indexer.test_products_build import _manifest
+from tests.indexer.test_sharded_products import _same, product_answers
 from tests.ray_cluster import NODE_ARGS, loopback_cluster
 
 pytestmark = [
@@ -38,6 +43,9 @@ pytestmark = [
 NAME = "sharded"
 FLAT = "flat"  # the same catalogue, one unsharded version
 SHARDS = 3
+SHOP = "shop"  # a sharded product version (photos and text fields), served beside NAME
+SHOP_FLAT = "shop-flat"  # the same products, unsharded
+SHOP_SHARDS = 2
 QUERIES = [("en", 0), ("de", 5), ("ja", 9), ("fr", 13), ("zh", 21), ("es", 30)]
 
 
@@ -66,6 +74,22 @@ def sharded_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return root, folder
 
 
+@pytest.fixture(scope="module")
+def shop(sharded_root: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    """A 2-shard product version of 20 products (2 photos, a title in two languages and a description
+    each) and an unsharded one of the same products, under the same root: the manifest's rows."""
+    root, folder = sharded_root
+    manifest = _manifest(folder, tmp_path_factory.mktemp("shop"))
+    for name, shards in ((SHOP, SHOP_SHARDS), (SHOP_FLAT, 1)):
+        # No re-rank policy calibration (~1 s a build): its searches are not re-ranked.
+        settings = _build_settings(root, shards=shards).model_copy(
+            update={"text_fields": ["title", "description"], "rerank_policy_queries": 0}
+        )
+        report = build(name, [manifest], settings=settings)
+        assert report.published and report.index_shards == shards
+    return [json.loads(line) for line in manifest.read_text().splitlines()]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -73,9 +97,9 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(sharded_root: tuple[Path, Path]) -> Iterator[tuple[str, Any, Settings]]:
-    """Three Ray nodes on 127.0.0.1, the Serve app of the sharded index on a loopback port: (url, cluster,
-    the app's settings)."""
+def ray_cluster(sharded_root: tuple[Path, Path], shop: list[dict]) -> Iterator[tuple[str, Any, Settings]]:
+    """Three Ray nodes on 127.0.0.1, the Serve app of the sharded index (and of the product index SHOP
+    beside it) on a loopback port: (url, cluster, the app's settings)."""
     from ray import serve
 
     from service.cluster.deployments import ClusterOptions, build_application
@@ -85,12 +109,13 @@ def ray_cluster(sharded_root: tuple[Path, Path]) -> Iterator[tuple[str, Any, Set
             port = _free_port()
             serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
             settings = make_settings(
-                sharded_root[0], index_name=NAME, ray_shard_replicas=3, ray_shard_cpus=0.25,
-                ray_ingress_cpus=0.5, ray_max_replicas_per_node=1,
+                sharded_root[0], index_name=NAME, extra_indexes=[SHOP], ray_shard_replicas=3,
+                ray_shard_cpus=0.25, ray_ingress_cpus=0.5, ray_max_replicas_per_node=1,
             )  # fmt: skip
             options = ClusterOptions.from_settings(settings)
             assert (options.shard_replicas, options.max_replicas_per_node, options.retries) == (3, 1, 2)
-            serve.run(build_application(settings, SHARDS, options), name="ccrk", route_prefix="/")
+            counts = {NAME: SHARDS, SHOP: SHOP_SHARDS}
+            serve.run(build_application(settings, counts, options), name="ccrk", route_prefix="/")
             url = f"http://127.0.0.1:{port}"
             deadline = time.monotonic() + 60
             while True:
@@ -143,6 +168,22 @@ def test_ray_serve_answers_as_ccrk_serve_unsharded(serve_url: str, sharded_root:
         assert client.get(f"/v1/images/{recs[3]['id']}").status_code == 200
     assert len(want) == 100 and all(want) and got == want
     assert want_filtered and got_filtered == want_filtered
+
+
+def test_a_sharded_product_version_served_on_ray_answers_as_ccrk_serve_unsharded(
+    serve_url: str, sharded_root: tuple[Path, Path], shop: list[dict]
+) -> None:
+    """The product index served beside the default one (``/v1/indexes/shop/...``): its shards are their own
+    deployments, its product channels read in the ingress; hybrid, text and image modes (ids, order, match
+    labels, scores), explain, photo links, sort, "more like this" and search by photo answer as `ccrk serve`
+    over the unsharded build of the same products."""
+    root, _ = sharded_root
+    with LiveServer(make_settings(root, index_name=SHOP_FLAT)) as live, live.client() as client:
+        want = product_answers(client, shop)
+    with httpx.Client(base_url=serve_url, timeout=30) as client:
+        got = product_answers(client, shop, prefix=f"/v1/indexes/{SHOP}")
+    assert len(want) == 20 and all(want.values())
+    _same(got, want)
 
 
 class _Died(Exception):
@@ -252,8 +293,8 @@ def test_a_killed_shard_replica_fails_no_request(serve_url: str, sharded_root: t
         victims = [
             a["name"]
             for a in ray.util.list_named_actors(all_namespaces=True)
-            if "SERVE_REPLICA" in a["name"] and "shard-" in a["name"]
-        ]
+            if "SERVE_REPLICA" in a["name"] and a["name"].split("#")[1].startswith("shard-")
+        ]  # the default index's shards (SHOP's deployments are named shop-shard-...)
         killed = {}
         for name in sorted(victims):
             shard = name.split("#")[1]
@@ -292,7 +333,7 @@ def test_a_node_removed_under_load_fails_no_request(
         ingress_nodes = {node for name, node in replicas if INGRESS in name}
         per_shard: dict[str, set[str]] = {}
         for name, node in replicas:
-            if "shard-" in name:
+            if name.split("#")[1].startswith("shard-"):  # the default index's
                 per_shard.setdefault(name.split("#")[1], set()).add(node)
         if len(per_shard) == SHARDS and all(len(nodes) == 3 for nodes in per_shard.values()):
             shard_nodes = set.union(*per_shard.values())
@@ -347,10 +388,11 @@ def test_a_swap_under_load_never_mixes_versions(serve_url: str, sharded_root: tu
 
 
 def test_a_version_with_another_shard_count_is_deployed_again(
-    ray_cluster: tuple[str, Any, Settings], sharded_root: tuple[Path, Path]
+    ray_cluster: tuple[str, Any, Settings], sharded_root: tuple[Path, Path], shop: list[dict]
 ) -> None:
     """A rebuild into 2 shards: the running app (3 shard deployments) keeps serving the old version, the
-    driver's poll step deploys the app again with 2, and the new version serves; no request fails."""
+    driver's poll step deploys the app again with 2, and the new version serves; no request fails. The
+    product index, deployed again with the app, serves too."""
     from service.cluster.deployments import ClusterOptions
     from service.cluster.serving import redeploy_if_resharded
 
@@ -364,8 +406,12 @@ def test_a_version_with_another_shard_count_is_deployed_again(
         time.sleep(1.0)
         assert all(v == before for v, _ in load.seen[-3:])  # the 3-shard app cannot open it: the old one
         options = ClusterOptions.from_settings(settings)
-        assert redeploy_if_resharded(settings, SHARDS, options) == 2
-        assert redeploy_if_resharded(settings, 2, options) == 2  # nothing to do
+        deployed = {NAME: SHARDS, SHOP: SHOP_SHARDS}
+        assert redeploy_if_resharded(settings, deployed, options) == {NAME: 2, SHOP: SHOP_SHARDS}
+        assert redeploy_if_resharded(settings, {NAME: 2, SHOP: SHOP_SHARDS}, options) == {
+            NAME: 2,
+            SHOP: SHOP_SHARDS,
+        }  # nothing to do
         deadline = time.monotonic() + 60
         while not any(v == after for v, _ in load.seen[-3:]):
             assert time.monotonic() < deadline, f"the 2-shard version was not served: {load.errors[:3]}"
@@ -373,3 +419,7 @@ def test_a_version_with_another_shard_count_is_deployed_again(
     assert not load.errors, load.errors[:3]
     assert {v for v, _ in load.seen} == {before, after}
     assert all(len(ids) == 40 for v, ids in load.seen if v == after)
+    body = {"query": shop[3]["title"], "top_k": 3}
+    response = httpx.post(f"{url}/v1/indexes/{SHOP}/search", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    assert response.json()["results"][0]["id"] == "prod-3"
