@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from service.errors import IndexUnavailableError, ReloadFailedError
 from store.errors import IndexFormatError, IndexUnreachableError
@@ -23,6 +24,13 @@ from store.opening import OpenedIndex, open_version
 from store.versions import current_version, version_refused
 
 log = logging.getLogger(__name__)
+
+DEFAULT_IMAGE_BASE = "/v1/images"
+
+
+def image_base_of(name: str, default: str) -> str:
+    """Where the images of served index ``name`` are served, ``default`` being the service's default index."""
+    return DEFAULT_IMAGE_BASE if name == default else f"/v1/indexes/{quote(name, safe='')}/images"
 
 
 def _close_apart(index: OpenedIndex) -> None:
@@ -44,6 +52,8 @@ class Served:
     """One opened version and the count of requests using it."""
 
     index: OpenedIndex  # an IndexVersion, or a ShardedIndex over the shards of a sharded version
+    # Where its hits' images are served (``IndexHolder.image_base``): the links name the index they are of.
+    image_base: str = DEFAULT_IMAGE_BASE
     loaded_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     leases: int = 0
     retired: bool = False
@@ -83,9 +93,14 @@ class IndexHolder:
         on_failure: Callable[[str], None] | None = None,
         on_load: Callable[[Served], None] | None = None,
         opener: Callable[..., OpenedIndex] | None = None,
+        image_base: str = DEFAULT_IMAGE_BASE,
     ) -> None:
         self.root = root
         self.name = name
+        # The route its versions' images are served at: ``/v1/images`` for the default index, ``/v1/indexes/
+        # {name}/images`` for another served one (a link to the default's route answered 404, or another
+        # shop's photo of the same id).
+        self.image_base = image_base
         self.expect_fingerprint = expect_fingerprint
         self._on_swap = on_swap or (lambda served: None)
         self._on_failure = on_failure or (lambda message: None)
@@ -172,7 +187,7 @@ class IndexHolder:
                 log.error("%s; still serving %s", message, served.version if served else "nothing")
                 self._on_failure(message)
                 raise ReloadFailedError(message) from exc
-            fresh = Served(index)
+            fresh = Served(index, image_base=self.image_base)
             self._on_load(fresh)
             with self._lock:
                 old, self._served = self._served, fresh

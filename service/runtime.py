@@ -25,7 +25,7 @@ from model.runtime import Int8Limits, load_encoder
 from service.cache import Cache
 from service.errors import IndexUnavailableError, NotFoundError, RateLimitedError, ReloadFailedError
 from service.hugepages import advise_huge_pages
-from service.index_holder import IndexHolder, Served
+from service.index_holder import IndexHolder, Served, image_base_of
 from service.keys import KeyRecord, KeyRing
 from service.language import LanguageDetector
 from service.metrics import Metrics
@@ -299,6 +299,7 @@ class Runtime:
                 on_failure=self._on_failure,
                 on_load=self._on_load,
                 opener=self.index_opener,
+                image_base=image_base_of(name, s.index_name),
             )
         self._pipeline = SearchPipeline(
             encoder=encoder,

@@ -59,8 +59,9 @@ def channels_of(served: Served) -> ProductChannels | None:
     return getattr(served.index, "products", None)
 
 
-def photo_url(item_id: str, photo: int) -> str:
-    base = image_url(item_id)
+def photo_url(item_id: str, photo: int, base: str) -> str:
+    """The link of a product's ``photo``-th image, under its index's image route ``base``."""
+    base = image_url(item_id, base)
     if photo <= 0:
         return base
     return f"{base}{'&' if '?' in base else '?'}photo={photo}"
@@ -236,6 +237,7 @@ class HybridRanker:
             fusion,
             group,
             explain,
+            served.image_base,
         )
         label = label_of(top, params) if top is not None else None
         return HybridPage(hits, label, params, search_s, rerank_s, head)
@@ -279,6 +281,7 @@ class HybridRanker:
         fusion: FusionModel | None,
         group: str,
         explain: bool,
+        image_base: str,
     ) -> list[SearchHit]:
         rows = [int(cands.rows[i]) for i in chosen]
         photos = channels.photo_paths(rows)
@@ -299,8 +302,8 @@ class HybridRanker:
                 rank=offset + n,
                 match=label_of(float(quality[i]), params),
                 metadata=item,
-                image_url=photo_url(item_id, photo),
-                images=[photo_url(item_id, k) for k in range(count)],
+                image_url=photo_url(item_id, photo, image_base),
+                images=[photo_url(item_id, k, image_base) for k in range(count)],
             )
             if explain:
                 dense = texts.get(int(cands.text[i]))
@@ -320,7 +323,7 @@ class HybridRanker:
                     text=dense[2] if dense else None,
                     lexical_field=lexical[0] if lexical else None,
                     terms=cands.matched_terms(i),
-                    image_url=photo_url(item_id, photo),
+                    image_url=photo_url(item_id, photo, image_base),
                     centroid=float(cands.features[i, CENTROID])
                     if channels.text_sum_norms is not None and cands.text[i] >= 0
                     else None,
@@ -364,8 +367,10 @@ class HybridRanker:
                     score=float(found.scores[page][n]),
                     rank=offset + n,
                     metadata=item,
-                    image_url=photo_url(item_id, photo),
-                    images=[photo_url(item_id, k) for k in range(len(photos.get(row, [])) or 1)],
+                    image_url=photo_url(item_id, photo, served.image_base),
+                    images=[
+                        photo_url(item_id, k, served.image_base) for k in range(len(photos.get(row, [])) or 1)
+                    ],
                 )
             )
         return hits, search_s

@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from service.index_holder import Served
+from service.index_holder import DEFAULT_IMAGE_BASE, Served
 from service.schemas import (
     ConsistencyResponse,
     ImageSearchResponse,
@@ -31,17 +31,18 @@ from store.hybrid import GroupParams
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_.~-]+")
 
 
-def image_url(item_id: str) -> str:
-    """Where a result's image is served: ``/v1/images/{id}``, or ``/v1/images?id=...`` for an id with a line
-    break (a URL path cannot match one: it got a link that answered 404) and for ``.`` and ``..`` (clients
-    remove such path segments: the link answered 422)."""
+def image_url(item_id: str, base: str = DEFAULT_IMAGE_BASE) -> str:
+    """Where a result's image is served: ``{base}/{id}``, or ``{base}?id=...`` for an id with a line break (a
+    URL path cannot match one: it got a link that answered 404) and for ``.`` and ``..`` (clients remove such
+    path segments: the link answered 422). ``base``: the image route of the hit's index
+    (``Served.image_base``: ``/v1/images`` for the default index)."""
     if item_id in (".", ".."):
-        return f"/v1/images?id={item_id}"
+        return f"{base}?id={item_id}"
     if _PLAIN_ID.fullmatch(item_id):
-        return f"/v1/images/{item_id}"
+        return f"{base}/{item_id}"
     if "\n" in item_id or "\r" in item_id:
-        return f"/v1/images?id={quote(item_id, safe='')}"
-    return f"/v1/images/{quote(item_id, safe='')}"
+        return f"{base}?id={quote(item_id, safe='')}"
+    return f"{base}/{quote(item_id, safe='')}"
 
 
 def ms(seconds: float) -> float:
@@ -73,7 +74,7 @@ class ResponseBuilder:
                     rerank_score=rerank_score,
                     rank=ranked.first_rank + n,
                     metadata=item,
-                    image_url=image_url(item_id),
+                    image_url=image_url(item_id, served.image_base),
                 )
             )
         return hits

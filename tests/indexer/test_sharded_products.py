@@ -39,10 +39,16 @@ from tests.indexer.test_products_build import PRODUCTS, _manifest
 def product_answers(client: Any, recs: list[dict], prefix: str = "") -> dict[str, list]:
     """What a service answers on a product version: (id, score[, match]) per hit, per request (hybrid, text
     and image modes, explain, sort, "more like this", search by photo). ``prefix``: the served index's
-    routes (``/v1/indexes/NAME``), else the default index's."""
+    routes (``/v1/indexes/NAME``), else the default index's. Photo links are checked to name the index's
+    image route and kept relative to it (the same answers from another index's routes compare equal)."""
     search, by_photo = (
         (f"{prefix}/search", f"{prefix}/search/image") if prefix else ("/v1/search", "/v1/search/image")
     )
+    base = f"{prefix}/images" if prefix else "/v1/images"
+
+    def relative(link: str) -> str:
+        assert link.startswith(base + "/") or link.startswith(base + "?"), (link, base)
+        return link[len(base) :]
     similar_of = f"{prefix or '/v1'}/items/prod-3/similar"
     out: dict[str, list] = {}
     queries = [recs[3]["title"], recs[7]["title@de"], "red", "a yellow umbrella", recs[11]["description"]]
@@ -55,8 +61,11 @@ def product_answers(client: Any, recs: list[dict], prefix: str = "") -> dict[str
     top = explained.json()["results"][0]
     assert top["id"] == "prod-3" and top["explain"]["channels"]["lexical"]["rank"] == 0
     assert len(top["images"]) == 2
-    out["explain"] = [(h["id"], h["score"], h["explain"]) for h in explained.json()["results"]]
-    out["images"] = [(h["id"], h["images"]) for h in explained.json()["results"]]
+    hits = explained.json()["results"]
+    for h in hits:
+        h["explain"]["image_url"] = relative(h["explain"]["image_url"])
+    out["explain"] = [(h["id"], h["score"], h["explain"]) for h in hits]
+    out["images"] = [(h["id"], relative(h["image_url"]), [relative(u) for u in h["images"]]) for h in hits]
     body = {"query": "umbrella", "min_score": -1.0, "top_k": 10, "sort": {"field": "price", "order": "asc"}}
     by_price = client.post(search, json=body).json()["results"]
     assert [h["metadata"]["price"] for h in by_price] == sorted(h["metadata"]["price"] for h in by_price)
@@ -77,7 +86,7 @@ def _answers(root: Path, name: str, recs: list[dict], opener: Any = None) -> dic
     server.app.state.runtime.index_opener = opener
     with server as live, live.client() as client:
         out = product_answers(client, recs)
-        second = client.get(out["images"][0][1][1])
+        second = client.get("/v1/images" + out["images"][0][2][1])
         assert second.status_code == 200 and second.content == Path(recs[3]["paths"][1]).read_bytes()
     return out
 

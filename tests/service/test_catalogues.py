@@ -84,6 +84,27 @@ def test_each_index_answers_from_its_own_items(three: LiveServer, catalogue: Cat
             assert f'ccrk_catalogue_items{{index="{name}"}} {float(len(rows))}' in metrics
 
 
+def test_each_indexs_hits_link_to_its_own_images(three: LiveServer, catalogue: Catalogue) -> None:
+    """A hit of an extra index links to that index's image route (a link to ``/v1/images`` answered 404 for
+    its ids, or another shop's photo of the same id), which serves the item's file and thumbnails."""
+    ids = catalogue.ids()
+    with three.client() as client:
+        for name, base in (("shop", "/v1/images"), ("shopb", "/v1/indexes/shopb/images")):
+            rows = SHOPS[name]
+            body = client.post(f"/v1/indexes/{name}/search", json={"query": "a bag", "top_k": 3}).json()
+            for hit in body["results"]:
+                assert hit["image_url"] == f"{base}/{hit['id']}"
+                record = catalogue.records[ids.index(hit["id"])]
+                got = client.get(hit["image_url"])
+                assert got.status_code == 200 and got.content == record.image.read_bytes()
+                assert client.get(f"{base}?id={hit['id']}").content == got.content
+                thumb = client.get(hit["image_url"], params={"size": 32})
+                assert thumb.status_code == 200 and thumb.headers["content-type"] == "image/jpeg"
+            if name != "shop":  # its items are unknown to the default index's route
+                assert client.get(f"/v1/images/{ids[rows[0]]}").status_code == 404
+        assert client.get(f"/v1/indexes/nope/images/{ids[0]}").status_code == 404
+
+
 def test_a_new_version_of_an_extra_index_is_swapped_in(
     three: LiveServer, root: Path, catalogue: Catalogue
 ) -> None:

@@ -182,6 +182,9 @@ def test_a_sharded_product_version_served_on_ray_answers_as_ccrk_serve_unsharded
         want = product_answers(client, shop)
     with httpx.Client(base_url=serve_url, timeout=30) as client:
         got = product_answers(client, shop, prefix=f"/v1/indexes/{SHOP}")
+        # A hit's second photo, through the product index's own image route on the cluster.
+        second = client.get(f"/v1/indexes/{SHOP}/images" + got["images"][0][2][1])
+        assert second.status_code == 200 and second.content == Path(shop[3]["paths"][1]).read_bytes()
     assert len(want) == 20 and all(want.values())
     _same(got, want)
 

@@ -1,15 +1,19 @@
 """Every served index by name (``ccrk serve --index-name a,b,c``): ``/v1/indexes/{name}/search``,
-``/search/image`` and ``/items/{id}/similar``, the same handlers as the default index's unprefixed routes.
-An API key restricted to other indexes gets 403 here (``service.api.deps.search_caller``)."""
+``/search/image``, ``/items/{id}/similar`` and ``/images/{id}``, the same handlers as the default index's
+unprefixed routes. An API key restricted to other indexes gets 403 on the searches
+(``service.api.deps.search_caller``); images are public, as ``/v1/images`` is (a shop shows them on its
+pages), and the hits of an index link to its own image route (``service.index_holder.image_base_of``)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi import Path as PathParam
 
 from service.api.deps import ExpensiveCallerDep, RuntimeDep, SearchCallerDep
+from service.api.routes.images import IMAGE_RESPONSES, Photo, Size, image_response
+from service.api.routes.images import ItemId as ImageItemId
 from service.api.routes.items import JSON_BODY_LIMIT as SIMILAR_BODY_LIMIT
 from service.api.routes.items import RESPONSES as SIMILAR_RESPONSES
 from service.api.routes.items import ItemId, similar_items
@@ -79,3 +83,24 @@ async def similar(
 ) -> Response:
     """Items like an indexed one, in one served index (as ``/v1/items/{id}/similar``)."""
     return await similar_items(runtime.catalogue(name), runtime, caller, item_id, body)
+
+
+@router.get("/images", response_class=Response, responses={**IMAGE_RESPONSES, **NOT_SERVED})
+async def get_image_by_query(
+    name: IndexName,
+    item_id: Annotated[str, Query(alias="id", min_length=1)],
+    runtime: RuntimeDep,
+    size: Size = None,
+    photo: Photo = 0,
+) -> Response:
+    """An item's image in one served index, for any id (as ``/v1/images?id=``)."""
+    return await image_response(runtime.catalogue(name), item_id, size, photo)
+
+
+@router.get("/images/{item_id:path}", response_class=Response, responses={**IMAGE_RESPONSES, **NOT_SERVED})
+async def get_image(
+    name: IndexName, item_id: ImageItemId, runtime: RuntimeDep, size: Size = None, photo: Photo = 0
+) -> Response:
+    """An item's image (a product's ``photo``-th) in one served index, or a JPEG thumbnail of it when
+    ``size`` is given (as ``/v1/images/{id}``)."""
+    return await image_response(runtime.catalogue(name), item_id, size, photo)

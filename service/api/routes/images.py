@@ -14,7 +14,7 @@ from starlette.types import Receive, Scope, Send
 
 from service.api.deps import RuntimeDep
 from service.item_images import ItemFile
-from service.runtime import Runtime
+from service.search.facade import SearchFacade
 
 router = APIRouter(prefix="/v1/images", tags=["images"])
 CACHE_CONTROL = {"Cache-Control": "public, max-age=3600"}
@@ -65,10 +65,11 @@ class OpenedFileResponse(Response):
             file.close()
 
 
-async def _image(item_id: str, runtime: Runtime, size: int | None, photo: int = 0) -> Response:
+async def image_response(facade: SearchFacade, item_id: str, size: int | None, photo: int = 0) -> Response:
+    """An item's image file, or its JPEG thumbnail when ``size`` is given, from one served index."""
     if size is None:
-        return OpenedFileResponse(await runtime.search.image_file(item_id, photo), headers=CACHE_CONTROL)
-    data = await runtime.search.thumbnail(item_id, size, photo)
+        return OpenedFileResponse(await facade.image_file(item_id, photo), headers=CACHE_CONTROL)
+    data = await facade.thumbnail(item_id, size, photo)
     return Response(data, media_type="image/jpeg", headers=CACHE_CONTROL)
 
 
@@ -87,11 +88,11 @@ async def get_image_by_query(
 ) -> Response:
     """The same as ``/v1/images/{id}`` for any id: a path segment cannot hold a line break, and ``.`` or
     ``..`` as a segment is removed by clients; a query can (search results link here for such ids)."""
-    return await _image(item_id, runtime, size, photo)
+    return await image_response(runtime.search, item_id, size, photo)
 
 
 @router.get("/{item_id:path}", response_class=Response, responses=IMAGE_RESPONSES)
 async def get_image(item_id: ItemId, runtime: RuntimeDep, size: Size = None, photo: Photo = 0) -> Response:
     """The catalogue image of an item (a product's ``photo``-th), or a JPEG thumbnail of it when ``size`` is
     given."""
-    return await _image(item_id, runtime, size, photo)
+    return await image_response(runtime.search, item_id, size, photo)
