@@ -49,6 +49,7 @@ def product_answers(client: Any, recs: list[dict], prefix: str = "") -> dict[str
     def relative(link: str) -> str:
         assert link.startswith(base + "/") or link.startswith(base + "?"), (link, base)
         return link[len(base) :]
+
     similar_of = f"{prefix or '/v1'}/items/prod-3/similar"
     out: dict[str, list] = {}
     queries = [recs[3]["title"], recs[7]["title@de"], "red", "a yellow umbrella", recs[11]["description"]]
