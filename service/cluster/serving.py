@@ -91,9 +91,9 @@ def redeploy_if_resharded(
     except (OSError, IndexFormatError) as exc:  # a publish in progress, a vanished index: keep serving
         log.warning("cannot read the current version of %s: %s", settings.index_name, exc)
         return dict(deployed)
-    # Only a deployed index's count triggers (one that appeared under the root since, for `*`, is served by
-    # the ingress replicas started after the next deploy, as `ccrk serve --all` serves those at its start).
-    if all(counts.get(name, 0) == count for name, count in deployed.items()):
+    # An index that appeared under the root since (`*`) and is sharded triggers too: an ingress replica
+    # started later (a restart) lists the root itself and would serve it over no shard deployments (503).
+    if all(counts.get(name, 0) == deployed.get(name, 0) for name in {*counts, *deployed}):
         return dict(deployed)
     log.info(
         "CURRENT names other shard counts (%s) than the app's (%s): deploying it again", counts, deployed

@@ -55,6 +55,12 @@ CONFIDENT = 0.9  # below this detection confidence a query is analysed for each 
 LABEL_ORDER: dict[MatchLabel | None, int] = {None: -1, "none": 0, "weak": 1, "strong": 2}
 
 
+def is_certain(language: LanguageInfo) -> bool:
+    """Whether a query's language is known (hinted, or detected at ``CONFIDENT``): an uncertain one is
+    analysed for each likely language and labelled by the better of two groups (``HybridRanker.text``)."""
+    return language.source == "hint" or language.confidence >= CONFIDENT
+
+
 def channels_of(served: Served) -> ProductChannels | None:
     return getattr(served.index, "products", None)
 
@@ -160,7 +166,7 @@ class HybridRanker:
         start = time.perf_counter()
         fusion = self.fusion(channels)
         lang = language.code if language.code != "und" else None
-        certain = language.source == "hint" or language.confidence >= CONFIDENT
+        certain = is_certain(language)
         catalogue = fusion.languages if fusion else []
         readings = [analyze(text, lang)] if certain else readings_of(text, [lang, *catalogue])
         terms = union_of(readings)
@@ -201,8 +207,10 @@ class HybridRanker:
         else:
             quality = match_scores(cands, params, mode, scores) if params is not None else scores
         top = query_match_score(cands, quality, order, params)
-        if not certain and fusion is not None and params is not None and group != OTHER:
-            params, quality, top = self._uncertain_labels(fusion, cands, mode, order, params, quality, top)
+        if not certain and fusion is not None and mode != "image" and group != OTHER:
+            params, quality, top = self._uncertain_labels(
+                fusion, cands, mode, group, order, params, quality, top
+            )
         cut = "weak" if (sort is not None and min_score == "auto") else min_score
         ordered = order
         if cut in ("weak", "strong") and params is not None and params.none_below is not None:
@@ -247,19 +255,31 @@ class HybridRanker:
         fusion: FusionModel,
         cands: Candidates,
         mode: str,
+        group: str,
         order: np.ndarray,
-        params: GroupParams,
+        params: GroupParams | None,
         quality: np.ndarray,
         top: float | None,
-    ) -> tuple[GroupParams, np.ndarray, float | None]:
+    ) -> tuple[GroupParams | None, np.ndarray, float | None]:
         """The labelling of a query whose language is uncertain and read as one the shop writes in: it may be
         in a language the shop does not write, whose labels were calibrated apart (group ``other``), so it is
         labelled by whichever of the two finds the better match, as it is analysed for each likely language.
         (On the shared grocery catalogue "courgette" and "sojayoghurt", read as English at confidence
         0.13-0.25, were labelled none by the English labels and weak by the others.) The ranking stays the
-        detected language's. Returns the thresholds, the candidates' match scores and the query's."""
+        detected language's. Only match models' probabilities are compared (one scale; a version without
+        them labels by each group's fused score, which another group's thresholds do not read), and only
+        between calibrated groups (where the detected one labels nothing, an uncertain query does not either).
+        Returns the thresholds, the candidates' match scores and the query's."""
         alt = fusion.params(mode, OTHER)
-        if alt is params or alt.none_below is None or top is None:
+        if (
+            params is None
+            or params is not fusion.params(mode, group)  # labels of another kind (the photos' cosines)
+            or alt is params
+            or top is None
+            or not (params.match and alt.match)
+            or params.none_below is None
+            or alt.none_below is None
+        ):
             return params, quality, top
         alt_quality = match_scores(cands, alt, mode, fusion.score(cands, mode, OTHER))
         alt_top = query_match_score(cands, alt_quality, order, alt)

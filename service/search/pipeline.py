@@ -39,7 +39,7 @@ from service.schemas import (
     SimilarRequest,
 )
 from service.search.filters import SearchFilters, allowed_rows
-from service.search.hybrid import HybridRanker, channels_of
+from service.search.hybrid import HybridRanker, channels_of, is_certain
 from service.search.query import digest, normalise_query
 from service.search.ranking import Ranked, Ranker, RerankPolicyName
 from service.search.responses import ResponseBuilder, since_ms
@@ -306,6 +306,7 @@ class SearchPipeline:
         return digest(
             [
                 served.version,
+                served.image_base,  # the hits' links: a version may be served as another process's default
                 self.model_fingerprint,  # of the query side: a language added to the model changes it
                 text,
                 request.top_k,
@@ -316,6 +317,7 @@ class SearchPipeline:
                 self.ranker.rerank_policy if rerank else None,  # and another policy re-ranks fewer
                 None if filters is None else filters.plain,
                 language.code,  # match labels are calibrated per language
+                is_certain(language),  # an uncertain one's labels may be another group's (products)
                 request.min_score,
                 request.mode,
                 request.explain,

@@ -172,6 +172,11 @@ def test_the_app_is_deployed_again_when_a_served_index_changes_its_shard_count(
     assert serving.redeploy_if_resharded(settings, deployed, ClusterOptions()) == deployed and runs == []
     assert serving.redeploy_if_resharded(settings, {**deployed, "other": 3}, ClusterOptions()) == deployed
     assert runs == [deployed]
+    # A sharded index that appeared under the root since the deploy (served as `*`) is deployed too.
+    assert serving.redeploy_if_resharded(settings, {NAME: 3, "flat": 0, "missing": 0}, ClusterOptions()) == (
+        deployed
+    )
+    assert runs == [deployed, deployed]
     shards_of = serving._shards_of
 
     def flaky(index_root: Path, name: str) -> int:
@@ -180,4 +185,4 @@ def test_the_app_is_deployed_again_when_a_served_index_changes_its_shard_count(
         return shards_of(index_root, name)
 
     monkeypatch.setattr(serving, "_shards_of", flaky)
-    assert serving.redeploy_if_resharded(settings, deployed, ClusterOptions()) == deployed and len(runs) == 1
+    assert serving.redeploy_if_resharded(settings, deployed, ClusterOptions()) == deployed and len(runs) == 2

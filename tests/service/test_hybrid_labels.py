@@ -1,61 +1,127 @@
-"""Match labels of a hybrid query whose language is uncertain (``service.search.hybrid.HybridRanker``)."""
+"""Match labels of a hybrid query whose language is uncertain (``service.search.hybrid.HybridRanker.text``):
+read as a language the shop writes in at a detection confidence under ``CONFIDENT``, a query is labelled by
+whichever of its group's and the ``other`` group's match models finds the better match; a hinted or certain
+language, image mode's cosine labels, an uncalibrated group and a version without match models keep their
+own labels. The channels are stubbed (``gather`` returns fixed candidates): what is checked is labelling."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import numpy as np
+import pytest
 
-from service.search.hybrid import HybridRanker, label_of
-from store.hybrid import FEATURES, MATCH_FEATURES, OTHER, Candidates, FusionModel, GroupParams, match_scores
+from service.schemas import LanguageInfo
+from service.search import hybrid
+from store.hybrid import FEATURES, MATCH_FEATURES, OTHER, Candidates, FusionModel, GroupParams
+
+N = 4
+UNSURE = LanguageInfo(code="en", confidence=0.2, source="detected", supported=True)
+SURE = LanguageInfo(code="en", confidence=0.95, source="detected", supported=True)
+HINTED = LanguageInfo(code="en", confidence=1.0, source="hint", supported=True)
+FOREIGN = LanguageInfo(code="fr", confidence=0.2, source="detected", supported=True)
 
 
-def _params(bias: float, none_below: float | None = 0.5) -> GroupParams:
-    """A group whose match model ignores the features: every candidate's probability is sigmoid(bias)."""
+def _params(bias: float | None, *, text: bool = False, none_below: float | None = 0.5) -> GroupParams:
+    """A group whose match model ignores the features: every candidate's probability is sigmoid(bias);
+    ``bias`` None: no match model (labels read the fused score, as versions fitted before match models)."""
+    match_features = [f for f in MATCH_FEATURES if not (text and f == "image")]
     return GroupParams(
-        weights=[0.2] * len(FEATURES),
+        weights=[0.2] * (len(FEATURES) - (1 if text else 0)),
         none_below=none_below,
         strong_from=0.8,
-        match=[0.0] * len(MATCH_FEATURES) + [bias],
+        match=[] if bias is None else [0.0] * len(match_features) + [bias],
         features=list(FEATURES),
         match_features=list(MATCH_FEATURES),
         match_over="any",
     )
 
 
-def _candidates(n: int = 3) -> Candidates:
-    rng = np.random.default_rng(0)
-    return Candidates(
-        rows=np.arange(n, dtype=np.int64),
-        features=rng.random((n, len(FEATURES))).astype(np.float32),
-        ranks=np.tile(np.arange(n, dtype=np.int64)[:, None], (1, 3)),
-        photo=np.zeros(n, np.int64),
-        text=np.zeros(n, np.int64),
-        lexical=np.full(n, -1, np.int64),
+def _fusion(
+    english: float | None, other: float | None, *, english_none_below: float | None = 0.5
+) -> FusionModel:
+    return FusionModel(
+        "weighted",
+        {"en": _params(english, none_below=english_none_below), OTHER: _params(other)},
+        {"en": _params(english, text=True, none_below=english_none_below), OTHER: _params(other, text=True)},
+        ["en"],
     )
 
 
-def _labels(english: GroupParams, other: GroupParams) -> tuple[GroupParams, np.ndarray, float | None]:
-    fusion = FusionModel("weighted", {"en": english, OTHER: other}, {}, ["en"])
-    cands = _candidates()
-    scores = fusion.score(cands, "hybrid", "en")
-    quality = match_scores(cands, english, "hybrid", scores)
-    order = np.argsort(-scores, kind="stable")
-    return HybridRanker._uncertain_labels(
-        fusion, cands, "hybrid", order, english, quality, float(quality.max())
-    )
+class _Channels(SimpleNamespace):
+    __hash__ = object.__hash__  # the ranker keeps each version's fusion model by its channels (weakly)
+    __eq__ = object.__eq__
 
 
-def test_an_uncertain_query_takes_the_other_groups_better_label() -> None:
-    english, other = _params(bias=-2.0), _params(bias=0.5)  # probabilities 0.12 (none) and 0.62 (weak)
-    params, quality, top = _labels(english, other)
-    assert params is other
-    assert top is not None and abs(top - 1 / (1 + np.exp(-0.5))) < 1e-6
-    np.testing.assert_allclose(quality, np.full(3, 1 / (1 + np.exp(-0.5))), rtol=1e-6)
-    assert label_of(top, params) == "weak"
+@pytest.fixture
+def ask(monkeypatch: pytest.MonkeyPatch) -> Any:
+    features = np.random.default_rng(0).random((N, len(FEATURES))).astype(np.float32)
+
+    def gather(*args: Any, use_text: bool = True, **kwargs: Any) -> Candidates:
+        f = features.copy()
+        if not use_text:
+            f[:, 1:] = 0.0
+        return Candidates(
+            rows=np.arange(N, dtype=np.int64),
+            features=f,
+            ranks=np.tile(np.arange(N, dtype=np.int64)[:, None], (1, 3)),
+            photo=np.zeros(N, np.int64),
+            text=np.zeros(N, np.int64),
+            lexical=np.full(N, -1, np.int64),
+        )
+
+    monkeypatch.setattr(hybrid, "gather", gather)
+
+    def run(
+        fusion: FusionModel, language: LanguageInfo, mode: str = "hybrid", min_score: Any = "auto"
+    ) -> tuple[Any, list[Any], float | None]:
+        channels = _Channels(
+            info=SimpleNamespace(fusion=fusion.to_dict()),
+            photo_paths=lambda rows: {},
+            texts_of=lambda ids: {},
+            photo_index_of=lambda i: 0,
+            text_sum_norms=None,
+        )
+        served = SimpleNamespace(
+            index=SimpleNamespace(total_rows=N),
+            items=lambda rows: [{"id": f"i{r}"} for r in rows],
+            image_base="/v1/images",
+        )
+        page = hybrid.HybridRanker().text(
+            served, channels, np.zeros(8, np.float32), "courgette", language, mode=mode, top_k=10, offset=0,
+            allowed_rows=None, min_score=min_score, sort=None, explain=False, cosine_labels=(0.99, 0.995),
+        )  # fmt: skip
+        thresholds = page.thresholds.none_below if page.thresholds is not None else None
+        return page.label, [h.match for h in page.hits], thresholds
+
+    return run
 
 
-def test_the_detected_languages_labels_stay_when_the_other_group_is_no_better() -> None:
-    english, other = _params(bias=0.4), _params(bias=0.6)  # both weak: no reason to leave the detected one
-    params, _, top = _labels(english, other)
-    assert params is english and top is not None and abs(top - 1 / (1 + np.exp(-0.4))) < 1e-6
-    english, other = _params(bias=-2.0), _params(bias=0.5, none_below=None)  # nothing calibrated there
-    assert _labels(english, other)[0] is english
+def test_an_uncertain_query_takes_the_other_groups_better_label(ask: Any) -> None:
+    fusion = _fusion(english=-2.0, other=0.5)  # probabilities 0.12 (none) and 0.62 (weak)
+    for mode in ("hybrid", "text"):
+        assert ask(fusion, UNSURE, mode) == ("weak", ["weak"] * N, 0.5)
+        for language in (HINTED, SURE):  # a known language keeps its own labels
+            assert ask(fusion, language, mode) == ("none", ["none"] * N, 0.5)
+        # The cut follows the labels: "weak" keeps the hits the other group labels weak.
+        assert len(ask(fusion, UNSURE, mode, "weak")[1]) == N and ask(fusion, HINTED, mode, "weak")[1] == []
+
+
+def test_labels_stay_where_the_other_group_is_no_better_or_does_not_apply(ask: Any) -> None:
+    both_weak = _fusion(english=0.4, other=0.6)
+    assert ask(both_weak, UNSURE) == ask(both_weak, HINTED) == ("weak", ["weak"] * N, 0.5)
+    fusion = _fusion(english=-2.0, other=0.5)
+    # Image mode labels by the photos' cosines (none below 0.99): the hybrid match models do not apply.
+    assert ask(fusion, UNSURE, "image") == ask(fusion, HINTED, "image") == ("none", ["none"] * N, 0.99)
+    # Read as a language the shop does not write: already the other group's labels.
+    assert ask(fusion, FOREIGN) == ("weak", ["weak"] * N, 0.5)
+    # The detected group labels nothing: neither does an uncertain query (no cut either).
+    uncalibrated = _fusion(english=-2.0, other=-1.0, english_none_below=None)
+    assert ask(uncalibrated, UNSURE, "text", "weak") == ask(uncalibrated, HINTED, "text", "weak")
+    assert ask(uncalibrated, UNSURE, "text", "weak")[0] is None
+    # No match models (labels read each group's fused score, on scales of their own): nothing compared.
+    legacy = _fusion(english=None, other=None)
+    legacy.hybrid[OTHER].bias = legacy.text[OTHER].bias = 5.0  # the other group's fused scores: all strong
+    assert ask(legacy, UNSURE) == ask(legacy, HINTED)
+    assert "strong" not in ask(legacy, UNSURE)[1]
