@@ -24,6 +24,8 @@ also holds, beside them (all written through ``ProductChannelsWriter``, read thr
     text_sum_norms.npy       (P,) float32 the norm of the sum of each product's text embeddings: the
                              centroid feature's divisor (``store.product_vectors.sum_norms``; written since
                              27 Nov 2026 (session 13); a version without it has no centroid feature)
+    photo_digests.npy, ...   what a rebuild reuses photos and text values by (``store.product_reuse``;
+                             written since 27 Nov 2026, session 14)
 
 Products format 1 (written before tantivy, still served) keeps the lexical index in ``products.sqlite`` as
 an FTS5 table ``lexical`` (rowid = text row, its ``terms`` column the analysed terms) instead.
@@ -132,17 +134,23 @@ class PhotoRows:
     paths: list[str]
     embeds: np.ndarray  # (M, D) float32
     visual: np.ndarray | None = None  # (M, V) float32
+    # The files' content digests and stats when hashed (``store.product_reuse``); None: not known.
+    digests: np.ndarray | None = None  # (M, 16) uint8
+    stats: np.ndarray | None = None  # (M, 5) int64
 
     def extended(self, more: PhotoRows) -> PhotoRows:
         """These photos, then ``more`` (whose owners must come after these')."""
-        visual = None
-        if self.visual is not None and more.visual is not None:
-            visual = np.concatenate([self.visual, more.visual])
+
+        def both(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None or b is None else np.concatenate([a, b])
+
         return PhotoRows(
             np.concatenate([self.owners, more.owners]),
             [*self.paths, *more.paths],
             np.concatenate([self.embeds, more.embeds]),
-            visual,
+            both(self.visual, more.visual),
+            both(self.digests, more.digests),
+            both(self.stats, more.stats),
         )
 
 
