@@ -167,7 +167,11 @@ def build(
             root, name, items, rkey, why_not=reuse_off(items, settings, force), stats=file_stats
         )
         # The parent's product channels likewise: photos and text values whose stored vectors are reused.
-        products = open_parent(root, name, rkey, force=force) if wants_products(items, settings) else None
+        products = (
+            open_parent(root, name, rkey, force=force, live=reuse.live)
+            if wants_products(items, settings)
+            else None
+        )
         to_encode = [items[i] for i in reuse.to_encode]
         work_key = (
             key

@@ -9,6 +9,9 @@ checksums); only the others are encoded (``indexer.products``).
                     read again) and where its vectors come from: the parent's channels, the build's own main
                     shards (a first photo encoded by this build), or the photo encoding pass
     reused_texts    each text value's stored row (or -1), checked
+    inputs_key      a key of everything the channels are written, tuned and calibrated from: a rebuild whose
+                    key is CURRENT's takes CURRENT's channels over whole (hard links; a metadata-only change,
+                    or files touched), as the main rows' arrays and index are
 
 The counts go into the build report (``report_products``), as ``indexer.incremental.report_reuse`` does for
 the main rows.
@@ -16,6 +19,8 @@ the main rows.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +34,7 @@ from store.errors import IndexFormatError
 from store.layout import MANIFEST_FILE, index_dir
 from store.manifest import IndexManifest
 from store.product_reuse import StoredProductVectors, TextKey
+from store.products import PRODUCTS_FORMAT, PhotoRows, ProductInfo, TextRows
 from store.reuse import DIGEST_BYTES
 from store.versions import current_version
 
@@ -43,6 +49,7 @@ class ProductReuse:
     stored: StoredProductVectors | None
     why_not: str = ""
     parent_version: str | None = None
+    parent_rows: dict[str, int] = field(default_factory=dict)  # CURRENT's live ids: their (global) rows
     photos_reused: int = 0
     photos_encoded: int = 0
     texts_reused: int = 0
@@ -54,8 +61,12 @@ class ProductReuse:
             self.stored.close()
 
 
-def open_parent(root: Path, name: str, key: str, *, force: bool) -> ProductReuse:
-    """CURRENT's product channels of index ``name`` as reusable vectors under reuse key ``key``."""
+def open_parent(
+    root: Path, name: str, key: str, *, force: bool, live: dict[str, int] | None = None
+) -> ProductReuse:
+    """CURRENT's product channels of index ``name`` as reusable vectors under reuse key ``key``; ``live``:
+    CURRENT's live ids and their rows (``indexer.incremental.ReusePlan.live``), so that a product's own
+    photos and values are found first."""
     current = current_version(root, name)
     if current is None:
         return ProductReuse(None, "no published version to reuse from")
@@ -73,7 +84,7 @@ def open_parent(root: Path, name: str, key: str, *, force: bool) -> ProductReuse
             "encoded"
         )
         return ProductReuse(None, why, current)
-    return ProductReuse(stored, "", current)
+    return ProductReuse(stored, "", current, dict(live or {}))
 
 
 @dataclass
@@ -121,9 +132,12 @@ def plan_photos(items: Sequence[SourceItem], first: FirstPhotos, reuse: ProductR
         digests[todo], stats[todo] = digest_and_stat(as_items, stored)
     stored_row = np.full(len(paths), -1, np.int64)
     if stored is not None:
+        assert reuse is not None
         keys = digests.tobytes()
+        owner = [reuse.parent_rows.get(it.id, -1) for it in items]
         for m in np.flatnonzero(digests.any(axis=1)).tolist():
-            stored_row[m] = stored.photo_row_of(keys[m * DIGEST_BYTES : (m + 1) * DIGEST_BYTES])
+            digest = keys[m * DIGEST_BYTES : (m + 1) * DIGEST_BYTES]
+            stored_row[m] = stored.photo_row_of(digest, owner[item[m]])
         candidates = np.unique(stored_row[stored_row >= 0])
         bad = candidates[~stored.check_photos(candidates)] if candidates.size else candidates
         if bad.size:
@@ -137,20 +151,22 @@ def plan_photos(items: Sequence[SourceItem], first: FirstPhotos, reuse: ProductR
     return PhotoPlan(item, k, paths, digests, stats, source, stored_row)
 
 
-def reused_texts(keys: Sequence[TextKey], reuse: ProductReuse | None, owners: Sequence[int]) -> np.ndarray:
+def reused_texts(keys: Sequence[TextKey], reuse: ProductReuse | None, owners: Sequence[str]) -> np.ndarray:
     """(F,) int64: each text value's row among the parent's stored values (same field, language and text,
-    stored embedding passing its checksum), -1 where it is encoded. ``owners``: the values' product rows,
-    to name a mismatch."""
+    the product's own (``owners``: the values' product ids) first; stored embedding passing its
+    checksum), -1 where it is encoded."""
     rows = np.full(len(keys), -1, np.int64)
     if reuse is None or reuse.stored is None:
         return rows
     stored = reuse.stored
-    rows[:] = [stored.text_row_of(key) for key in keys]
+    rows[:] = [
+        stored.text_row_of(key, reuse.parent_rows.get(o, -1)) for key, o in zip(keys, owners, strict=True)
+    ]
     candidates = np.unique(rows[rows >= 0])
     bad = candidates[~stored.check_texts(candidates)] if candidates.size else candidates
     if bad.size:
         hit = np.isin(rows, bad)
-        reuse.mismatched += [f"text {keys[i][0]} of product row {owners[i]}" for i in np.flatnonzero(hit)]
+        reuse.mismatched += [f"text {keys[i][0]} of {owners[i]}" for i in np.flatnonzero(hit)]
         rows[hit] = -1
     return rows
 
@@ -175,3 +191,48 @@ def report_products(report: BuildReport, reuse: ProductReuse) -> None:
         )
     if reuse.why_not and reuse.parent_version is not None:
         report.notes.append(f"products reuse: {reuse.why_not}")
+
+
+def inputs_key(
+    info: ProductInfo,
+    photos: PhotoRows,
+    texts: TextRows,
+    products: int,
+    target_recall: float,
+    catalogue_order: np.ndarray | None,
+) -> str:
+    """The key of what a version's product channels are written, tuned and calibrated from: every photo and
+    text row (owners, paths, content digests, texts, terms, vectors as stored), the searched fields, the
+    product count, the recall target and the calibration's catalogue order. Equal keys: writing, tuning and
+    calibrating again would find what the version holds (``store.products.ProductInfo.inputs_key``)."""
+    digest = hashlib.sha256()
+    head = [
+        PRODUCTS_FORMAT,
+        info.fields,
+        info.text_languages,
+        products,
+        target_recall,
+        photos.paths,
+        texts.fields,
+        texts.langs,
+        texts.texts,
+        texts.terms,
+    ]
+    digest.update(json.dumps(head, ensure_ascii=False).encode())
+    arrays = (
+        (photos.owners, np.int64),
+        (photos.embeds, np.float32),
+        (photos.visual, np.float32),
+        (photos.digests, np.uint8),
+        (texts.owners, np.int64),
+        (texts.embeds, np.float32),
+        (catalogue_order, np.int64),
+    )
+    for arr, dtype in arrays:
+        if arr is None:
+            digest.update(b"none;")
+            continue
+        stored = np.ascontiguousarray(arr, dtype=dtype)
+        digest.update(json.dumps(stored.shape).encode())
+        digest.update(memoryview(stored.reshape(-1).view(np.uint8)))
+    return digest.hexdigest()[:16]

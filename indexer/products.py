@@ -38,6 +38,7 @@ from indexer.product_photos import photo_rows
 from indexer.product_reuse import (
     FirstPhotos,
     ProductReuse,
+    inputs_key,
     report_products,
     reused_texts,
 )
@@ -49,7 +50,7 @@ from model.model_dir import ModelConfig
 from model.runtime import Encoder
 from store.hybrid import CANDIDATES
 from store.lexical import STEMMERS, analyze
-from store.product_reuse import read_photo_digests, write_product_digests
+from store.product_reuse import link_channels, read_photo_digests, write_photo_stats, write_product_digests
 from store.products import (
     PRODUCTS_FILE,
     PhotoRows,
@@ -140,7 +141,7 @@ def text_rows(
     for v in values:
         v.lang = v.lang or UNKNOWN
     stored_rows = reused_texts(
-        [(v.field, str(v.lang), v.text) for v in values], reuse, [v.owner for v in values]
+        [(v.field, str(v.lang), v.text) for v in values], reuse, [items[v.owner].id for v in values]
     )
     embeds = np.zeros((len(values), encoder.config.embed_dim), np.float32)
     todo = np.flatnonzero(stored_rows < 0)
@@ -213,6 +214,7 @@ def write_products(
         report,
         settings.target_recall,
         catalogue_order=catalogue_order,
+        reuse=reuse,
     )
 
 
@@ -291,10 +293,25 @@ def write_and_calibrate(
     target_recall: float,
     *,
     catalogue_order: np.ndarray | None = None,
+    reuse: ProductReuse | None = None,
 ) -> ProductInfo:
     """Write the channels into the staged version, tune their graph walks for ``target_recall``
     (``indexer.channel_tuning``) and calibrate their fusion (when there is text) on the tuned walks
-    (its pseudo-queries drawn in ``catalogue_order``, see ``indexer.fusion_calibration.calibrate``)."""
+    (its pseudo-queries drawn in ``catalogue_order``, see ``indexer.fusion_calibration.calibrate``).
+    When the parent's channels (``reuse``) were written from the very same inputs (``inputs_key``), they
+    are taken over instead (hard links): tuning and calibrating again would find what they hold."""
+    info.inputs_key = inputs_key(info, photos, texts, products, target_recall, catalogue_order)
+    parent = reuse.stored if reuse is not None else None
+    if parent is not None and parent.info.inputs_key == info.inputs_key and photos.digests is not None:
+        assert reuse is not None
+        link_channels(parent.path, stage)
+        if photos.stats is not None:  # this build's: files touched since have new ones
+            write_photo_stats(stage, photos.stats)
+        report.notes.append(
+            f"products: channels taken over from {reuse.parent_version} (the same photos, text values and "
+            "vectors: writing, tuning and calibrating them again would find the same)"
+        )
+        return ProductInfo.load(stage / PRODUCTS_FILE)
     write_product_channels(stage, info, photos, texts)
     if photos.digests is not None:  # what the next build reuses (``store.product_reuse``)
         write_product_digests(stage, photos.digests, photos.embeds, photos.visual, texts.embeds, photos.stats)

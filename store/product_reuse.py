@@ -29,16 +29,23 @@ from pathlib import Path
 import numpy as np
 
 from store.errors import IndexFormatError
-from store.files import names_full_disk
+from store.files import link_or_copy, names_full_disk
+from store.lexical_index import TANTIVY_DIR
 from store.manifest import IndexManifest
 from store.products import (
+    CHANNEL_FILES,
     PHOTO_EMBEDDINGS,
+    PHOTO_OWNERS,
     PHOTO_VISUAL,
     PRODUCTS_DB,
+    PRODUCTS_FILE,
     TEXT_EMBEDDINGS,
+    TEXT_OWNERS,
+    ProductInfo,
     has_product_channels,
 )
 from store.reuse import DIGEST_BYTES, REUSE_KEY, STAT_COLUMNS, row_digests
+from store.term_hashes import TERM_HASHES, TERM_OFFSETS
 
 PHOTO_DIGESTS = "photo_digests.npy"
 PHOTO_ROW_DIGESTS = "photo_row_digests.npy"
@@ -81,13 +88,49 @@ def write_product_digests(
             np.asarray(text_embeds, np.float32).reshape(-1, photo_embeds.shape[1])
         ),
     }
-    if stats is not None:
-        if stats.shape != (m, STAT_COLUMNS):
-            raise IndexFormatError(f"internal: photo file stats of shape {stats.shape} for {m} photos")
-        arrays[PHOTO_STATS] = np.ascontiguousarray(stats, np.int64)
     for name, arr in arrays.items():
         with names_full_disk(stage / name):
             np.save(stage / name, arr)
+    if stats is not None:
+        write_photo_stats(stage, stats)
+
+
+def write_photo_stats(stage: Path, stats: np.ndarray) -> None:
+    """photo_stats.npy of staged channels: (M, 5) int64 the photo files' stats when hashed."""
+    rows = int(np.load(stage / PHOTO_DIGESTS, mmap_mode="r").shape[0])
+    if stats.shape != (rows, STAT_COLUMNS):
+        raise IndexFormatError(f"internal: photo file stats of shape {stats.shape} for {rows} photos")
+    with names_full_disk(stage / PHOTO_STATS):
+        np.save(stage / PHOTO_STATS, np.ascontiguousarray(stats, np.int64))
+
+
+def link_channels(version_dir: Path, stage: Path) -> list[str]:
+    """Every product-channel file of an installed version (its digests too; not its photo stats, which are
+    the staging build's to write) taken over unchanged into ``stage``: hard links (copies across
+    filesystems). Returns the names linked, relative to the folder."""
+    folder = Path(version_dir)
+    names = [
+        n
+        for n in (
+            *CHANNEL_FILES,
+            TERM_HASHES,
+            TERM_OFFSETS,
+            PHOTO_DIGESTS,
+            PHOTO_ROW_DIGESTS,
+            TEXT_ROW_DIGESTS,
+        )
+        if (folder / n).is_file()
+    ]
+    if (folder / TANTIVY_DIR).is_dir():  # its files, not the lock files a reader leaves (dot files)
+        names += [
+            f"{TANTIVY_DIR}/{p.name}"
+            for p in sorted((folder / TANTIVY_DIR).iterdir())
+            if p.is_file() and not p.name.startswith(".")
+        ]
+    for name in names:
+        with names_full_disk(Path(stage) / name):
+            link_or_copy(folder / name, Path(stage) / name)
+    return names
 
 
 def has_product_digests(version_dir: Path) -> bool:
@@ -113,6 +156,8 @@ class StoredProductVectors:
             visual = self.path / PHOTO_VISUAL
             self._visual = np.load(visual, mmap_mode="r") if visual.is_file() else None
             self._texts = np.load(self.path / TEXT_EMBEDDINGS, mmap_mode="r")
+            photo_owners = np.load(self.path / PHOTO_OWNERS)
+            text_owners = np.load(self.path / TEXT_OWNERS)
             con = sqlite3.connect(f"file:{self.path / PRODUCTS_DB}?mode=ro&immutable=1", uri=True)
             try:
                 values = con.execute("SELECT field, lang, text FROM texts ORDER BY row").fetchall()
@@ -126,17 +171,27 @@ class StoredProductVectors:
             or self.photo_digests.shape != (m, DIGEST_BYTES)
             or self.text_digests.shape != (f, DIGEST_BYTES)
             or len(values) != f
+            or photo_owners.shape != (m,)
+            or text_owners.shape != (f,)
             or (self._visual is not None and self._visual.shape[0] != m)
         ):
             raise IndexFormatError(f"{self.path}: product digests do not fit its {m} photos and {f} texts")
         if self.stats is not None and self.stats.shape != (m, STAT_COLUMNS):
             self.stats = None
         self.photos, self.texts = m, f
+        self.info = ProductInfo.load(self.path / PRODUCTS_FILE)
+        self._photo_owners = photo_owners.tolist()
         self._by_image: dict[bytes, int] | None = None
+        self._by_owner_image: dict[tuple[int, bytes], int] = {}
+        # A value's own row first (equal values of several products were encoded in other batches: the
+        # last bits may differ), else the first of equal values.
         self._by_text: dict[TextKey, int] = {}
-        for row in range(f - 1, -1, -1):  # the first of equal values wins
+        self._by_owner_text: dict[tuple[int, TextKey], int] = {}
+        for row in range(f - 1, -1, -1):
             field, lang, text = values[row]
-            self._by_text[(str(field), str(lang or "und"), str(text))] = row
+            key = (str(field), str(lang or "und"), str(text))
+            self._by_text[key] = row
+            self._by_owner_text[(int(text_owners[row]), key)] = row
 
     @classmethod
     def open(cls, path: Path, manifest: IndexManifest, key: str) -> StoredProductVectors | None:
@@ -161,17 +216,25 @@ class StoredProductVectors:
         keys, width = np.ascontiguousarray(self.stats[known], np.int64).tobytes(), STAT_COLUMNS * 8
         return {keys[k * width : (k + 1) * width]: row for k, row in enumerate(known.tolist())}
 
-    def photo_row_of(self, digest: bytes) -> int:
-        """The photo row encoded from a file with this content digest; -1 when none is."""
+    def photo_row_of(self, digest: bytes, owner: int = -1) -> int:
+        """The photo row encoded from a file with this content digest, of product row ``owner`` where it
+        has one (a product's own photo first), else the first; -1 when none is."""
         if self._by_image is None:
             keys = self.images.tobytes()
             self._by_image = {}
             for row in range(self.photos - 1, -1, -1):  # the first of equal photos wins
-                self._by_image[keys[row * DIGEST_BYTES : (row + 1) * DIGEST_BYTES]] = row
+                digest_of = keys[row * DIGEST_BYTES : (row + 1) * DIGEST_BYTES]
+                self._by_image[digest_of] = row
+                self._by_owner_image[(self._photo_owners[row], digest_of)] = row
+        if owner >= 0 and (owner, digest) in self._by_owner_image:
+            return self._by_owner_image[(owner, digest)]
         return self._by_image.get(digest, -1)
 
-    def text_row_of(self, key: TextKey) -> int:
-        """The text row of a value with this (field, language, text); -1 when none is."""
+    def text_row_of(self, key: TextKey, owner: int = -1) -> int:
+        """The text row of a value with this (field, language, text), of product row ``owner`` where it
+        has one, else the first; -1 when none is."""
+        if owner >= 0 and (owner, key) in self._by_owner_text:
+            return self._by_owner_text[(owner, key)]
         return self._by_text.get(key, -1)
 
     def photo_vectors(self, rows: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:

@@ -69,6 +69,22 @@ TEXT_INDEX = "texts.faiss"
 TEXT_SUM_NORMS = "text_sum_norms.npy"
 PRODUCTS_DB = "products.sqlite"
 PRODUCTS_FORMAT = 2  # 2: the lexical index in tantivy; 1: in FTS5 (read, never written)
+# Every file a version's channels may hold at its top (besides ``lexical.tantivy/`` and the digests of
+# ``store.product_reuse``), for ``store.product_reuse.link_channels``.
+CHANNEL_FILES = (
+    PRODUCTS_FILE,
+    PHOTO_EMBEDDINGS,
+    PHOTO_VISUAL,
+    PHOTO_OWNERS,
+    PHOTO_INDEX,
+    TEXT_EMBEDDINGS,
+    TEXT_OWNERS,
+    TEXT_FIELDS,
+    TEXT_LANGS,
+    TEXT_INDEX,
+    TEXT_SUM_NORMS,
+    PRODUCTS_DB,
+)
 # Vector sets up to this size are searched exactly: the reference, and no dearer than a walk tuned to the
 # target recall there (one thread, 512-d: exact 0.55 ms at 4k rows, 2.7 at 16k; a tuned walk 0.54 ms at 3k
 # rows, efSearch 96, and 0.45 at 24k, efSearch 32).
@@ -98,6 +114,9 @@ class ProductInfo:
         calibration: what the calibration measured (held-out scores of every method tried, query counts).
         search_params: per graph index file, the efSearch its walks use and the product-level recall it
             was measured at (``indexer.channel_tuning``); a graph without one walks at ``HNSW_EF_SEARCH``.
+        inputs_key: a key of everything the channels were written, tuned and calibrated from (their rows
+            and vectors, the recall target; ``indexer.product_reuse.inputs_key``): a rebuild with the same
+            key takes the channels over as they are (``store.product_reuse.link_channels``); "" unknown.
     """
 
     fields: list[str]
@@ -109,6 +128,7 @@ class ProductInfo:
     fusion: dict[str, Any] = field(default_factory=dict)
     calibration: dict[str, Any] = field(default_factory=dict)
     search_params: dict[str, dict[str, float]] = field(default_factory=dict)
+    inputs_key: str = ""
     format: int = PRODUCTS_FORMAT
 
     def to_json(self) -> str:

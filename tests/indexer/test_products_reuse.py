@@ -17,7 +17,7 @@ import pytest
 
 from ccrk_settings import Settings
 from indexer import products as products_module
-from indexer.build import build
+from indexer.build import add, build
 from store.layout import index_dir
 from store.product_reuse import PHOTO_DIGESTS, PHOTO_ROW_DIGESTS, PHOTO_STATS, TEXT_ROW_DIGESTS
 from store.products import (
@@ -58,6 +58,7 @@ def _shop(catalogue: Path, tmp_path: Path) -> tuple[Path, list[dict[str, Any]]]:
 
 
 def _write(shop: Path, rows: list[dict[str, Any]]) -> Path:
+    shop.mkdir(parents=True, exist_ok=True)
     path = shop / "products.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
@@ -114,6 +115,12 @@ def test_unchanged_rebuild_encodes_no_photo_or_text_and_equals_a_forced_rebuild(
     assert (again.items_encoded, again.items_reused) == (0, PRODUCTS)
     assert (again.photos_encoded, again.photos_reused) == (0, PRODUCTS * PHOTOS)
     assert (again.texts_encoded, again.texts_reused) == (0, 3 * PRODUCTS)
+    # The same inputs: the parent's channels taken over whole (hard links), not written and calibrated again.
+    assert any(note.startswith(f"products: channels taken over from {first.version}") for note in again.notes)
+    for name in (PHOTO_EMBEDDINGS, PHOTO_DIGESTS, PRODUCTS_FILE):
+        assert (_vdir(settings, again.version) / name).stat().st_ino == (
+            _vdir(settings, first.version) / name
+        ).stat().st_ino
     queries = [rows[3]["title"], rows[7]["title@de"], "red"]
     reused_answers = _answers(settings, queries)
     forced = build("shop", [manifest], settings=settings, force=True)
@@ -155,6 +162,7 @@ def test_a_changed_photo_and_text_value_are_the_only_ones_encoded(
     assert (changed.items_encoded, changed.items_reused) == (1, PRODUCTS - 1)
     assert (changed.photos_encoded, changed.photos_reused) == (2, PRODUCTS * PHOTOS - 2)
     assert (changed.texts_encoded, changed.texts_reused) == (1, 3 * PRODUCTS - 1)
+    assert not any("channels taken over" in note for note in changed.notes)
     forced = build("shop", [manifest], settings=settings, force=True)
     a, b = _arrays(settings, changed.version), _arrays(settings, forced.version)
     np.testing.assert_array_equal(a[PHOTO_OWNERS], b[PHOTO_OWNERS])
@@ -184,7 +192,7 @@ def test_tampered_stored_rows_are_encoded_again_and_named(
     again = build("shop", [manifest], settings=settings)
     assert (again.photos_encoded, again.photos_reused) == (1, PRODUCTS * PHOTOS - 1)
     assert (again.texts_encoded, again.texts_reused) == (1, 3 * PRODUCTS - 1)
-    assert again.reuse_mismatched == [f"photo {rows[1]['paths'][1]}", "text title of product row 2"]
+    assert again.reuse_mismatched == [f"photo {rows[1]['paths'][1]}", "text title of prod-2"]
     assert any("failed their checksum" in note and "product vector" in note for note in again.notes)
     fixed = _arrays(settings, again.version)
     for name in (PHOTO_EMBEDDINGS, TEXT_EMBEDDINGS):
@@ -240,3 +248,23 @@ def test_sharded_versions_write_the_digests_beside_the_shards_and_reuse_them(
     assert verify_version(settings.index_root, "shop", again.version) == [
         f"{TEXT_ROW_DIGESTS}: checksum mismatch"
     ]
+
+
+def test_photos_added_by_add_are_reused_by_the_next_build(
+    product_settings: Settings, catalogue: Path, tmp_path: Path
+) -> None:
+    settings = product_settings
+    manifest, rows = _shop(catalogue, tmp_path)
+    part = _write(manifest.parent / "part", rows[:8])
+    build("shop", [part], settings=settings)
+    added = add("shop", [manifest], settings=settings)  # the parent's photo digests, then the added ones'
+    assert added.published and (_vdir(settings, added.version) / PHOTO_DIGESTS).is_file()
+    assert verify_version(settings.index_root, "shop", added.version) == []
+    _touch(rows)
+    again = build("shop", [manifest], settings=settings)
+    assert (again.items_encoded, again.photos_encoded, again.texts_encoded) == (0, 0, 0)
+    assert (again.photos_reused, again.texts_reused) == (PRODUCTS * PHOTOS, 3 * PRODUCTS)
+    a, b = _arrays(settings, again.version), _arrays(settings, added.version)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert a[name].tobytes() == b[name].tobytes(), name
