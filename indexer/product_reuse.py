@@ -9,6 +9,8 @@ checksums); only the others are encoded (``indexer.products``).
                     read again) and where its vectors come from: the parent's channels, the build's own main
                     shards (a first photo encoded by this build), or the photo encoding pass
     reused_texts    each text value's stored row (or -1), checked
+    taken_over_calibration
+                    CURRENT's fusion calibration, while few rows changed since it was calibrated
     inputs_key      a key of everything the channels are written, tuned and calibrated from: a rebuild whose
                     key is CURRENT's takes CURRENT's channels over whole (hard links; a metadata-only change,
                     or files touched), as the main rows' arrays and index are
@@ -39,6 +41,9 @@ from store.reuse import DIGEST_BYTES
 from store.versions import current_version
 
 STORED, MAIN, ENCODE = 0, 1, 2  # where a photo's vectors come from (``PhotoPlan.source``)
+# The fusion is calibrated again once more than this share of the photo and text rows changed since it was
+# last calibrated (the main rows' measurements follow the same rule: ``indexer.segments.REMEASURE_SHARE``).
+RECALIBRATE_SHARE = 0.05
 
 
 @dataclass
@@ -236,3 +241,28 @@ def inputs_key(
         digest.update(json.dumps(stored.shape).encode())
         digest.update(memoryview(stored.reshape(-1).view(np.uint8)))
     return digest.hexdigest()[:16]
+
+
+def taken_over_calibration(reuse: ProductReuse | None, info: ProductInfo) -> ProductInfo | None:
+    """CURRENT's channel info when its fusion calibration may be taken over by a version of ``info``'s
+    fields and languages: the same ones, and the photo and text rows changed since it was calibrated
+    (encoded here, or CURRENT's not carried over) within ``RECALIBRATE_SHARE`` of the rows. Calibrating
+    costs a fixed ~600 pseudo-queries through every channel: a rebuild after a small change would spend
+    most of its time there, to find nearly the same parameters. None: calibrate."""
+    parent = reuse.stored.info if reuse is not None and reuse.stored is not None else None
+    if reuse is None or parent is None or not parent.fusion or not info.texts:
+        return None
+    if (parent.fields, parent.text_languages) != (info.fields, info.text_languages):
+        return None
+    # Rows encoded here (new or changed), or CURRENT's not carried over (changed or removed): a changed row
+    # is both, once.
+    changed = max(reuse.photos_encoded, parent.photos - reuse.photos_reused) + max(
+        reuse.texts_encoded, parent.texts - reuse.texts_reused
+    )
+    since = parent.changed_since_calibration + changed
+    if since > RECALIBRATE_SHARE * (info.photos + info.texts):
+        return None
+    taken = ProductInfo(**{**parent.__dict__})
+    taken.calibrated_in = parent.calibrated_in or str(reuse.parent_version)
+    taken.changed_since_calibration = since
+    return taken

@@ -36,11 +36,13 @@ from indexer.channel_tuning import tune_channels
 from indexer.fusion_calibration import calibrate
 from indexer.product_photos import photo_rows
 from indexer.product_reuse import (
+    RECALIBRATE_SHARE,
     FirstPhotos,
     ProductReuse,
     inputs_key,
     report_products,
     reused_texts,
+    taken_over_calibration,
 )
 from indexer.product_rows import RowMove, grouped_by_row, grouped_photos
 from indexer.report import BuildReport
@@ -316,17 +318,29 @@ def write_and_calibrate(
     if photos.digests is not None:  # what the next build reuses (``store.product_reuse``)
         write_product_digests(stage, photos.digests, photos.embeds, photos.visual, texts.embeds, photos.stats)
     channels = ProductChannels(stage, products)
+    taken = taken_over_calibration(reuse, info)
     try:
         info.search_params = tune_channels(channels, target_recall)
         result = (
             calibrate(
                 channels, texts, encoder, info.language_counts, products, catalogue_order=catalogue_order
             )
-            if texts.texts
+            if texts.texts and taken is None
             else None
         )
     finally:
         channels.close()
+    if taken is not None:
+        info.fusion, info.calibration = taken.fusion, taken.calibration
+        info.calibrated_in, info.changed_since_calibration = (
+            taken.calibrated_in,
+            taken.changed_since_calibration,
+        )
+        report.notes.append(
+            f"products: fusion calibration taken over from {taken.calibrated_in} "
+            f"({taken.changed_since_calibration:,} of {info.photos + info.texts:,} photo and text rows "
+            f"changed since it was calibrated, within {RECALIBRATE_SHARE:.0%}; --force calibrates again)"
+        )
     for name, tuned in info.search_params.items():
         report.notes.append(
             f"products: {name} walks at efSearch {tuned['efSearch']} (recall@{CANDIDATES} products "
@@ -341,8 +355,8 @@ def write_and_calibrate(
             f"{result.model.method} calibrated on {result.report.get('pseudo_queries', 0)} pseudo-queries "
             f"(held-out R-precision by method: {held_out})"
         )
-    else:
+    elif taken is None:
         report.notes.append(f"products: {info.photos} photos of {products} products (no text field searched)")
-    if result is not None or info.search_params:
+    if result is not None or taken is not None or info.search_params:
         (stage / PRODUCTS_FILE).write_text(info.to_json() + "\n", encoding="utf-8")
     return info

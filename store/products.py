@@ -117,6 +117,9 @@ class ProductInfo:
         inputs_key: a key of everything the channels were written, tuned and calibrated from (their rows
             and vectors, the recall target; ``indexer.product_reuse.inputs_key``): a rebuild with the same
             key takes the channels over as they are (``store.product_reuse.link_channels``); "" unknown.
+        calibrated_in: the version whose build calibrated ``fusion`` ("": this one's);
+            changed_since_calibration: photo and text rows changed since (a rebuild takes a calibration
+            over while few changed, ``indexer.product_reuse.taken_over_calibration``).
     """
 
     fields: list[str]
@@ -129,6 +132,8 @@ class ProductInfo:
     calibration: dict[str, Any] = field(default_factory=dict)
     search_params: dict[str, dict[str, float]] = field(default_factory=dict)
     inputs_key: str = ""
+    calibrated_in: str = ""
+    changed_since_calibration: int = 0
     format: int = PRODUCTS_FORMAT
 
     def to_json(self) -> str:

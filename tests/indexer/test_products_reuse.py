@@ -163,6 +163,17 @@ def test_a_changed_photo_and_text_value_are_the_only_ones_encoded(
     assert (changed.photos_encoded, changed.photos_reused) == (2, PRODUCTS * PHOTOS - 2)
     assert (changed.texts_encoded, changed.texts_reused) == (1, 3 * PRODUCTS - 1)
     assert not any("channels taken over" in note for note in changed.notes)
+    # 3 of 72 rows changed: the fusion calibration is the parent's (within 5 %), the walks tuned again.
+    infos = {
+        v: json.loads((_vdir(settings, v) / PRODUCTS_FILE).read_text())
+        for v in (first.version, changed.version)
+    }
+    assert (infos[changed.version]["calibrated_in"], infos[changed.version]["changed_since_calibration"]) == (
+        first.version,
+        3,
+    )
+    assert infos[changed.version]["fusion"] == infos[first.version]["fusion"]
+    assert any(f"fusion calibration taken over from {first.version}" in note for note in changed.notes)
     forced = build("shop", [manifest], settings=settings, force=True)
     a, b = _arrays(settings, changed.version), _arrays(settings, forced.version)
     np.testing.assert_array_equal(a[PHOTO_OWNERS], b[PHOTO_OWNERS])
@@ -172,6 +183,21 @@ def test_a_changed_photo_and_text_value_are_the_only_ones_encoded(
     moved = np.flatnonzero(~np.isclose(old[PHOTO_EMBEDDINGS], a[PHOTO_EMBEDDINGS], atol=1e-6).all(axis=1))
     assert moved.tolist() == [PHOTOS * 2 + 1, PHOTOS * 5]
     assert verify_version(settings.index_root, "shop", changed.version) == []
+    forced_info = json.loads((_vdir(settings, forced.version) / PRODUCTS_FILE).read_text())
+    assert (forced_info["calibrated_in"], forced_info["changed_since_calibration"]) == ("", 0)
+    # Two values changed since the forced build calibrated: 2 of 72, taken over; two more after that:
+    # 2 + 2 = 4 of 72 (5.6 %) passes 5 %, calibrated again.
+    rows[9]["title"], rows[10]["title"] = "a new title for nine", "a new title for ten"
+    more = build("shop", [_write(manifest.parent, rows)], settings=settings)
+    assert (
+        json.loads((_vdir(settings, more.version) / PRODUCTS_FILE).read_text())["calibrated_in"]
+        == forced.version
+    )
+    rows[11]["title"], rows[0]["description"] = "a new title for eleven", "a new description for zero"
+    again = build("shop", [_write(manifest.parent, rows)], settings=settings)
+    again_info = json.loads((_vdir(settings, again.version) / PRODUCTS_FILE).read_text())
+    assert (again_info["calibrated_in"], again_info["changed_since_calibration"]) == ("", 0)
+    assert not any("fusion calibration taken over" in note for note in again.notes)
 
 
 def test_tampered_stored_rows_are_encoded_again_and_named(
