@@ -37,7 +37,7 @@ from store.layout import MANIFEST_FILE, index_dir
 from store.manifest import IndexManifest
 from store.product_reuse import StoredProductVectors, TextKey
 from store.products import PRODUCTS_FORMAT, PhotoRows, ProductInfo, TextRows
-from store.reuse import DIGEST_BYTES
+from store.reuse import DIGEST_BYTES, STAT_COLUMNS
 from store.versions import current_version
 
 STORED, MAIN, ENCODE = 0, 1, 2  # where a photo's vectors come from (``PhotoPlan.source``)
@@ -126,7 +126,7 @@ def plan_photos(items: Sequence[SourceItem], first: FirstPhotos, reuse: ProductR
     paths = [p for it in items for p in (it.path, *it.extra_paths)]
     firsts = k == 0
     digests = np.zeros((len(paths), DIGEST_BYTES), np.uint8)
-    stats = np.zeros((len(paths), 5), np.int64)
+    stats = np.zeros((len(paths), STAT_COLUMNS), np.int64)
     if first.digests is not None:
         digests[firsts] = first.digests
         if first.stats is not None:

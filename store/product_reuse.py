@@ -18,6 +18,8 @@ cover them and ``verify`` checks them. A version without them (written before, o
 version) is read as holding nothing reusable; so is one stored under another reuse key
 (``store.reuse.REUSE_KEY``: model, storage options). A reused row is checked against its stored checksum
 (``StoredProductVectors.check_photos`` / ``check_texts``): one whose bytes do not match is encoded again.
+Channels a rebuild would write from the very same inputs (``ProductInfo.inputs_key``) are taken over whole
+instead (``link_channels``: hard links, as ``store.writer`` links a parent's arrays).
 """
 
 from __future__ import annotations
