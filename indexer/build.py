@@ -66,6 +66,7 @@ from indexer.incremental import (
 from indexer.maintenance import delete, rollback
 from indexer.parent import appended_metadata, read_parent
 from indexer.pipeline import Operation, rerank_info, utc_now
+from indexer.product_reuse import FirstPhotos, open_parent
 from indexer.products import extend_products, wants_products, write_products
 from indexer.quality_gate import QualityGate
 from indexer.report import BuildReport
@@ -164,6 +165,12 @@ def build(
         )
         reuse = plan_reuse(
             root, name, items, rkey, why_not=reuse_off(items, settings, force), stats=file_stats
+        )
+        # The parent's product channels likewise: photos and text values whose stored vectors are reused.
+        products = (
+            open_parent(root, name, rkey, force=force, live=reuse.live)
+            if wants_products(items, settings)
+            else None
         )
         to_encode = [items[i] for i in reuse.to_encode]
         work_key = (
@@ -285,6 +292,7 @@ def build(
             rerank_dtype=dtype,
             index=disk.index_bytes(n, d, settings, index_factory),
         )
+        first = FirstPhotos(rows.parent_row < 0, rows.digests, rows.stats)
         if settings.index_shards > 1:
             reuse.close()
             return build_sharded(
@@ -298,6 +306,8 @@ def build(
                 work_dir=work_dir,
                 model_dir=model_dir,
                 cfg=cfg,
+                first=first,
+                products=products,
             )
         with op.new_version(need, f"the new version of {name!r}") as writer:
             linked = can_link(rows, reuse)
@@ -323,6 +333,8 @@ def build(
                     settings=settings,
                     cfg=cfg,
                     report=report,
+                    first=first,
+                    reuse=products,
                 )
             manifest = dataclasses.replace(
                 template,

@@ -176,6 +176,14 @@ def _summary(report: Any, json_report: Path | None) -> None:
                     f"{report.items_removed:,})",
                 )
             )
+            if report.photos_encoded or report.photos_reused or report.texts_encoded or report.texts_reused:
+                rows.append(
+                    (
+                        "product reuse",
+                        f"photos: encoded {report.photos_encoded:,}, reused {report.photos_reused:,}; "
+                        f"text values: encoded {report.texts_encoded:,}, reused {report.texts_reused:,}",
+                    )
+                )
         if report.ignored_files:
             rows.append(("ignored files", f"{report.ignored_files} (not images by suffix)"))
         if report.skipped_links:

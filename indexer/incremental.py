@@ -39,7 +39,6 @@ import numpy as np
 from ccrk_settings import Settings
 from indexer.ann import EF_GRID, IndexPlan, choose_index, extend_hnsw
 from indexer.pipeline import write_ann_index
-from indexer.products import wants_products
 from indexer.report import BuildReport
 from indexer.shards import ShardStore
 from indexer.sources import SourceItem
@@ -62,6 +61,7 @@ from store.reuse import (
     DIGEST_BYTES,
     STAT_COLUMNS,
     FileStats,
+    KnownDigests,
     StoredVectors,
     image_digest,
     image_stat,
@@ -128,7 +128,7 @@ def digest_images(items: Sequence[SourceItem], workers: int = 4) -> np.ndarray:
 
 def digest_and_stat(
     items: Sequence[SourceItem],
-    known: StoredVectors | None = None,
+    known: KnownDigests | None = None,
     workers: int = 4,
     stats: FileStats | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -182,7 +182,7 @@ def plan_reuse(
     stats: FileStats | None = None,
 ) -> ReusePlan:
     """Look the items' images up in CURRENT of index ``name`` (vectors stored under reuse ``key``).
-    ``why_not``: reuse is off for this build (--force, products, shards); everything is encoded but the
+    ``why_not``: reuse is off for this build (--force, shards); everything is encoded but the
     counts of new, changed and removed items are still reported. ``stats``: the items' image files'
     stats, taken already (``digest_and_stat``)."""
     plan = ReusePlan(np.zeros((len(items), DIGEST_BYTES), np.uint8), np.full(len(items), -1, np.int64))
@@ -360,11 +360,6 @@ def reuse_off(items: Sequence[SourceItem], settings: Settings, force: bool) -> s
         return "--force: every item encoded"
     if settings.index_shards > 1:
         return "sharded versions do not reuse stored vectors yet: every item encoded"
-    if wants_products(items, settings):
-        return (
-            "products (several photos or searched text fields) do not reuse stored vectors yet: every item "
-            "encoded"
-        )
     return ""
 
 

@@ -35,6 +35,8 @@ def grouped_photos(photos: PhotoRows) -> PhotoRows:
         paths=[photos.paths[i] for i in order.tolist()],
         embeds=np.ascontiguousarray(photos.embeds[order]),
         visual=None if photos.visual is None else np.ascontiguousarray(photos.visual[order]),
+        digests=None if photos.digests is None else photos.digests[order],
+        stats=None if photos.stats is None else photos.stats[order],
     )
 
 

@@ -4,8 +4,10 @@ analysed for lexical search, then the fusion calibrated on the staged version
 (``indexer.fusion_calibration``).
 
 A product's first photo is the version's own image of the item (encoded by the build as ever); its further
-photos (``paths``) are encoded here into a work folder of their own (resumable like the build's shards).
-A further photo that cannot be decoded is left out and counted in the report; the product stays.
+photos (``paths``) are encoded into a work folder of their own (resumable like the build's shards,
+``indexer.product_photos``). A further photo that cannot be decoded is left out and counted in the report;
+the product stays. A rebuild encodes only the photos and text values CURRENT's channels do not hold
+(``indexer.product_reuse``): the others keep their stored vectors.
 
 A sharded version (``indexer.sharded``) holds its product channels once, beside its shards, over its global
 rows (``rows``: each item's row); they are encoded in the catalogue's order as for an unsharded version (the
@@ -21,7 +23,6 @@ in one language.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,9 +32,18 @@ import numpy as np
 from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
 from ccrk_settings import Settings
-from indexer import encoding
 from indexer.channel_tuning import tune_channels
 from indexer.fusion_calibration import calibrate
+from indexer.product_photos import photo_rows
+from indexer.product_reuse import (
+    RECALIBRATE_SHARE,
+    FirstPhotos,
+    ProductReuse,
+    inputs_key,
+    report_products,
+    reused_texts,
+    taken_over_calibration,
+)
 from indexer.product_rows import RowMove, grouped_by_row, grouped_photos
 from indexer.report import BuildReport
 from indexer.shards import ShardStore
@@ -42,6 +52,7 @@ from model.model_dir import ModelConfig
 from model.runtime import Encoder
 from store.hybrid import CANDIDATES
 from store.lexical import STEMMERS, analyze
+from store.product_reuse import link_channels, read_photo_digests, write_photo_stats, write_product_digests
 from store.products import (
     PRODUCTS_FILE,
     PhotoRows,
@@ -122,84 +133,29 @@ def encode_texts(encoder: Encoder, values: Sequence[TextValue]) -> np.ndarray:
     return out
 
 
-def _shard_arrays(store: ShardStore) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
-    oks, embeds, visual = [], [], []
-    for i in range(store.count):
-        shard = store.read(i)
-        oks.append(shard.ok)
-        embeds.append(shard.embeds)
-        visual.append(
-            shard.visual if shard.visual is not None else np.zeros((shard.embeds.shape[0], 0), np.float32)
-        )
-    return oks, embeds, visual
-
-
-def photo_rows(
-    items: Sequence[SourceItem],
-    main: ShardStore,
-    work_dir: Path,
-    model_dir: Path,
-    settings: Settings,
-    cfg: ModelConfig,
-    report: BuildReport,
-    rows: np.ndarray | None = None,
-) -> PhotoRows:
-    """Every photo of the items (``items`` are the build's decoded items, in the order of ``main``; their
-    version rows are ``rows``, default their positions): the first photo's vectors from the build's own
-    shards, the further photos encoded here."""
-    oks, embeds, visual = _shard_arrays(main)
-    ok = np.concatenate(oks)
-    first_embeds = np.concatenate(embeds)
-    first_visual = np.concatenate(visual)
-    if first_embeds.shape[0] != len(items) or int(ok.sum()) != len(items):
-        raise ValueError(f"internal: {first_embeds.shape[0]} encoded rows for {len(items)} items")
-    extra = [
-        SourceItem(id=f"{row}:{k}", path=path, source=item.source)
-        for row, item in enumerate(items)
-        for k, path in enumerate(item.extra_paths, start=1)
-    ]
-    row_of = np.arange(len(items), dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
-    owners: list[int] = row_of.tolist()
-    paths: list[str] = [str(it.path) for it in items]
-    all_embeds = [first_embeds]
-    all_visual = [first_visual]
-    if extra:
-        # Its own work folder per photo list: a resumed build reuses only shards of these very photos.
-        key = hashlib.sha256("\n".join(f"{it.id}\t{it.path}" for it in extra).encode()).hexdigest()[:16]
-        encoded, _ = encoding.encode(
-            extra, work_dir / f"photos-{key}", model_dir, settings, cfg, "fp16", None
-        )
-        good = {it.id for it in encoded.ok_items}
-        _, x_embeds, x_visual = _shard_arrays(encoded.store)
-        all_embeds.extend(x_embeds)
-        all_visual.extend(x_visual)
-        for it in extra:
-            if it.id in good:
-                owners.append(int(row_of[int(it.id.split(":")[0])]))
-                paths.append(str(it.path))
-        if encoded.skipped:
-            report.notes.append(
-                f"{len(encoded.skipped)} of {len(extra)} further product photos could not be decoded and are "
-                "not searched (their products are): " + "; ".join(s["reason"] for s in encoded.skipped[:5])
-            )
-    vectors = np.concatenate(all_embeds)
-    vis = np.concatenate(all_visual)
-    has_visual = vis.shape[1] > 0 and vis.shape[0] == vectors.shape[0]
-    # Grouped by product, its photos in manifest order.
-    return grouped_photos(
-        PhotoRows(np.asarray(owners, np.int64), paths, vectors, vis if has_visual else None)
-    )
-
-
 def text_rows(
-    items: Sequence[SourceItem], encoder: Encoder, settings: Settings
+    items: Sequence[SourceItem], encoder: Encoder, settings: Settings, reuse: ProductReuse | None = None
 ) -> tuple[TextRows, ProductInfo]:
-    """The searched text values of the items, identified, embedded and analysed, and the channel info."""
+    """The searched text values of the items, identified, embedded (a value the parent's channels hold,
+    ``reuse``, keeps its stored embedding) and analysed, and the channel info."""
     values = text_values(items, settings.text_fields)
     identify_languages(values, encoder.config.languages)
     for v in values:
         v.lang = v.lang or UNKNOWN
-    embeds = encode_texts(encoder, values) if values else np.zeros((0, encoder.config.embed_dim), np.float32)
+    stored_rows = reused_texts(
+        [(v.field, str(v.lang), v.text) for v in values], reuse, [items[v.owner].id for v in values]
+    )
+    embeds = np.zeros((len(values), encoder.config.embed_dim), np.float32)
+    todo = np.flatnonzero(stored_rows < 0)
+    if todo.size:
+        embeds[todo] = encode_texts(encoder, [values[i] for i in todo.tolist()])
+    if todo.size < len(values):
+        assert reuse is not None and reuse.stored is not None
+        found = np.flatnonzero(stored_rows >= 0)
+        embeds[found] = reuse.stored.text_vectors(stored_rows[found])
+    if reuse is not None:
+        reuse.texts_reused += len(values) - int(todo.size)
+        reuse.texts_encoded += int(todo.size)
     counts = Counter(str(v.lang) for v in values)
     rows = TextRows(
         owners=np.asarray([v.owner for v in values], np.int64),
@@ -231,11 +187,22 @@ def write_products(
     cfg: ModelConfig,
     report: BuildReport,
     rows: np.ndarray | None = None,
+    first: FirstPhotos | None = None,
+    reuse: ProductReuse | None = None,
 ) -> ProductInfo:
     """Write the product channels of a staged version and calibrate its fusion on them. ``rows``: each
-    item's version row (a sharded version's global rows); default its position in ``items``."""
-    photos = photo_rows(items, main, work_dir, model_dir, settings, cfg, report, rows)
-    texts, info = text_rows(items, encoder, settings)
+    item's version row (a sharded version's global rows); default its position in ``items``. ``first``:
+    which items' first photos this build encoded into ``main`` (default all) and their digests; ``reuse``:
+    the parent's channels whose photos and text values are reused (``indexer.product_reuse``)."""
+    reuse = reuse or ProductReuse(None)
+    try:
+        photos = photo_rows(
+            items, main, work_dir, model_dir, settings, cfg, report, rows, first=first, reuse=reuse
+        )
+        texts, info = text_rows(items, encoder, settings, reuse)
+    finally:
+        reuse.close()
+    report_products(report, reuse)
     catalogue_order = None
     if rows is not None:
         texts, catalogue_order = grouped_by_row(texts, rows)
@@ -249,6 +216,7 @@ def write_products(
         report,
         settings.target_recall,
         catalogue_order=catalogue_order,
+        reuse=reuse,
     )
 
 
@@ -274,6 +242,10 @@ def extend_products(
     ``moved``: a sharded version's rows (``first_row`` unused), the parent's moved and the added ones among
     them; the values are grouped by their new rows, the calibration's order the parent's, then the added."""
     old_photos, old_texts = parent.all_rows()
+    # The parent's photo digests carried over (none: the version keeps none, and the next build reuses none).
+    old_photos.digests, old_photos.stats = read_photo_digests(parent.path)
+    if old_photos.digests is not None and old_photos.digests.shape[0] != old_photos.owners.size:
+        old_photos.digests = old_photos.stats = None
     rows = first_row + np.arange(len(added), dtype=np.int64) if moved is None else moved.added
     photos = photo_rows(added, main, work_dir, model_dir, settings, cfg, report, rows)
     if (old_photos.visual is None) != (photos.visual is None):
@@ -323,23 +295,52 @@ def write_and_calibrate(
     target_recall: float,
     *,
     catalogue_order: np.ndarray | None = None,
+    reuse: ProductReuse | None = None,
 ) -> ProductInfo:
     """Write the channels into the staged version, tune their graph walks for ``target_recall``
     (``indexer.channel_tuning``) and calibrate their fusion (when there is text) on the tuned walks
-    (its pseudo-queries drawn in ``catalogue_order``, see ``indexer.fusion_calibration.calibrate``)."""
+    (its pseudo-queries drawn in ``catalogue_order``, see ``indexer.fusion_calibration.calibrate``).
+    When the parent's channels (``reuse``) were written from the very same inputs (``inputs_key``), they
+    are taken over instead (hard links): tuning and calibrating again would find what they hold."""
+    info.inputs_key = inputs_key(info, photos, texts, products, target_recall, catalogue_order)
+    parent = reuse.stored if reuse is not None else None
+    if parent is not None and parent.info.inputs_key == info.inputs_key and photos.digests is not None:
+        assert reuse is not None
+        link_channels(parent.path, stage)
+        if photos.stats is not None:  # this build's: files touched since have new ones
+            write_photo_stats(stage, photos.stats)
+        report.notes.append(
+            f"products: channels taken over from {reuse.parent_version} (the same photos, text values and "
+            "vectors: writing, tuning and calibrating them again would find the same)"
+        )
+        return ProductInfo.load(stage / PRODUCTS_FILE)
     write_product_channels(stage, info, photos, texts)
+    if photos.digests is not None:  # what the next build reuses (``store.product_reuse``)
+        write_product_digests(stage, photos.digests, photos.embeds, photos.visual, texts.embeds, photos.stats)
     channels = ProductChannels(stage, products)
+    taken = taken_over_calibration(reuse, info)
     try:
         info.search_params = tune_channels(channels, target_recall)
         result = (
             calibrate(
                 channels, texts, encoder, info.language_counts, products, catalogue_order=catalogue_order
             )
-            if texts.texts
+            if texts.texts and taken is None
             else None
         )
     finally:
         channels.close()
+    if taken is not None:
+        info.fusion, info.calibration = taken.fusion, taken.calibration
+        info.calibrated_in, info.changed_since_calibration = (
+            taken.calibrated_in,
+            taken.changed_since_calibration,
+        )
+        report.notes.append(
+            f"products: fusion calibration taken over from {taken.calibrated_in} "
+            f"({taken.changed_since_calibration:,} of {info.photos + info.texts:,} photo and text rows "
+            f"changed since it was calibrated, within {RECALIBRATE_SHARE:.0%}; --force calibrates again)"
+        )
     for name, tuned in info.search_params.items():
         report.notes.append(
             f"products: {name} walks at efSearch {tuned['efSearch']} (recall@{CANDIDATES} products "
@@ -354,8 +355,8 @@ def write_and_calibrate(
             f"{result.model.method} calibrated on {result.report.get('pseudo_queries', 0)} pseudo-queries "
             f"(held-out R-precision by method: {held_out})"
         )
-    else:
+    elif taken is None:
         report.notes.append(f"products: {info.photos} photos of {products} products (no text field searched)")
-    if result is not None or info.search_params:
+    if result is not None or taken is not None or info.search_params:
         (stage / PRODUCTS_FILE).write_text(info.to_json() + "\n", encoding="utf-8")
     return info

@@ -48,6 +48,12 @@ class BuildReport:
     items_changed: int = 0
     items_removed: int = 0
     reuse_mismatched: list[str] = field(default_factory=list)  # ids whose stored row failed its checksum
+    # Product channels (``indexer.product_reuse``): photos and text values reused from CURRENT's channels
+    # and encoded by this build (a first photo encoded for its main row counts as encoded).
+    photos_reused: int = 0
+    photos_encoded: int = 0
+    texts_reused: int = 0
+    texts_encoded: int = 0
     ann_index: str = ""  # built, rebuilt from stored vectors, or linked from the parent
 
     @property

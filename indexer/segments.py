@@ -42,6 +42,7 @@ from indexer.build_key import without_key
 from indexer.encoding import Encoded
 from indexer.incremental import ReusePlan, Rows, can_link, digest_and_stat, write_rows
 from indexer.pipeline import Operation, utc_now, write_ann_index
+from indexer.products import wants_products
 from indexer.quality_gate import QualityGate
 from indexer.report import BuildReport
 from indexer.shards import ShardStore
@@ -84,9 +85,10 @@ def plan_segments(
     rows: Rows, reuse: ReusePlan, settings: Settings, index_factory: str | None
 ) -> SegmentPlan | None:
     """The segment plan of a build that may reuse CURRENT (None: not applicable, today's way: no reuse,
-    rows exactly the parent's, or CURRENT holds products)."""
+    rows exactly the parent's, CURRENT holds products, or this build writes them: their channels span the
+    whole version)."""
     stored = reuse.stored
-    if stored is None or reuse.why_not or can_link(rows, reuse):
+    if stored is None or reuse.why_not or can_link(rows, reuse) or wants_products(rows.items, settings):
         return None
     if not stored.segmented and has_product_channels(stored.path):
         return None

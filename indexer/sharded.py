@@ -37,6 +37,7 @@ from indexer.build_key import without_key
 from indexer.encoding import Encoded, append_shards_split
 from indexer.parent import ParentVersion, appended_metadata
 from indexer.pipeline import Operation, inherit_measurements, judge, utc_now, write_ann_index
+from indexer.product_reuse import FirstPhotos, ProductReuse
 from indexer.product_rows import RowMove
 from indexer.products import extend_products, wants_products, write_products
 from indexer.quality_gate import QualityGate
@@ -110,10 +111,13 @@ def build_sharded(
     work_dir: Path,
     model_dir: Path,
     cfg: ModelConfig,
+    first: FirstPhotos | None = None,
+    products: ProductReuse | None = None,
 ) -> BuildReport:
     """A full build's version in ``settings.index_shards`` shards; ``template`` is the manifest an
     unsharded build would write (its version and index fields are filled in here). Products: their
-    channels beside the shards, over the global rows."""
+    channels beside the shards, over the global rows (``first``, ``products``: the first photos' digests
+    and the parent's reusable channels, ``indexer.products.write_products``)."""
     settings, items = op.settings, encoded.ok_items
     shard_count = settings.index_shards
     owners = partition([it.id for it in items], shard_count)
@@ -167,6 +171,8 @@ def build_sharded(
                 cfg=cfg,
                 report=op.report,
                 rows=global_rows,
+                first=first,
+                reuse=products,
             )
         manifest = dataclasses.replace(
             template, format_version=SHARDED_FORMAT_VERSION, version=writer.version, created_at=utc_now()

@@ -24,6 +24,8 @@ also holds, beside them (all written through ``ProductChannelsWriter``, read thr
     text_sum_norms.npy       (P,) float32 the norm of the sum of each product's text embeddings: the
                              centroid feature's divisor (``store.product_vectors.sum_norms``; written since
                              27 Nov 2026 (session 13); a version without it has no centroid feature)
+    photo_digests.npy, ...   what a rebuild reuses photos and text values by (``store.product_reuse``;
+                             written since 27 Nov 2026, session 14)
 
 Products format 1 (written before tantivy, still served) keeps the lexical index in ``products.sqlite`` as
 an FTS5 table ``lexical`` (rowid = text row, its ``terms`` column the analysed terms) instead.
@@ -67,6 +69,22 @@ TEXT_INDEX = "texts.faiss"
 TEXT_SUM_NORMS = "text_sum_norms.npy"
 PRODUCTS_DB = "products.sqlite"
 PRODUCTS_FORMAT = 2  # 2: the lexical index in tantivy; 1: in FTS5 (read, never written)
+# Every file a version's channels may hold at its top (besides ``lexical.tantivy/`` and the digests of
+# ``store.product_reuse``), for ``store.product_reuse.link_channels``.
+CHANNEL_FILES = (
+    PRODUCTS_FILE,
+    PHOTO_EMBEDDINGS,
+    PHOTO_VISUAL,
+    PHOTO_OWNERS,
+    PHOTO_INDEX,
+    TEXT_EMBEDDINGS,
+    TEXT_OWNERS,
+    TEXT_FIELDS,
+    TEXT_LANGS,
+    TEXT_INDEX,
+    TEXT_SUM_NORMS,
+    PRODUCTS_DB,
+)
 # Vector sets up to this size are searched exactly: the reference, and no dearer than a walk tuned to the
 # target recall there (one thread, 512-d: exact 0.55 ms at 4k rows, 2.7 at 16k; a tuned walk 0.54 ms at 3k
 # rows, efSearch 96, and 0.45 at 24k, efSearch 32).
@@ -96,6 +114,12 @@ class ProductInfo:
         calibration: what the calibration measured (held-out scores of every method tried, query counts).
         search_params: per graph index file, the efSearch its walks use and the product-level recall it
             was measured at (``indexer.channel_tuning``); a graph without one walks at ``HNSW_EF_SEARCH``.
+        inputs_key: a key of everything the channels were written, tuned and calibrated from (their rows
+            and vectors, the recall target; ``indexer.product_reuse.inputs_key``): a rebuild with the same
+            key takes the channels over as they are (``store.product_reuse.link_channels``); "" unknown.
+        calibrated_in: the version whose build calibrated ``fusion`` ("": this one's);
+            changed_since_calibration: photo and text rows changed since (a rebuild takes a calibration
+            over while few changed, ``indexer.product_reuse.taken_over_calibration``).
     """
 
     fields: list[str]
@@ -107,6 +131,9 @@ class ProductInfo:
     fusion: dict[str, Any] = field(default_factory=dict)
     calibration: dict[str, Any] = field(default_factory=dict)
     search_params: dict[str, dict[str, float]] = field(default_factory=dict)
+    inputs_key: str = ""
+    calibrated_in: str = ""
+    changed_since_calibration: int = 0
     format: int = PRODUCTS_FORMAT
 
     def to_json(self) -> str:
@@ -132,17 +159,23 @@ class PhotoRows:
     paths: list[str]
     embeds: np.ndarray  # (M, D) float32
     visual: np.ndarray | None = None  # (M, V) float32
+    # The files' content digests and stats when hashed (``store.product_reuse``); None: not known.
+    digests: np.ndarray | None = None  # (M, 16) uint8
+    stats: np.ndarray | None = None  # (M, 5) int64
 
     def extended(self, more: PhotoRows) -> PhotoRows:
         """These photos, then ``more`` (whose owners must come after these')."""
-        visual = None
-        if self.visual is not None and more.visual is not None:
-            visual = np.concatenate([self.visual, more.visual])
+
+        def both(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None or b is None else np.concatenate([a, b])
+
         return PhotoRows(
             np.concatenate([self.owners, more.owners]),
             [*self.paths, *more.paths],
             np.concatenate([self.embeds, more.embeds]),
-            visual,
+            both(self.visual, more.visual),
+            both(self.digests, more.digests),
+            both(self.stats, more.stats),
         )
 
 

@@ -34,6 +34,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -173,6 +174,15 @@ def write_stats(stage: Path, stats: np.ndarray) -> None:
         raise IndexFormatError(f"internal: file stats of shape {stats.shape}")
     with names_full_disk(stage / IMAGE_STATS_FILE):
         np.save(stage / IMAGE_STATS_FILE, np.ascontiguousarray(stats, dtype=np.int64))
+
+
+class KnownDigests(Protocol):
+    """Stored rows whose files were hashed: their content digests (``images``, by row) and the rows whose
+    file stats were recorded (``StoredVectors``; ``store.product_reuse.StoredProductVectors``'s photos)."""
+
+    images: np.ndarray
+
+    def rows_by_stat(self) -> dict[bytes, int]: ...
 
 
 class StoredVectors:

@@ -1,0 +1,280 @@
+"""What lets a rebuild reuse a version's product channels (``store.products``) instead of encoding every
+photo and text value again: per photo row, the content digest of its file and a checksum of its stored
+vectors; per text value, a checksum of its stored embedding (the value itself, its field, language and
+text, is in ``products.sqlite`` already).
+
+A version with product channels written since 27 Nov 2026 (session 14) holds, beside them::
+
+    photo_digests.npy       (M, 16) uint8  blake2b-128 of the bytes of photo row i's file (``store.reuse``'s)
+    photo_row_digests.npy   (M, 16) uint8  blake2b-128 of photo row i's stored vectors: its cross-modal
+                                           embedding, then its visual one (as stored, float32)
+    photo_stats.npy         (M, 5) int64   optional: the file's stats when it was hashed (zeros: not
+                                           recorded; ``store.reuse.image_stat``: a file with the very stats
+                                           is not read again)
+    text_row_digests.npy    (F, 16) uint8  blake2b-128 of text row i's stored embedding
+
+They sit with the other channel files (a sharded version: beside its shards), so the manifest's checksums
+cover them and ``verify`` checks them. A version without them (written before, or by an ``add`` to such a
+version) is read as holding nothing reusable; so is one stored under another reuse key
+(``store.reuse.REUSE_KEY``: model, storage options). A reused row is checked against its stored checksum
+(``StoredProductVectors.check_photos`` / ``check_texts``): one whose bytes do not match is encoded again.
+Channels a rebuild would write from the very same inputs (``ProductInfo.inputs_key``) are taken over whole
+instead (``link_channels``: hard links, as ``store.writer`` links a parent's arrays).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from store.errors import IndexFormatError
+from store.files import link_or_copy, names_full_disk
+from store.lexical_index import TANTIVY_DIR
+from store.manifest import IndexManifest
+from store.products import (
+    CHANNEL_FILES,
+    PHOTO_EMBEDDINGS,
+    PHOTO_OWNERS,
+    PHOTO_VISUAL,
+    PRODUCTS_DB,
+    PRODUCTS_FILE,
+    TEXT_EMBEDDINGS,
+    TEXT_OWNERS,
+    ProductInfo,
+    has_product_channels,
+)
+from store.reuse import DIGEST_BYTES, REUSE_KEY, STAT_COLUMNS, row_digests
+from store.term_hashes import TERM_HASHES, TERM_OFFSETS
+
+PHOTO_DIGESTS = "photo_digests.npy"
+PHOTO_ROW_DIGESTS = "photo_row_digests.npy"
+PHOTO_STATS = "photo_stats.npy"
+TEXT_ROW_DIGESTS = "text_row_digests.npy"
+
+TextKey = tuple[str, str, str]  # (field, language, text) of a text value
+
+
+def photo_row_digests(embeds: np.ndarray, visual: np.ndarray | None) -> np.ndarray:
+    """(M, 16) uint8: the checksum of each photo row's stored vectors (embedding, then visual)."""
+    vis = None if visual is None or not visual.size else np.asarray(visual, np.float32)
+    # ``row_digests`` hashes the embedding, then a second part's bytes as stored: the visual row.
+    return row_digests(np.asarray(embeds, np.float32), vis, None)
+
+
+def text_row_digests(embeds: np.ndarray) -> np.ndarray:
+    """(F, 16) uint8: the checksum of each text row's stored embedding."""
+    return row_digests(np.asarray(embeds, np.float32), None, None)
+
+
+def write_product_digests(
+    stage: Path,
+    images: np.ndarray,
+    photo_embeds: np.ndarray,
+    photo_visual: np.ndarray | None,
+    text_embeds: np.ndarray,
+    stats: np.ndarray | None = None,
+) -> None:
+    """The digest files of staged product channels: ``images`` (M, 16) uint8 the photos' content digests
+    in photo-row order, the checksums of the vectors as ``store.products.write_product_channels`` stored
+    them, and ``stats`` (M, 5) int64 the files' stats when hashed (written when given)."""
+    m = int(photo_embeds.shape[0])
+    if images.shape != (m, DIGEST_BYTES):
+        raise IndexFormatError(f"internal: photo digests of shape {images.shape} for {m} photos")
+    arrays = {
+        PHOTO_DIGESTS: np.ascontiguousarray(images, np.uint8),
+        PHOTO_ROW_DIGESTS: photo_row_digests(photo_embeds, photo_visual),
+        TEXT_ROW_DIGESTS: text_row_digests(
+            np.asarray(text_embeds, np.float32).reshape(-1, photo_embeds.shape[1])
+        ),
+    }
+    for name, arr in arrays.items():
+        with names_full_disk(stage / name):
+            np.save(stage / name, arr)
+    if stats is not None:
+        write_photo_stats(stage, stats)
+
+
+def write_photo_stats(stage: Path, stats: np.ndarray) -> None:
+    """photo_stats.npy of staged channels: (M, 5) int64 the photo files' stats when hashed."""
+    rows = int(np.load(stage / PHOTO_DIGESTS, mmap_mode="r").shape[0])
+    if stats.shape != (rows, STAT_COLUMNS):
+        raise IndexFormatError(f"internal: photo file stats of shape {stats.shape} for {rows} photos")
+    with names_full_disk(stage / PHOTO_STATS):
+        np.save(stage / PHOTO_STATS, np.ascontiguousarray(stats, np.int64))
+
+
+def link_channels(version_dir: Path, stage: Path) -> list[str]:
+    """Every product-channel file of an installed version (its digests too; not its photo stats, which are
+    the staging build's to write) taken over unchanged into ``stage``: hard links (copies across
+    filesystems). Returns the names linked, relative to the folder."""
+    folder = Path(version_dir)
+    names = [
+        n
+        for n in (
+            *CHANNEL_FILES,
+            TERM_HASHES,
+            TERM_OFFSETS,
+            PHOTO_DIGESTS,
+            PHOTO_ROW_DIGESTS,
+            TEXT_ROW_DIGESTS,
+        )
+        if (folder / n).is_file()
+    ]
+    if (folder / TANTIVY_DIR).is_dir():  # its files, not the lock files a reader leaves (dot files)
+        names += [
+            f"{TANTIVY_DIR}/{p.name}"
+            for p in sorted((folder / TANTIVY_DIR).iterdir())
+            if p.is_file() and not p.name.startswith(".")
+        ]
+    for name in names:
+        with names_full_disk(Path(stage) / name):
+            link_or_copy(folder / name, Path(stage) / name)
+    return names
+
+
+def has_product_digests(version_dir: Path) -> bool:
+    folder = Path(version_dir)
+    return all((folder / f).is_file() for f in (PHOTO_DIGESTS, PHOTO_ROW_DIGESTS, TEXT_ROW_DIGESTS))
+
+
+class StoredProductVectors:
+    """The reusable photo and text rows of one installed version's product channels, read-only: which
+    photo row holds the vectors of a file with a given content digest, which text row the embedding of a
+    (field, language, text), those rows' stored vectors and their check against the stored checksums.
+    ``open`` returns None for a version without channels or digests, or with another reuse key."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        try:
+            self.images = np.load(self.path / PHOTO_DIGESTS)
+            self.photo_digests = np.load(self.path / PHOTO_ROW_DIGESTS)
+            self.text_digests = np.load(self.path / TEXT_ROW_DIGESTS)
+            stats = self.path / PHOTO_STATS
+            self.stats = np.load(stats) if stats.is_file() else None
+            self._embeds = np.load(self.path / PHOTO_EMBEDDINGS, mmap_mode="r")
+            visual = self.path / PHOTO_VISUAL
+            self._visual = np.load(visual, mmap_mode="r") if visual.is_file() else None
+            self._texts = np.load(self.path / TEXT_EMBEDDINGS, mmap_mode="r")
+            photo_owners = np.load(self.path / PHOTO_OWNERS)
+            text_owners = np.load(self.path / TEXT_OWNERS)
+            con = sqlite3.connect(f"file:{self.path / PRODUCTS_DB}?mode=ro&immutable=1", uri=True)
+            try:
+                values = con.execute("SELECT field, lang, text FROM texts ORDER BY row").fetchall()
+            finally:
+                con.close()
+        except (OSError, ValueError, sqlite3.Error) as exc:
+            raise IndexFormatError(f"cannot read the stored product vectors of {self.path}: {exc}") from exc
+        m, f = int(self._embeds.shape[0]), int(self._texts.shape[0])
+        if (
+            self.images.shape != (m, DIGEST_BYTES)
+            or self.photo_digests.shape != (m, DIGEST_BYTES)
+            or self.text_digests.shape != (f, DIGEST_BYTES)
+            or len(values) != f
+            or photo_owners.shape != (m,)
+            or text_owners.shape != (f,)
+            or (self._visual is not None and self._visual.shape[0] != m)
+        ):
+            raise IndexFormatError(f"{self.path}: product digests do not fit its {m} photos and {f} texts")
+        if self.stats is not None and self.stats.shape != (m, STAT_COLUMNS):
+            self.stats = None
+        self.photos, self.texts = m, f
+        self.info = ProductInfo.load(self.path / PRODUCTS_FILE)
+        self._photo_owners = photo_owners.tolist()
+        self._by_image: dict[bytes, int] | None = None
+        self._by_owner_image: dict[tuple[int, bytes], int] = {}
+        # A value's own row first (equal values of several products were encoded in other batches: the
+        # last bits may differ), else the first of equal values.
+        self._by_text: dict[TextKey, int] = {}
+        self._by_owner_text: dict[tuple[int, TextKey], int] = {}
+        for row in range(f - 1, -1, -1):
+            field, lang, text = values[row]
+            key = (str(field), str(lang or "und"), str(text))
+            self._by_text[key] = row
+            self._by_owner_text[(int(text_owners[row]), key)] = row
+
+    @classmethod
+    def open(cls, path: Path, manifest: IndexManifest, key: str) -> StoredProductVectors | None:
+        """The product channels of the version at ``path`` when stored under reuse key ``key`` with
+        digests; else None (nothing of them is reusable)."""
+        if manifest.build_params.get(REUSE_KEY) != key:
+            return None
+        if not has_product_channels(path) or not has_product_digests(path):
+            return None
+        return cls(path)
+
+    @property
+    def has_visual(self) -> bool:
+        return self._visual is not None
+
+    # The interface ``indexer.incremental.digest_and_stat`` reads of a version's stored rows.
+    def rows_by_stat(self) -> dict[bytes, int]:
+        """{file stats (``store.reuse.stat_key``): photo row} of the photos whose stats were recorded."""
+        if self.stats is None:
+            return {}
+        known = np.flatnonzero(self.stats.any(axis=1))
+        keys, width = np.ascontiguousarray(self.stats[known], np.int64).tobytes(), STAT_COLUMNS * 8
+        return {keys[k * width : (k + 1) * width]: row for k, row in enumerate(known.tolist())}
+
+    def photo_row_of(self, digest: bytes, owner: int = -1) -> int:
+        """The photo row encoded from a file with this content digest, of product row ``owner`` where it
+        has one (a product's own photo first), else the first; -1 when none is."""
+        if self._by_image is None:
+            keys = self.images.tobytes()
+            self._by_image = {}
+            for row in range(self.photos - 1, -1, -1):  # the first of equal photos wins
+                digest_of = keys[row * DIGEST_BYTES : (row + 1) * DIGEST_BYTES]
+                self._by_image[digest_of] = row
+                self._by_owner_image[(self._photo_owners[row], digest_of)] = row
+        if owner >= 0 and (owner, digest) in self._by_owner_image:
+            return self._by_owner_image[(owner, digest)]
+        return self._by_image.get(digest, -1)
+
+    def text_row_of(self, key: TextKey, owner: int = -1) -> int:
+        """The text row of a value with this (field, language, text), of product row ``owner`` where it
+        has one, else the first; -1 when none is."""
+        if owner >= 0 and (owner, key) in self._by_owner_text:
+            return self._by_owner_text[(owner, key)]
+        return self._by_text.get(key, -1)
+
+    def photo_vectors(self, rows: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """(m, D) cross-modal and (m, V) visual embeddings (None: the version has none) of photo rows."""
+        rows = np.asarray(rows, np.int64)
+        visual = None if self._visual is None else np.array(self._visual[rows], np.float32)
+        return np.array(self._embeds[rows], np.float32), visual
+
+    def text_vectors(self, rows: Sequence[int] | np.ndarray) -> np.ndarray:
+        return np.array(self._texts[np.asarray(rows, np.int64)], np.float32)
+
+    def check_photos(self, rows: Sequence[int] | np.ndarray) -> np.ndarray:
+        """(m,) bool: whether each photo row's stored vectors still match its stored checksum."""
+        rows = np.asarray(rows, np.int64)
+        embeds, visual = self.photo_vectors(rows)
+        return (photo_row_digests(embeds, visual) == self.photo_digests[rows]).all(axis=1)
+
+    def check_texts(self, rows: Sequence[int] | np.ndarray) -> np.ndarray:
+        """(m,) bool: whether each text row's stored embedding still matches its stored checksum."""
+        rows = np.asarray(rows, np.int64)
+        return (text_row_digests(self.text_vectors(rows)) == self.text_digests[rows]).all(axis=1)
+
+    def close(self) -> None:
+        self._embeds = self._texts = np.zeros((0, 0), np.float32)
+        self._visual = None
+
+
+def read_photo_digests(version_dir: Path) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The (M, 16) photo content digests and (M, 5) file stats of a version's channels, as stored (an
+    ``add`` carries them over); (None, None) without digests, stats None when not recorded."""
+    folder = Path(version_dir)
+    if not has_product_digests(folder):
+        return None, None
+    try:
+        images = np.load(folder / PHOTO_DIGESTS)
+        stats = np.load(folder / PHOTO_STATS) if (folder / PHOTO_STATS).is_file() else None
+    except (OSError, ValueError) as exc:
+        raise IndexFormatError(f"cannot read the photo digests of {folder}: {exc}") from exc
+    if stats is not None and stats.shape != (images.shape[0], STAT_COLUMNS):
+        stats = None
+    return images, stats
