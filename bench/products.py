@@ -359,6 +359,41 @@ def shared_photos(photos: Path, babel: Path, model: Path, work: Path) -> dict[st
     return {"photos": len(rows), "queries": len(queries), "build_seconds": round(build_s, 2), "modes": result}
 
 
+def calibration_seeds(grocery: Path, model: Path, held_out: int, seeds: list[int]) -> dict[str, Any]:
+    """The grocery quality again for each seed of the calibration's random draw (pseudo-queries, held-out
+    part; ``indexer.fusion_calibration.SEED``, set here for the bench only): labels and R-precision."""
+    from indexer import fusion_calibration
+
+    shipped, runs = fusion_calibration.SEED, {}
+    try:
+        for seed in seeds:
+            fusion_calibration.SEED = seed
+            with tempfile.TemporaryDirectory() as tmp:
+                q = quality(grocery, model, held_out, Path(tmp))
+            runs[str(seed)] = {
+                "in_catalogue_labelled_none": q["labels"]["in_catalogue_labelled_none"],
+                "not_sold_labelled_none": q["labels"]["not_sold_labelled_none"],
+                "mean_r_precision": q["modes"]["hybrid"]["mean_r_precision"],
+                "min_r_precision": q["modes"]["hybrid"]["min_r_precision"],
+                "fusion": q["fusion_chosen"],
+            }
+            print(json.dumps({seed: runs[str(seed)]}), file=sys.stderr, flush=True)
+    finally:
+        fusion_calibration.SEED = shipped
+    both = [
+        r
+        for r in runs.values()
+        if r["in_catalogue_labelled_none"] <= 0.10 and r["not_sold_labelled_none"] >= 0.8
+    ]
+    return {
+        "runs": runs,
+        "both_label_lines_met": f"{len(both)} of {len(runs)}",
+        "mean_in_catalogue_labelled_none": _mean([r["in_catalogue_labelled_none"] for r in runs.values()]),
+        "mean_not_sold_labelled_none": _mean([r["not_sold_labelled_none"] for r in runs.values()]),
+        "mean_r_precision": _mean([r["mean_r_precision"] for r in runs.values()]),
+    }
+
+
 def _synthetic_vectors(products: int, dim: int, kind: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Product, photo, text and query vectors. ``random``: independent unit vectors (no structure at all:
     the worst case of a graph index). ``clustered``: as ``bench/index_throughput.py`` (products around
@@ -562,6 +597,13 @@ def print_table(result: dict[str, Any]) -> None:
             )
         )
         print(f"image query top-1: visual {top1['visual']:.3f}, cross-modal {top1['cross_modal']:.3f}")
+    spread = result.get("calibration_seeds")
+    if spread:
+        print(
+            f"calibration seeds: both label lines met in {spread['both_label_lines_met']}; mean in catalogue"
+            f" -> none {spread['mean_in_catalogue_labelled_none']:.3f}, not sold -> none"
+            f" {spread['mean_not_sold_labelled_none']:.3f}, R-prec {spread['mean_r_precision']:.3f}"
+        )
     for name in ("demo", "photos"):
         if name in result:
             for mode, m in result[name]["modes"].items():
@@ -591,6 +633,11 @@ def main() -> None:
         help="synthetic vectors of --scale: clustered, every walk tuned to the target recall (default), or "
         "random at fixed walk widths (the first measurements)",
     )  # fmt: skip
+    parser.add_argument(
+        "--calibration-seeds", default="",
+        help="with --grocery: build and measure again with each of these seeds of the calibration's draw of "
+        "pseudo-queries (its spread: how much the labels owe to the draw)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     result: dict[str, Any] = {
@@ -600,6 +647,10 @@ def main() -> None:
     if args.grocery:
         with tempfile.TemporaryDirectory() as tmp:
             result["grocery"] = quality(args.grocery, args.model, args.held_out, Path(tmp))
+    if args.grocery and args.calibration_seeds:
+        result["calibration_seeds"] = calibration_seeds(
+            args.grocery, args.model, args.held_out, [int(s) for s in args.calibration_seeds.split(",")]
+        )
     if args.demo:
         with tempfile.TemporaryDirectory() as tmp:
             result["demo"] = demo_catalogue(Path(tmp))

@@ -177,7 +177,9 @@ def _cut(ins: np.ndarray, outs: np.ndarray) -> float:
 def fit_match(
     method: str, params: GroupParams, samples: Sequence[Sample], mode: str, no_match: Sequence[Candidates]
 ) -> None:
-    """The match model of a group (logistic, balanced, on the raw match features of ``_top_features``) and
+    """The match model of a group (logistic, balanced, on the raw match features of ``_top_features``, with
+    weights kept non-negative: a channel's better match never lowers the probability; unconstrained, the
+    correlated cosines of ~120 pseudo-queries took weights of either sign by the draw) and
     the thresholds of its probability, set on ``params``. Where the label reads any candidate
     (``match_over`` "any"), the model is fitted again on the candidates it scores highest (a few rounds,
     from the top-fused ones): what it reads then no longer depends on how the fusion orders the results."""
@@ -195,6 +197,7 @@ def fit_match(
             p = 1.0 / (1.0 + np.exp(-(x @ w + b)))
             g = (p - y) * weight
             w -= 4.0 * (x.T @ g + 1e-3 * w)
+            np.maximum(w, 0.0, out=w)  # monotone: more of any channel's match never lowers the probability
             b -= 4.0 * float(g.sum())
         params.match = [*w.tolist(), b]
     prob = 1.0 / (1.0 + np.exp(-(x @ w + b)))

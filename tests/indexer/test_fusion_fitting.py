@@ -24,6 +24,7 @@ from store.hybrid import (
     CANDIDATES,
     CHANNELS,
     FEATURES,
+    MATCH_FEATURES,
     Candidates,
     FusionModel,
     GroupParams,
@@ -153,13 +154,29 @@ def test_the_match_model_is_refitted_on_the_candidates_it_scores_highest() -> No
         w, b = np.zeros(x.shape[1]), 0.0
         for _ in range(2000):
             g = (1 / (1 + np.exp(-(x @ w + b))) - y) * weight
-            w, b = w - 4.0 * (x.T @ g + 1e-3 * w), b - 4.0 * float(g.sum())
+            w, b = np.maximum(w - 4.0 * (x.T @ g + 1e-3 * w), 0.0), b - 4.0 * float(g.sum())
         reference.match = [*w.tolist(), b]
     np.testing.assert_allclose(params.match, reference.match, atol=1e-9)
     once = GroupParams(**params.to_dict())
     once.match_over = "top"  # one round: the top-fused candidates only
     fit_match("weighted", once, train, "hybrid", no_match)
     assert not np.allclose(once.match, params.match, atol=1e-6)
+
+
+def test_the_match_models_weights_are_never_negative() -> None:
+    """A channel's match never lowers the match probability: a feature that runs against the labels (here the
+    image cosine, high for irrelevant candidates) gets weight 0, not a negative one, and the others keep
+    telling matches apart."""
+    rng = np.random.default_rng(5)
+    train = samples(rng)
+    for s in train:
+        s.candidates.features[:, 0] = np.where(s.labels, 0.1, 0.9)  # the photos point the wrong way
+    no_match = [candidates(rng.uniform(0.0, 0.4, size=(8, len(FEATURES)))) for _ in range(10)]
+    params = fit("weighted", train, "hybrid")
+    fit_match("weighted", params, train, "hybrid", no_match)
+    weights = np.asarray(params.match[:-1])
+    assert weights.min() >= 0.0 and weights[list(MATCH_FEATURES).index("image")] == 0.0
+    assert weights.max() > 0.0
 
 
 @pytest.mark.parametrize(
