@@ -61,6 +61,10 @@ from store.hybrid import (
 from store.lexical import analyze
 from store.products import ProductChannels, TextRows
 
+# The calibration code's version, recorded with a fit (``ProductInfo.calibration_code``): a rebuild takes a
+# parent's calibration over only when it was fitted by the same code. 1: match models with non-negative
+# weights (27 Nov 2026, session 14). Bump it with any change to what calibrate() fits.
+CALIBRATION_CODE = 1
 MAX_QUERIES = 600
 HELD_OUT = 0.3
 MIN_GROUP_QUERIES = 40

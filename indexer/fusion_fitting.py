@@ -158,12 +158,21 @@ def _top_features(
         for mask, out in ((s.labels, pos), (~s.labels, neg)):
             idx = np.flatnonzero(mask)
             if idx.size:
-                out.append(x[idx[np.argmax(score[idx])]])
+                out.append(x[_best(score, x, idx)])
     for cands in no_match:
         if len(cands):
-            neg.append(cands.features[int(np.argmax(ranking(cands))), cols])
+            x = cands.features[:, cols]
+            neg.append(x[_best(ranking(cands), x, np.arange(len(cands)))])
     width = len(cols)
     return np.asarray(pos, np.float64).reshape(-1, width), np.asarray(neg, np.float64).reshape(-1, width)
+
+
+def _best(score: np.ndarray, x: np.ndarray, idx: np.ndarray) -> int:
+    """The candidate among ``idx`` with the highest ``score``, ties broken by its features ``x`` (largest
+    first, column by column), not by its position: a sharded version numbers the same products otherwise,
+    and a match model with a weight at 0 ties candidates that differ only in that feature."""
+    keys = [x[idx, j] for j in reversed(range(x.shape[1]))]
+    return int(idx[np.lexsort([*keys, score[idx]])[-1]])
 
 
 def _cut(ins: np.ndarray, outs: np.ndarray) -> float:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from indexer.fusion_calibration import CALIBRATION_CODE
 from indexer.incremental import digest_and_stat
 from indexer.report import BuildReport
 from indexer.sources import SourceItem
@@ -213,6 +214,8 @@ def inputs_key(
     digest = hashlib.sha256()
     head = [
         PRODUCTS_FORMAT,
+        CALIBRATION_CODE,  # a version calibrated by other code is not what calibrating now would find
+        info.text_encoder,
         info.fields,
         info.text_languages,
         products,
@@ -254,6 +257,8 @@ def taken_over_calibration(reuse: ProductReuse | None, info: ProductInfo) -> Pro
         return None
     if (parent.fields, parent.text_languages) != (info.fields, info.text_languages):
         return None
+    if parent.calibration_code != CALIBRATION_CODE or parent.text_encoder != info.text_encoder:
+        return None  # fitted by other calibration code, or on queries another acquirer embedded
     # Rows encoded here (new or changed), or CURRENT's not carried over (changed or removed): a changed row
     # is both, once.
     changed = max(reuse.photos_encoded, parent.photos - reuse.photos_reused) + max(

@@ -33,7 +33,7 @@ from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
 from ccrk_settings import Settings
 from indexer.channel_tuning import tune_channels
-from indexer.fusion_calibration import calibrate
+from indexer.fusion_calibration import CALIBRATION_CODE, calibrate
 from indexer.product_photos import photo_rows
 from indexer.product_reuse import (
     RECALIBRATE_SHARE,
@@ -48,6 +48,7 @@ from indexer.product_rows import RowMove, grouped_by_row, grouped_photos
 from indexer.report import BuildReport
 from indexer.shards import ShardStore
 from indexer.sources import SourceItem
+from model.acquisition_format import acquirers_digest
 from model.model_dir import ModelConfig
 from model.runtime import Encoder
 from store.hybrid import CANDIDATES
@@ -142,8 +143,16 @@ def text_rows(
     identify_languages(values, encoder.config.languages)
     for v in values:
         v.lang = v.lang or UNKNOWN
+    # An acquired language's values are embedded by its acquirer, which the model's fingerprint (the reuse
+    # key) does not cover: adding or retraining one leaves every stored text embedding behind.
+    text_encoder = acquirers_digest(settings.model_dir) or ""
+    same_encoder = (
+        reuse is not None and reuse.stored is not None and reuse.stored.info.text_encoder == text_encoder
+    )
     stored_rows = reused_texts(
-        [(v.field, str(v.lang), v.text) for v in values], reuse, [items[v.owner].id for v in values]
+        [(v.field, str(v.lang), v.text) for v in values],
+        reuse if same_encoder else None,
+        [items[v.owner].id for v in values],
     )
     embeds = np.zeros((len(values), encoder.config.embed_dim), np.float32)
     todo = np.flatnonzero(stored_rows < 0)
@@ -171,6 +180,7 @@ def text_rows(
         language_counts=dict(sorted(counts.items())),
         photos=0,
         texts=len(values),
+        text_encoder=text_encoder,
     )
     return rows, info
 
@@ -332,6 +342,7 @@ def write_and_calibrate(
         channels.close()
     if taken is not None:
         info.fusion, info.calibration = taken.fusion, taken.calibration
+        info.calibration_code = taken.calibration_code
         info.calibrated_in, info.changed_since_calibration = (
             taken.calibrated_in,
             taken.changed_since_calibration,
@@ -348,6 +359,7 @@ def write_and_calibrate(
         )
     if result is not None:
         info.fusion, info.calibration = result.model.to_dict(), result.report
+        info.calibration_code = CALIBRATION_CODE
         languages = ", ".join(f"{k} {v}" for k, v in info.language_counts.items())
         held_out = {m: s.get("mean") for m, s in result.report.get("held_out", {}).items()}
         report.notes.append(

@@ -120,6 +120,10 @@ class ProductInfo:
         calibrated_in: the version whose build calibrated ``fusion`` ("": this one's);
             changed_since_calibration: photo and text rows changed since (a rebuild takes a calibration
             over while few changed, ``indexer.product_reuse.taken_over_calibration``).
+        text_encoder: what the text embeddings were made with beyond the model's fingerprint (its language
+            acquirers' digest; "": none): a rebuild reuses text embeddings only under the same.
+        calibration_code: the version of the calibration code ``fusion`` was fitted by (0: before it was
+            recorded): a rebuild takes a calibration over only from the same.
     """
 
     fields: list[str]
@@ -134,6 +138,8 @@ class ProductInfo:
     inputs_key: str = ""
     calibrated_in: str = ""
     changed_since_calibration: int = 0
+    text_encoder: str = ""
+    calibration_code: int = 0
     format: int = PRODUCTS_FORMAT
 
     def to_json(self) -> str:

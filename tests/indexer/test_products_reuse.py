@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from ccrk_settings import Settings
+from indexer import product_reuse as product_reuse_module
 from indexer import products as products_module
 from indexer.build import add, build
 from store.layout import index_dir
@@ -33,6 +34,7 @@ from tests.fixtures import LiveServer, make_settings
 from tests.indexer.files import write_photo
 
 PRODUCTS = 12
+TAKEN_OVER = ("products: channels taken over", "products: fusion calibration taken over")
 PHOTOS = 3  # each: 36 photos, 36 text values (title, title@de, description)
 VECTOR_FILES = (PHOTO_EMBEDDINGS, PHOTO_VISUAL, PHOTO_OWNERS, TEXT_EMBEDDINGS, TEXT_OWNERS)  # as present
 
@@ -147,6 +149,36 @@ def test_unchanged_rebuild_encodes_no_photo_or_text_and_equals_a_forced_rebuild(
     assert verify_version(settings.index_root, "shop", forced.version) == [
         f"{PHOTO_DIGESTS}: checksum mismatch"
     ]
+
+
+def test_another_acquirer_or_calibration_code_encodes_texts_or_calibrates_again(
+    product_settings: Settings, catalogue: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the reuse key (the model's fingerprint) does not cover: a language acquirer added or retrained
+    (text values of its language are embedded by it) encodes every text value again and calibrates again;
+    calibration code of another version calibrates again. Photos are reused either way."""
+    settings = product_settings
+    manifest, rows = _shop(catalogue, tmp_path)
+    first = build("shop", [manifest], settings=settings)
+    assert json.loads((_vdir(settings, first.version) / PRODUCTS_FILE).read_text())["calibration_code"] >= 1
+    monkeypatch.setattr(products_module, "acquirers_digest", lambda model_dir: "another acquirer")
+    _touch(rows)
+    second = build("shop", [manifest], settings=settings)
+    assert (second.photos_encoded, second.photos_reused) == (0, PRODUCTS * PHOTOS)
+    assert (second.texts_encoded, second.texts_reused) == (3 * PRODUCTS, 0)
+    assert not any(note.startswith(TAKEN_OVER) for note in second.notes), second.notes
+    info = json.loads((_vdir(settings, second.version) / PRODUCTS_FILE).read_text())
+    assert info["text_encoder"] == "another acquirer"
+    # The same acquirer, but calibration code of another version: not linked, calibrated again.
+    monkeypatch.setattr(product_reuse_module, "CALIBRATION_CODE", 99)
+    monkeypatch.setattr(products_module, "CALIBRATION_CODE", 99)
+    for row in rows:  # other times again: not the last build's key
+        for p in row["paths"]:
+            os.utime(p, ns=(2, 2))
+    third = build("shop", [manifest], settings=settings)
+    assert (third.texts_encoded, third.texts_reused) == (0, 3 * PRODUCTS)
+    assert not any(note.startswith(TAKEN_OVER) for note in third.notes), third.notes
+    assert json.loads((_vdir(settings, third.version) / PRODUCTS_FILE).read_text())["calibration_code"] == 99
 
 
 def test_a_changed_photo_and_text_value_are_the_only_ones_encoded(
