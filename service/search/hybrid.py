@@ -281,7 +281,9 @@ class HybridRanker:
             or alt.none_below is None
         ):
             return params, quality, top
-        alt_quality = match_scores(cands, alt, mode, fusion.score(cands, mode, OTHER))
+        # Its fused scores are not needed: ``alt`` has a match model (checked above), whose probability
+        # match_scores returns without reading them.
+        alt_quality = match_scores(cands, alt, mode, quality)
         alt_top = query_match_score(cands, alt_quality, order, alt)
         if alt_top is not None and LABEL_ORDER[label_of(alt_top, alt)] > LABEL_ORDER[label_of(top, params)]:
             return alt, alt_quality, alt_top
