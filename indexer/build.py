@@ -335,6 +335,7 @@ def build(
                     report=report,
                     first=first,
                     reuse=products,
+                    linked=writer.linked_checksums,
                 )
             manifest = dataclasses.replace(
                 template,

@@ -199,11 +199,13 @@ def write_products(
     rows: np.ndarray | None = None,
     first: FirstPhotos | None = None,
     reuse: ProductReuse | None = None,
+    linked: dict[str, str] | None = None,
 ) -> ProductInfo:
     """Write the product channels of a staged version and calibrate its fusion on them. ``rows``: each
     item's version row (a sharded version's global rows); default its position in ``items``. ``first``:
     which items' first photos this build encoded into ``main`` (default all) and their digests; ``reuse``:
-    the parent's channels whose photos and text values are reused (``indexer.product_reuse``)."""
+    the parent's channels whose photos and text values are reused (``indexer.product_reuse``); ``linked``:
+    the stage's writer's ``linked_checksums`` (channels taken over whole keep their recorded checksums)."""
     reuse = reuse or ProductReuse(None)
     try:
         photos = photo_rows(
@@ -227,6 +229,7 @@ def write_products(
         settings.target_recall,
         catalogue_order=catalogue_order,
         reuse=reuse,
+        linked=linked,
     )
 
 
@@ -306,17 +309,19 @@ def write_and_calibrate(
     *,
     catalogue_order: np.ndarray | None = None,
     reuse: ProductReuse | None = None,
+    linked: dict[str, str] | None = None,
 ) -> ProductInfo:
     """Write the channels into the staged version, tune their graph walks for ``target_recall``
     (``indexer.channel_tuning``) and calibrate their fusion (when there is text) on the tuned walks
     (its pseudo-queries drawn in ``catalogue_order``, see ``indexer.fusion_calibration.calibrate``).
     When the parent's channels (``reuse``) were written from the very same inputs (``inputs_key``), they
-    are taken over instead (hard links): tuning and calibrating again would find what they hold."""
+    are taken over instead (hard links, their checksums the parent's into ``linked``, the writer's
+    ``linked_checksums``): tuning and calibrating again would find what they hold."""
     info.inputs_key = inputs_key(info, photos, texts, products, target_recall, catalogue_order)
     parent = reuse.stored if reuse is not None else None
     if parent is not None and parent.info.inputs_key == info.inputs_key and photos.digests is not None:
         assert reuse is not None
-        link_channels(parent.path, stage)
+        link_channels(parent.path, stage, {} if linked is None else linked)
         if photos.stats is not None:  # this build's: files touched since have new ones
             write_photo_stats(stage, photos.stats)
         report.notes.append(

@@ -173,6 +173,7 @@ def build_sharded(
                 rows=global_rows,
                 first=first,
                 reuse=products,
+                linked=writer.linked_checksums,
             )
         manifest = dataclasses.replace(
             template, format_version=SHARDED_FORMAT_VERSION, version=writer.version, created_at=utc_now()

@@ -31,7 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from store.errors import IndexFormatError
-from store.files import link_or_copy, names_full_disk
+from store.files import names_full_disk
+from store.layout import MANIFEST_FILE
 from store.lexical_index import TANTIVY_DIR
 from store.manifest import IndexManifest
 from store.products import (
@@ -48,6 +49,7 @@ from store.products import (
 )
 from store.reuse import DIGEST_BYTES, REUSE_KEY, STAT_COLUMNS, row_digests
 from store.term_hashes import TERM_HASHES, TERM_OFFSETS
+from store.writer import link_version_files
 
 PHOTO_DIGESTS = "photo_digests.npy"
 PHOTO_ROW_DIGESTS = "photo_row_digests.npy"
@@ -106,10 +108,13 @@ def write_photo_stats(stage: Path, stats: np.ndarray) -> None:
         np.save(stage / PHOTO_STATS, np.ascontiguousarray(stats, np.int64))
 
 
-def link_channels(version_dir: Path, stage: Path) -> list[str]:
+def link_channels(version_dir: Path, stage: Path, known: dict[str, str]) -> list[str]:
     """Every product-channel file of an installed version (its digests too; not its photo stats, which are
     the staging build's to write) taken over unchanged into ``stage``: hard links (copies across
-    filesystems). Returns the names linked, relative to the folder."""
+    filesystems). A hard-linked file's checksum in the version's manifest goes into ``known`` (the stage's
+    writer's ``linked_checksums``): the new manifest records what the file held when it was written, so a
+    shared file that rotted since fails ``verify`` in both versions, not just the parent. Returns the names
+    linked, relative to the folder."""
     folder = Path(version_dir)
     names = [
         n
@@ -129,9 +134,13 @@ def link_channels(version_dir: Path, stage: Path) -> list[str]:
             for p in sorted((folder / TANTIVY_DIR).iterdir())
             if p.is_file() and not p.name.startswith(".")
         ]
+    try:
+        theirs = IndexManifest.load(folder / MANIFEST_FILE).checksums
+    except IndexFormatError:
+        theirs = {}  # then each file is hashed afresh, as a copy's is
     for name in names:
         with names_full_disk(Path(stage) / name):
-            link_or_copy(folder / name, Path(stage) / name)
+            link_version_files(folder, Path(stage), [name], theirs, known)
     return names
 
 

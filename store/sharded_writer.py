@@ -103,6 +103,12 @@ class ShardedVersionWriter(StagedVersion):
             parent_dir, self.stage, checksums, checksums, self._own_known, error=VersionWriteError
         )
 
+    @property
+    def linked_checksums(self) -> dict[str, str]:
+        """{file: sha256} of the version's own files linked from a parent (``link_own_files``, or the
+        product channels taken over whole, ``store.product_reuse.link_channels``), from its manifest."""
+        return self._own_known
+
     def shard_manifest(self, index: int) -> IndexManifest:
         """The sealed (or linked) manifest of shard ``index``."""
         return load_shard_manifest(self.stage, self._layout(), index)[0]

@@ -151,6 +151,45 @@ def test_unchanged_rebuild_encodes_no_photo_or_text_and_equals_a_forced_rebuild(
     ]
 
 
+@pytest.mark.parametrize("shards", [1, 2])
+def test_channels_taken_over_keep_the_parents_checksums_so_verify_flags_a_rotted_shared_file(
+    product_settings: Settings,
+    catalogue: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    shards: int,
+) -> None:
+    """Channels linked whole share their inodes with the parent: a file that rots after the link (here, at
+    once) must fail ``verify`` in the child too, so the child's manifest records the parent's checksum, not
+    a fresh hash of the rotted bytes."""
+    settings = product_settings.model_copy(update={"index_shards": shards})
+    manifest, rows = _shop(catalogue, tmp_path)
+    first = build("shop", [manifest], settings=settings)
+    real_link = products_module.link_channels
+
+    def link_then_rot(version_dir: Path, stage: Path, known: dict[str, str]) -> list[str]:
+        names = real_link(version_dir, stage, known)
+        with open(stage / PHOTO_EMBEDDINGS, "r+b") as fh:  # the parent's inode: both versions rot
+            fh.seek(-1, os.SEEK_END)
+            byte = fh.read(1)
+            fh.seek(-1, os.SEEK_END)
+            fh.write(bytes([byte[0] ^ 0xFF]))
+        return names
+
+    monkeypatch.setattr(products_module, "link_channels", link_then_rot)
+    _touch(rows)
+    again = build("shop", [manifest], settings=settings)
+    assert any(note.startswith("products: channels taken over") for note in again.notes), again.notes
+    sums = [
+        json.loads((_vdir(settings, v) / "manifest.json").read_text())["checksums"]
+        for v in (first.version, again.version)
+    ]
+    assert sums[1][PHOTO_EMBEDDINGS] == sums[0][PHOTO_EMBEDDINGS]
+    rotted = [f"{PHOTO_EMBEDDINGS}: checksum mismatch"]
+    assert verify_version(settings.index_root, "shop", again.version) == rotted
+    assert verify_version(settings.index_root, "shop", first.version) == rotted
+
+
 def test_another_acquirer_or_calibration_code_encodes_texts_or_calibrates_again(
     product_settings: Settings, catalogue: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
