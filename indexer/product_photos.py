@@ -110,6 +110,7 @@ def photo_rows(
     vis = np.concatenate([pools_v[i] for i in full])[pick[kept]] if widths != {0} else None
     if reuse is not None:
         reuse.photos_reused += int(from_stored.size)
+        reuse.photos_carried += int(np.unique(plan.stored_row[from_stored]).size)
         reuse.photos_encoded += int(kept.size - from_stored.size)
     row_of = np.arange(len(items), dtype=np.int64) if rows is None else np.asarray(rows, np.int64)
     # Grouped by product, its photos in manifest order.

@@ -60,6 +60,10 @@ class ProductReuse:
     photos_encoded: int = 0
     texts_reused: int = 0
     texts_encoded: int = 0
+    # Distinct parent rows whose vectors were carried over: a row reused by several photos or values (equal
+    # files or texts of other products) is one parent row kept, the others are changed rows.
+    photos_carried: int = 0
+    texts_carried: int = 0
     mismatched: list[str] = field(default_factory=list)  # 'photo PATH' / 'text FIELD of product ROW'
 
     def close(self) -> None:
@@ -249,9 +253,10 @@ def inputs_key(
 def taken_over_calibration(reuse: ProductReuse | None, info: ProductInfo) -> ProductInfo | None:
     """CURRENT's channel info when its fusion calibration may be taken over by a version of ``info``'s
     fields and languages: the same ones, and the photo and text rows changed since it was calibrated
-    (encoded here, or CURRENT's not carried over) within ``RECALIBRATE_SHARE`` of the rows. Calibrating
-    costs a fixed ~600 pseudo-queries through every channel: a rebuild after a small change would spend
-    most of its time there, to find nearly the same parameters. None: calibrate."""
+    (not carried over from a distinct row of CURRENT's, or CURRENT's not carried over) within
+    ``RECALIBRATE_SHARE`` of the rows. Calibrating costs a fixed ~600 pseudo-queries through every channel:
+    a rebuild after a small change would spend most of its time there, to find nearly the same parameters.
+    None: calibrate."""
     parent = reuse.stored.info if reuse is not None and reuse.stored is not None else None
     if reuse is None or parent is None or not parent.fusion or not info.texts:
         return None
@@ -259,11 +264,11 @@ def taken_over_calibration(reuse: ProductReuse | None, info: ProductInfo) -> Pro
         return None
     if parent.calibration_code != CALIBRATION_CODE or parent.text_encoder != info.text_encoder:
         return None  # fitted by other calibration code, or on queries another acquirer embedded
-    # Rows encoded here (new or changed), or CURRENT's not carried over (changed or removed): a changed row
-    # is both, once.
-    changed = max(reuse.photos_encoded, parent.photos - reuse.photos_reused) + max(
-        reuse.texts_encoded, parent.texts - reuse.texts_reused
-    )
+    # Rows not carried over from a distinct row of CURRENT's (encoded here, or a second copy of one
+    # carried row), or CURRENT's rows not carried over (changed or removed): a changed row is both, once.
+    photos = max(reuse.photos_encoded + reuse.photos_reused, parent.photos) - reuse.photos_carried
+    texts = max(reuse.texts_encoded + reuse.texts_reused, parent.texts) - reuse.texts_carried
+    changed = photos + texts
     since = parent.changed_since_calibration + changed
     if since > RECALIBRATE_SHARE * (info.photos + info.texts):
         return None

@@ -158,12 +158,13 @@ def text_rows(
     todo = np.flatnonzero(stored_rows < 0)
     if todo.size:
         embeds[todo] = encode_texts(encoder, [values[i] for i in todo.tolist()])
-    if todo.size < len(values):
+    found = np.flatnonzero(stored_rows >= 0)
+    if found.size:
         assert reuse is not None and reuse.stored is not None
-        found = np.flatnonzero(stored_rows >= 0)
         embeds[found] = reuse.stored.text_vectors(stored_rows[found])
     if reuse is not None:
-        reuse.texts_reused += len(values) - int(todo.size)
+        reuse.texts_reused += int(found.size)
+        reuse.texts_carried += int(np.unique(stored_rows[found]).size)
         reuse.texts_encoded += int(todo.size)
     counts = Counter(str(v.lang) for v in values)
     rows = TextRows(

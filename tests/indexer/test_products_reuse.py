@@ -271,6 +271,28 @@ def test_a_changed_photo_and_text_value_are_the_only_ones_encoded(
     assert not any("fusion calibration taken over" in note for note in again.notes)
 
 
+def test_photos_and_values_copied_from_other_products_count_as_changed_for_the_calibration(
+    product_settings: Settings, catalogue: Path, tmp_path: Path
+) -> None:
+    """A photo or text value replaced by a copy of another product's reuses that product's stored row: no
+    encoding, but the catalogue changed all the same. Two photos and two titles so copied are 4 of 72 rows
+    (5.6 %): past 5 %, calibrated again (counting reuse occurrences instead of distinct parent rows carried
+    over sees none changed, photos or texts alike)."""
+    settings = product_settings
+    manifest, rows = _shop(catalogue, tmp_path)
+    first = build("shop", [manifest], settings=settings)
+    for i in (1, 2):  # a second photo: the bytes of product 0's first, a title: product 0's
+        shutil.copyfile(rows[0]["paths"][0], rows[i]["paths"][1])
+        rows[i + 2]["title"] = rows[0]["title"]
+    copied = build("shop", [_write(manifest.parent, rows)], settings=settings)
+    assert (copied.photos_encoded, copied.photos_reused) == (0, PRODUCTS * PHOTOS)
+    assert (copied.texts_encoded, copied.texts_reused) == (0, 3 * PRODUCTS)
+    info = json.loads((_vdir(settings, copied.version) / PRODUCTS_FILE).read_text())
+    assert (info["calibrated_in"], info["changed_since_calibration"]) == ("", 0), copied.notes
+    assert not any(note.startswith(TAKEN_OVER) for note in copied.notes), copied.notes
+    assert first.version != copied.version
+
+
 def test_tampered_stored_rows_are_encoded_again_and_named(
     product_settings: Settings, catalogue: Path, tmp_path: Path
 ) -> None:
