@@ -39,7 +39,7 @@ import numpy as np
 from ccrk_settings import Settings
 from indexer.ann import EF_GRID, IndexPlan, choose_index, extend_hnsw
 from indexer.pipeline import write_ann_index
-from indexer.report import BuildReport
+from indexer.report import BuildReport, mismatch_note
 from indexer.shards import ShardStore
 from indexer.sources import SourceItem
 from store.errors import IndexFormatError
@@ -376,11 +376,8 @@ def report_reuse(report: BuildReport, reuse: ReusePlan, encoded: int) -> None:
     report.items_new, report.items_changed, report.items_removed = reuse.new, reuse.changed, reuse.removed
     report.reuse_mismatched = list(reuse.mismatched)
     if reuse.mismatched:
-        report.notes.append(
-            f"{len(reuse.mismatched)} stored row(s) of {reuse.parent_version} failed their checksum and were "
-            f"encoded again: {', '.join(map(repr, reuse.mismatched[:10]))}"
-            + (" ..." if len(reuse.mismatched) > 10 else "")
-        )
+        names = [repr(m) for m in reuse.mismatched]
+        report.notes.append(mismatch_note("stored row(s)", reuse.parent_version, names, ", "))
     if reuse.why_not and reuse.parent_version is not None:
         report.notes.append(f"reuse: {reuse.why_not}")
 

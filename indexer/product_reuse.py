@@ -31,7 +31,7 @@ import numpy as np
 
 from indexer.fusion_calibration import CALIBRATION_CODE
 from indexer.incremental import digest_and_stat
-from indexer.report import BuildReport
+from indexer.report import BuildReport, mismatch_note
 from indexer.sources import SourceItem
 from store.errors import IndexFormatError
 from store.layout import MANIFEST_FILE, index_dir
@@ -194,11 +194,8 @@ def report_products(report: BuildReport, reuse: ProductReuse) -> None:
         else f"products: {reuse.photos_encoded:,} photos and {reuse.texts_encoded:,} text values encoded"
     )
     if reuse.mismatched:
-        report.notes.append(
-            f"{len(reuse.mismatched)} stored product vector row(s) of {reuse.parent_version} failed their "
-            f"checksum and were encoded again: {'; '.join(reuse.mismatched[:10])}"
-            + (" ..." if len(reuse.mismatched) > 10 else "")
-        )
+        rows = "stored product vector row(s)"
+        report.notes.append(mismatch_note(rows, reuse.parent_version, reuse.mismatched, "; "))
     if reuse.why_not and reuse.parent_version is not None:
         report.notes.append(f"products reuse: {reuse.why_not}")
 

@@ -1,8 +1,9 @@
 """What an index operation reports: ``BuildReport`` (printed by the CLI, returned to callers and tests)
-and the one-line description of a skipped item."""
+and the one-line descriptions of a skipped item and of stored rows that failed their checksum."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,3 +84,17 @@ def describe_skipped(entry: dict[str, str]) -> str:
     path = entry.get("path")
     where = entry["source"] if path in (None, entry["source"]) else f"{entry['source']} ({path})"
     return f"{where}: {entry['reason']}"
+
+
+MISMATCHES_SHOWN = 10  # names a mismatch note lists; more are "..."
+
+
+def mismatch_note(rows: str, parent_version: str | None, names: Sequence[str], separator: str) -> str:
+    """The note on stored rows of ``parent_version`` that failed their checksum and were encoded again
+    (the main rows', ``indexer.incremental``, or the product channels', ``indexer.product_reuse``):
+    '3 stored row(s) of V failed their checksum and were encoded again: a, b, c'. ``rows`` names them
+    ('stored row(s)'), ``names`` are the rows as the note lists them, joined by ``separator``."""
+    listed = separator.join(names[:MISMATCHES_SHOWN])
+    more = " ..." if len(names) > MISMATCHES_SHOWN else ""
+    head = f"{len(names)} {rows} of {parent_version} failed their checksum and were encoded again"
+    return f"{head}: {listed}{more}"
