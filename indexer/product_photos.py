@@ -75,8 +75,14 @@ def photo_rows(
             )
             for m in todo.tolist()
         ]
-        # Its own work folder per photo list: a resumed build reuses only shards of these very photos.
-        key = hashlib.sha256("\n".join(f"{it.id}\t{it.path}" for it in extra).encode()).hexdigest()[:16]
+        # Its own work folder per photo list and the files' contents (their digests, taken above): a resumed
+        # build reuses only shards of these very photos, not those of a file replaced meanwhile.
+        key = hashlib.sha256(
+            "\n".join(
+                f"{it.id}\t{it.path}\t{plan.digests[m].tobytes().hex()}"
+                for it, m in zip(extra, todo.tolist(), strict=True)
+            ).encode()
+        ).hexdigest()[:16]
         encoded, _ = encoding.encode(
             extra, work_dir / f"photos-{key}", model_dir, settings, cfg, "fp16", None
         )

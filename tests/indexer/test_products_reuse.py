@@ -293,6 +293,31 @@ def test_photos_and_values_copied_from_other_products_count_as_changed_for_the_c
     assert first.version != copied.version
 
 
+def test_a_resumed_build_encodes_a_photo_replaced_since_the_failed_run(
+    product_settings: Settings, catalogue: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build that failed after encoding the further photos leaves their work folder for the next run; a
+    photo whose file was replaced meanwhile (same path) is encoded again, not taken from that folder."""
+    settings = product_settings
+    manifest, rows = _shop(catalogue, tmp_path)
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("killed after the photos")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(products_module, "text_rows", fail)
+        with pytest.raises(RuntimeError, match="killed after the photos"):
+            build("shop", [manifest], settings=settings)
+    assert list(index_dir(settings.index_root, "shop").glob(".builds/*/photos-*"))  # left to resume from
+    write_photo(Path(rows[3]["paths"][2]), 903, (64, 64))  # product 3's third photo: row 11
+    resumed = build("shop", [manifest], settings=settings)
+    forced = build("shop", [manifest], settings=settings, force=True)
+    a, b = _arrays(settings, resumed.version), _arrays(settings, forced.version)
+    np.testing.assert_allclose(
+        a[PHOTO_EMBEDDINGS][PHOTOS * 3 + 2], b[PHOTO_EMBEDDINGS][PHOTOS * 3 + 2], atol=1e-5
+    )
+
+
 def test_tampered_stored_rows_are_encoded_again_and_named(
     product_settings: Settings, catalogue: Path, tmp_path: Path
 ) -> None:
