@@ -47,7 +47,7 @@ from store.products import (
     ProductInfo,
     has_product_channels,
 )
-from store.reuse import DIGEST_BYTES, REUSE_KEY, STAT_COLUMNS, row_digests
+from store.reuse import CHECK_CHUNK, DIGEST_BYTES, REUSE_KEY, STAT_COLUMNS, row_digests
 from store.term_hashes import TERM_HASHES, TERM_OFFSETS
 from store.writer import link_version_files
 
@@ -258,15 +258,27 @@ class StoredProductVectors:
         return np.array(self._texts[np.asarray(rows, np.int64)], np.float32)
 
     def check_photos(self, rows: Sequence[int] | np.ndarray) -> np.ndarray:
-        """(m,) bool: whether each photo row's stored vectors still match its stored checksum."""
+        """(m,) bool: whether each photo row's stored vectors still match its stored checksum; read and
+        hashed ``CHECK_CHUNK`` rows at a time (a million photos' vectors are gigabytes)."""
         rows = np.asarray(rows, np.int64)
-        embeds, visual = self.photo_vectors(rows)
-        return (photo_row_digests(embeds, visual) == self.photo_digests[rows]).all(axis=1)
+        good = np.zeros(rows.size, bool)
+        for lo in range(0, rows.size, CHECK_CHUNK):
+            part = rows[lo : lo + CHECK_CHUNK]
+            embeds, visual = self.photo_vectors(part)
+            good[lo : lo + part.size] = (photo_row_digests(embeds, visual) == self.photo_digests[part]).all(1)
+        return good
 
     def check_texts(self, rows: Sequence[int] | np.ndarray) -> np.ndarray:
-        """(m,) bool: whether each text row's stored embedding still matches its stored checksum."""
+        """(m,) bool: whether each text row's stored embedding still matches its stored checksum; read and
+        hashed ``CHECK_CHUNK`` rows at a time."""
         rows = np.asarray(rows, np.int64)
-        return (text_row_digests(self.text_vectors(rows)) == self.text_digests[rows]).all(axis=1)
+        good = np.zeros(rows.size, bool)
+        for lo in range(0, rows.size, CHECK_CHUNK):
+            part = rows[lo : lo + CHECK_CHUNK]
+            good[lo : lo + part.size] = (
+                text_row_digests(self.text_vectors(part)) == self.text_digests[part]
+            ).all(axis=1)
+        return good
 
     def close(self) -> None:
         self._embeds = self._texts = np.zeros((0, 0), np.float32)

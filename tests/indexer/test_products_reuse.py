@@ -19,8 +19,15 @@ from ccrk_settings import Settings
 from indexer import product_reuse as product_reuse_module
 from indexer import products as products_module
 from indexer.build import add, build
+from store import product_reuse as store_product_reuse
 from store.layout import index_dir
-from store.product_reuse import PHOTO_DIGESTS, PHOTO_ROW_DIGESTS, PHOTO_STATS, TEXT_ROW_DIGESTS
+from store.product_reuse import (
+    PHOTO_DIGESTS,
+    PHOTO_ROW_DIGESTS,
+    PHOTO_STATS,
+    TEXT_ROW_DIGESTS,
+    StoredProductVectors,
+)
 from store.products import (
     PHOTO_EMBEDDINGS,
     PHOTO_OWNERS,
@@ -342,6 +349,43 @@ def test_tampered_stored_rows_are_encoded_again_and_named(
     for name in (PHOTO_EMBEDDINGS, TEXT_EMBEDDINGS):
         np.testing.assert_allclose(fixed[name], good[name], atol=1e-5)
     assert verify_version(settings.index_root, "shop", again.version) == []
+
+
+def test_stored_rows_are_checked_in_bounded_chunks(
+    product_settings: Settings, catalogue: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reused rows' check reads and hashes at most ``CHECK_CHUNK`` rows at a time (a million photos'
+    vectors at once are gigabytes), and still finds a tampered row past the first chunk."""
+    settings = product_settings
+    manifest, _ = _shop(catalogue, tmp_path)
+    first = build("shop", [manifest], settings=settings)
+    vdir = _vdir(settings, first.version)
+    good = _arrays(settings, first.version)
+    for name, row in ((PHOTO_EMBEDDINGS, 29), (TEXT_EMBEDDINGS, 17)):
+        path, arr = vdir / name, good[name]
+        with open(path, "r+b") as fh:
+            fh.seek(path.stat().st_size - arr.nbytes + row * arr.shape[1] * 4)
+            fh.write(np.full(arr.shape[1], 0.5, np.float32).tobytes())
+    monkeypatch.setattr(store_product_reuse, "CHECK_CHUNK", 4, raising=False)
+    read: list[int] = []
+    stored = StoredProductVectors(vdir)
+    real_photos, real_texts = stored.photo_vectors, stored.text_vectors
+
+    def photo_vectors(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        read.append(len(rows))
+        return real_photos(rows)
+
+    def text_vectors(rows: np.ndarray) -> np.ndarray:
+        read.append(len(rows))
+        return real_texts(rows)
+
+    monkeypatch.setattr(stored, "photo_vectors", photo_vectors)
+    monkeypatch.setattr(stored, "text_vectors", text_vectors)
+    photos, texts = np.arange(PRODUCTS * PHOTOS)[::-1], np.arange(3 * PRODUCTS)
+    assert np.flatnonzero(~stored.check_photos(photos)).tolist() == [PRODUCTS * PHOTOS - 1 - 29]
+    assert np.flatnonzero(~stored.check_texts(texts)).tolist() == [17]
+    assert max(read) == 4 and sum(read) == PRODUCTS * PHOTOS + 3 * PRODUCTS
+    stored.close()
 
 
 def test_a_parent_without_digest_files_reuses_nothing(
