@@ -37,6 +37,22 @@ from service.upload_budget import UploadBodyMiddleware
 UPLOAD_OVERHEAD = 64 * 1024
 
 
+class ImageSearchPaths:
+    """The image search routes of every index the runtime serves, read at each request: an index that joins
+    later (``*``, ``Runtime._discover``) has its uploads bounded as the others' are."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def __contains__(self, path: object) -> bool:
+        if path == "/v1/search/image":
+            return True
+        head, tail = "/v1/indexes/", "/search/image"
+        if not isinstance(path, str) or not path.startswith(head) or not path.endswith(tail):
+            return False
+        return path[len(head) : -len(tail)] in self.runtime.index_names
+
+
 class ServiceApp(FastAPI):
     """FastAPI with two layers outside Starlette's own error handler (``ServerErrorMiddleware``, whose 500s
     no user middleware sees): the security headers, so a 500 carries them too, and the last-resort handler
@@ -76,9 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
     app.add_middleware(
         UploadBodyMiddleware,
-        paths=frozenset(
-            {"/v1/search/image", *(f"/v1/indexes/{name}/search/image" for name in runtime.index_names)}
-        ),
+        paths=ImageSearchPaths(runtime),
         max_body=max_body_size,
         budget=runtime.upload_budget,
     )

@@ -114,6 +114,9 @@ class IndexHolder:
         self._served: Served | None = None
         self.last_error: str | None = None
         self._failed_version: str | None = None
+        # The last try to load found no version to serve that waiting could bring (none published, or
+        # CURRENT's cannot be opened): tried again only when CURRENT changes (``loading``).
+        self._gave_up = False
         # The CURRENT an explicit version was loaded over (admin rollback): the poller leaves the override in
         # place until CURRENT names another version (a new publish), instead of undoing it at its next poll.
         self._overridden: str | None = None
@@ -121,6 +124,13 @@ class IndexHolder:
     @property
     def served(self) -> Served | None:
         return self._served
+
+    @property
+    def loading(self) -> bool:
+        """No version served yet, and one may still load without a new publish: not tried yet, or the last
+        try failed on shards out of reach (the poller tries again). False once a version is served, or when
+        none is published or the one CURRENT names failed to open (broken files, another model)."""
+        return self._served is None and not self._gave_up
 
     @contextmanager
     def lease(self) -> Iterator[Served]:
@@ -168,6 +178,7 @@ class IndexHolder:
         with self._load_lock:
             target = version or self.published_version()
             if target is None:
+                self._gave_up = True
                 raise ReloadFailedError(f"index {self.name!r} has no published version under {self.root}")
             served = self._served
             if served is not None and served.version == target:
@@ -182,6 +193,7 @@ class IndexHolder:
             except (OSError, IndexFormatError, ValueError) as exc:
                 # Shards out of reach may come back (tried again at the next poll); broken files do not.
                 self._failed_version = None if isinstance(exc, IndexUnreachableError) else target
+                self._gave_up = self._failed_version is not None
                 message = f"cannot open version {target!r} of index {self.name!r}: {exc}"
                 self.last_error = message
                 log.error("%s; still serving %s", message, served.version if served else "nothing")
@@ -197,6 +209,7 @@ class IndexHolder:
                     close_old = old.leases == 0
             self.last_error = None
             self._failed_version = None
+            self._gave_up = False
             published = self.published_version() if version is not None else None
             self._overridden = published if published != target else None
             if close_old and old is not None:

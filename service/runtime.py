@@ -2,6 +2,8 @@
 facade every search-like route goes through (``service.search``).
 
 Created empty by ``create_app``; filled in the lifespan (model and index load there, never at import).
+Over 400 lines: the start, the index holders (and those that join later) and fair share all work on the one
+state the routes hold, each in a few short methods.
 """
 
 from __future__ import annotations
@@ -79,6 +81,10 @@ class Runtime:
         self.index_names = served_index_names(settings)
         self.holders: dict[str, IndexHolder] = {}
         self._facades: dict[str, SearchFacade] = {}
+        # Indexes found under the root after the start (``*``), each served once it has a version.
+        self._joining: dict[str, IndexHolder] = {}
+        self._fingerprint: str | None = None  # the model's, which every version must have been built with
+        self._telemetry: SearchTelemetry | None = None
         # API keys (``service.keys``), fair share (``service.ratelimit``).
         self.keys = KeyRing(settings.keys_file or settings.index_root)
         self.rate_limiter = RateLimiter(
@@ -123,6 +129,20 @@ class Runtime:
         if facade is None:
             raise IndexUnavailableError("the service is still starting")
         return facade
+
+    def loading(self) -> list[str]:
+        """What a process waits for before it takes traffic (Ray Serve's health check), as "name: reason":
+        the default index until it serves a version, another until it serves one or its holder gave up
+        (``IndexHolder.loading``), whose routes then answer 503 with the reason rather than keep the process
+        out of service for good."""
+        waiting = []
+        for name in self.index_names:
+            holder = self.holders.get(name)
+            if holder is None:
+                waiting.append(f"{name}: starting")
+            elif holder.served is None and (holder.loading or name == self.settings.index_name):
+                waiting.append(f"{name}: {holder.last_error or 'loading'}")
+        return waiting
 
     def catalogue(self, name: str) -> SearchFacade:
         """The search facade of a served index; 404 for one this process does not serve."""
@@ -253,7 +273,7 @@ class Runtime:
         # query; its idle threads spin-wait. Measured on 2 cores, 2 processes: 3.8 -> 2.3 ms of server CPU
         # per query. (OpenMP limits, faiss's, hold per thread: faiss runs no OpenMP region per query.)
         threadpool_limits(limits=s.blas_threads)
-        fingerprint = model_fingerprint(s.model_dir)
+        fingerprint = self._fingerprint = model_fingerprint(s.model_dir)
         encoder = load_encoder(
             s.model_dir,
             backend=s.backend,
@@ -291,16 +311,7 @@ class Runtime:
             on_event=self.metrics.cache_event,
         )
         for name in self.index_names:
-            self.holders[name] = IndexHolder(
-                s.index_root,
-                name,
-                expect_fingerprint=fingerprint,
-                on_swap=self._on_swap,
-                on_failure=self._on_failure,
-                on_load=self._on_load,
-                opener=self.index_opener,
-                image_base=image_base_of(name, s.index_name),
-            )
+            self.holders[name] = self._new_holder(name)
         self._pipeline = SearchPipeline(
             encoder=encoder,
             model_name=model_name_of(s.model_dir),
@@ -323,6 +334,31 @@ class Runtime:
                 log.error("starting without index %s: %s", holder.name, exc)
                 holder.last_error = str(exc)
 
+    def _new_holder(self, name: str) -> IndexHolder:
+        return IndexHolder(
+            self.settings.index_root,
+            name,
+            expect_fingerprint=self._fingerprint,
+            on_swap=self._on_swap,
+            on_failure=self._on_failure,
+            on_load=self._on_load,
+            opener=self.index_opener,
+            image_base=image_base_of(name, self.settings.index_name),
+        )
+
+    def _discover(self) -> list[str]:
+        """Poller step with ``*``: an index published under the root since the start is served (returned)
+        once it has a version, by every process within a poll, not only by those started after it; until
+        then its routes answer 404 and readiness ignores it (one that cannot load stops no process).
+        Blocking."""
+        for name in served_index_names(self.settings):
+            if name not in self.holders and name not in self._joining:
+                log.info("index %s appeared under %s", name, self.settings.index_root)
+                self._joining[name] = self._new_holder(name)
+        for holder in self._joining.values():
+            holder.check()  # a version that fails to open is tried again only at its next publish
+        return [name for name, holder in self._joining.items() if holder.served is not None]
+
     async def _poll(self) -> None:
         while True:
             await anyio.sleep(self.settings.index_poll_s)
@@ -331,28 +367,43 @@ class Runtime:
                     await anyio.to_thread.run_sync(holder.check)
                 except Exception:  # the poller must outlive any one bad version
                     log.exception("index poll of %s failed", holder.name)
+            if "*" not in self.settings.extra_indexes:
+                continue
+            try:
+                joined = await anyio.to_thread.run_sync(self._discover)
+            except Exception:
+                log.exception("looking for new indexes under %s failed", self.settings.index_root)
+                continue
+            for name in joined:  # on the event loop, as the routes read these
+                self._add_facade(name, self._joining.pop(name))
+                self.index_names = (*self.index_names, name)
+
+    def _add_facade(self, name: str, holder: IndexHolder) -> None:
+        first = next(iter(self._facades.values()), None)
+        if self._telemetry is None:
+            raise IndexUnavailableError("the service is still starting")
+        facade = SearchFacade(
+            holder=holder,
+            pipeline=self.pipeline,
+            telemetry=self._telemetry,
+            limiter=self.limiter,
+            image_slots=self.settings.image_search_concurrency,
+            image_slot_wait_s=self.settings.image_wait_s,
+            upload_budget=self.upload_budget,
+            inline=self.settings.inline_text_search,
+        )
+        if first is not None:  # one bound on decodes per process, whichever catalogue they search
+            facade.image_slots = first.image_slots
+            facade.header_readers = first.header_readers
+        self.holders[name] = holder
+        self._facades[name] = facade
 
     @asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         await anyio.to_thread.run_sync(self._start)
-        telemetry = SearchTelemetry(self.metrics, self.monitor, self.languages)
-        first: SearchFacade | None = None
-        for name, holder in self.holders.items():
-            facade = SearchFacade(
-                holder=holder,
-                pipeline=self.pipeline,
-                telemetry=telemetry,
-                limiter=self.limiter,
-                image_slots=self.settings.image_search_concurrency,
-                image_slot_wait_s=self.settings.image_wait_s,
-                upload_budget=self.upload_budget,
-                inline=self.settings.inline_text_search,
-            )
-            if first is not None:  # one bound on decodes per process, whichever catalogue they search
-                facade.image_slots = first.image_slots
-                facade.header_readers = first.header_readers
-            first = first or facade
-            self._facades[name] = facade
+        self._telemetry = SearchTelemetry(self.metrics, self.monitor, self.languages)
+        for name, holder in list(self.holders.items()):
+            self._add_facade(name, holder)
         # What startup built (libraries, model, index) lives as long as the process: moved out of the
         # collector's way, collections under load scan only request garbage (longest pause at 1M items,
         # 32 clients: 6.5 -> 1.6 ms).
@@ -367,7 +418,7 @@ class Runtime:
             poller.cancel()
             with suppress(asyncio.CancelledError):
                 await poller
-            for holder in self.holders.values():
+            for holder in (*self.holders.values(), *self._joining.values()):
                 holder.close()
             self.rate_limiter.close()
             if self.cache is not None:

@@ -14,7 +14,7 @@ Reservations live on the event loop (one thread): no lock. The request body itse
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Container
 from contextlib import asynccontextmanager
 
 import anyio
@@ -79,7 +79,7 @@ class UploadBodyMiddleware:
     of a POST to one of ``paths`` holds ``min(Content-Length, max_body)`` (``max_body`` when not stated)
     until it is answered; a 503 with Retry-After, its body unread, when that does not fit in time."""
 
-    def __init__(self, app: ASGIApp, *, paths: frozenset[str], max_body: int, budget: UploadBudget) -> None:
+    def __init__(self, app: ASGIApp, *, paths: Container[str], max_body: int, budget: UploadBudget) -> None:
         self.app = app
         self.paths = paths
         self.max_body = max_body

@@ -123,6 +123,7 @@ class Ingress:
         self.options = options
         self.extra_shards = {name: list(handles) for name, handles in (extra_shards or {}).items()}
         self._app: Any = None
+        self._ready = False  # passed the health check once (``check_health``)
 
     @staticmethod
     def _call(handles: list[Any], shard: int, method: str, *args: Any) -> Any:
@@ -132,10 +133,12 @@ class Ingress:
         """The index holders' opener: a version of index NAME over NAME's own shard deployments (a shard
         server serves the shards of one index: a version of another is not under its folder). An index
         without deployments (unsharded when the app was deployed) reads an unsharded version itself and
-        refuses a sharded one until the app is deployed again (``redeploy_if_resharded``)."""
+        refuses a sharded one until the app is deployed again (``redeploy_if_resharded``); so does an index
+        that joins after the start (``*``: ``Runtime._discover``)."""
         handles = {**self.extra_shards, self.settings.index_name: self.shards}
-        openers = {
-            name: remote_opener(
+
+        def of(name: str) -> Any:
+            return remote_opener(
                 partial(self._call, handles.get(name, [])),
                 len(handles.get(name, [])),
                 open_version,
@@ -144,21 +147,29 @@ class Ingress:
                 retry_on=_retry_errors(),
                 unreachable_on=_unreachable_errors(),
             )
-            for name in dict.fromkeys((*names, *handles))
-        }
+
+        openers = {name: of(name) for name in dict.fromkeys((*names, *handles))}
 
         def opener(root: Any, name: str, version: str | None = None, **kwargs: Any) -> Any:
+            if name not in openers:
+                openers[name] = of(name)
             return openers[name](root, name, version, **kwargs)
 
         return opener
 
     def check_health(self) -> None:
-        """Serve's health check, the first one included: a replica that serves no version yet (its shards
-        are still loading or starting, or the version cannot be opened) is not ready, so a rolling update
-        keeps the old ingress replicas, which serve the old version, until the new ones can serve."""
-        holder = self._app.state.runtime.holder if self._app is not None else None
-        if holder is not None and holder.served is None:
-            raise RuntimeError(f"no version served yet: {holder.last_error or 'loading'}")
+        """Serve's health check, the first one included: a replica is not ready until every index it serves
+        has a version served (its shards still loading or starting), the default index's even when it cannot
+        be opened; an extra index whose loading gave up (none published, a version that cannot be opened:
+        ``Runtime.loading``) answers 503 instead of failing the replica for good. So a rolling update keeps
+        the old ingress replicas until the new ones serve every index. Once ready, a replica stays ready: a
+        later failure of one index is its routes' 503s, not a reason for Serve to restart the replica."""
+        if self._ready or self._app is None:
+            return
+        waiting = self._app.state.runtime.loading()
+        if waiting:
+            raise RuntimeError(f"no version served yet: {'; '.join(waiting)}")
+        self._ready = True
 
     def __serve_build_asgi_app__(self) -> Any:
         app = self._app = create_app(self.settings)

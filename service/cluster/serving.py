@@ -93,6 +93,8 @@ def redeploy_if_resharded(
         return dict(deployed)
     # An index that appeared under the root since (`*`) and is sharded triggers too: an ingress replica
     # started later (a restart) lists the root itself and would serve it over no shard deployments (503).
+    # An unsharded one needs no deployment: the running ingress replicas' pollers pick it up themselves
+    # (``Runtime._discover``), with no rolling restart of every shard replica.
     if all(counts.get(name, 0) == deployed.get(name, 0) for name in {*counts, *deployed}):
         return dict(deployed)
     log.info(

@@ -139,3 +139,39 @@ def test_not_ready_while_an_extra_index_has_no_version(root: Path) -> None:
         assert body["indexes"]["nowhere"] is None and body["indexes"]["shopb"]
         assert body["detail"].startswith("nowhere: ")
         assert client.post("/v1/indexes/shopb/search", json={"query": "a bag"}).status_code == 200
+
+
+def test_an_index_published_after_the_start_is_served_with_all(tmp_path: Path, catalogue: Catalogue) -> None:
+    """``*`` serves every index under the root, one published after the start too: it is served within a
+    poll, by the processes already running (before, only by those started after it), its image uploads
+    bounded as the others'; a new index that cannot load keeps the process ready and answers 404."""
+    from service.app import ImageSearchPaths
+
+    ids = catalogue.ids()
+    write_version(tmp_path, catalogue, rows=list(range(0, 20)), name="shop")
+    with LiveServer(make_settings(tmp_path, extra_indexes=["*"])) as live, live.client() as client:
+        runtime = live.app.state.runtime
+        query = {"query": "a lamp", "top_k": 20}
+        assert client.post("/v1/indexes/late/search", json=query).status_code == 404
+        assert "/v1/indexes/late/search/image" not in ImageSearchPaths(runtime)
+        broken = tmp_path / "broken"
+        broken.mkdir()
+        (broken / "CURRENT").write_text("v-gone\n")  # names a version that is not there
+        write_version(tmp_path, catalogue, rows=list(range(20, 40)), name="late")
+        deadline = time.monotonic() + 20
+        while (found := client.post("/v1/indexes/late/search", json=query)).status_code == 404:
+            assert time.monotonic() < deadline, "the new index was not served"
+            time.sleep(0.1)
+        assert ids_of(found) == {ids[r] for r in range(20, 40)}
+        assert "/v1/indexes/late/search/image" in ImageSearchPaths(runtime)
+        record = catalogue.records[25]
+        with open(record.image, "rb") as fh:
+            image = client.post(
+                "/v1/indexes/late/search/image", files={"file": ("q.png", fh.read(), "image/png")}
+            )
+        assert image.status_code == 200 and image.json()["results"][0]["id"] == record.id
+        ready = client.get("/readyz")
+        assert ready.status_code == 200, ready.text
+        assert set(ready.json()["indexes"]) == {"shop", "late"}
+        assert client.post("/v1/indexes/broken/search", json=query).status_code == 404
+        assert runtime.index_names == ("shop", "late")

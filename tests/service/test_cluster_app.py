@@ -5,6 +5,7 @@ before anything starts."""
 
 from __future__ import annotations
 
+from contextlib import suppress
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,7 +20,8 @@ from service.cluster.deployments import ClusterOptions, Ingress, shard_deploymen
 from service.cluster.remote_index import RemoteShardedIndex
 from service.cluster.serving import app, shard_count_of, shard_counts_of
 from service.cluster.shard import ShardServer
-from store.errors import IndexNotFoundError
+from service.errors import IndexUnavailableError, ReloadFailedError
+from store.errors import IndexFormatError, IndexNotFoundError, IndexUnreachableError
 from store.opening import open_version
 from store.reader import IndexVersion
 from store.versions import current_version
@@ -153,6 +155,14 @@ def test_the_ingress_opens_each_index_over_its_own_shards(root: Path) -> None:
         assert all(s.loaded() == [version] for s in servers[name])
     with opener(root, "flat", current_version(root, "flat")) as flat:
         assert isinstance(flat, IndexVersion) and len(flat) == 10
+    # An index that joins after the start (``*``): read here when unsharded, refused when sharded (the app
+    # is deployed again for its shards); before, its name was unknown to the opener.
+    late = ingress._opener((NAME,))
+    with late(root, "flat", current_version(root, "flat")) as flat:
+        assert isinstance(flat, IndexVersion)
+    alone = Ingress(settings, handles[NAME], ClusterOptions())._opener((NAME,))
+    with pytest.raises(IndexFormatError, match="0 shard deployments"):
+        alone(root, "other", current_version(root, "other"))
 
 
 def test_the_app_is_deployed_again_when_a_served_index_changes_its_shard_count(
@@ -186,3 +196,51 @@ def test_the_app_is_deployed_again_when_a_served_index_changes_its_shard_count(
 
     monkeypatch.setattr(serving, "_shards_of", flaky)
     assert serving.redeploy_if_resharded(settings, deployed, ClusterOptions()) == deployed and len(runs) == 2
+
+
+def test_the_ingress_is_ready_when_every_index_serves_or_gave_up(root: Path) -> None:
+    """Serve's health check: not ready while an extra index may still load (its shard deployments still
+    starting: unreachable, tried again at each poll), ready once it serves; an extra index without a published
+    version, or whose version cannot be opened, does not hold the replica back (its routes answer 503), the
+    default index does. Once ready, a replica stays ready."""
+    from service.app import create_app
+
+    settings = make_settings(root, index_name="flat", extra_indexes=[NAME, "other", "missing"])
+    ingress = Ingress(settings, [], ClusterOptions())
+    ingress._app = app = create_app(settings)
+    runtime = app.state.runtime
+    with pytest.raises((RuntimeError, IndexUnavailableError), match="starting"):
+        ingress.check_health()  # before the lifespan's start
+    failing = {
+        "other": IndexUnreachableError("shard deployments still starting"),
+        NAME: IndexFormatError("bad"),
+    }
+
+    def opener(index_root: Path, name: str, version: str | None = None, **kwargs: Any) -> Any:
+        if name in failing:
+            raise failing[name]
+        return open_version(index_root, name, version, **kwargs)
+
+    runtime.index_opener = opener
+    for name in runtime.index_names:
+        runtime.holders[name] = holder = runtime._new_holder(name)
+        with suppress(ReloadFailedError):
+            holder.reload()
+    assert [runtime.holders[n].served is not None for n in runtime.index_names] == [True, False, False, False]
+    with pytest.raises(RuntimeError, match=r"no version served yet: other: .*still starting$"):
+        ingress.check_health()
+    del failing["other"]
+    assert runtime.holders["other"].check()
+    ingress.check_health()  # NAME (cannot be opened) and missing (none published) answer 503 meanwhile
+    assert runtime.loading() == []
+    runtime.holders["other"] = runtime._new_holder("other")  # never loaded: a ready replica stays ready
+    ingress.check_health()
+    # The default index holds a replica back even when its version cannot be opened.
+    fresh = Ingress(settings, [], ClusterOptions())
+    fresh._app = app
+    failing["flat"] = IndexFormatError("another model")
+    runtime.holders["flat"] = runtime._new_holder("flat")
+    with pytest.raises(ReloadFailedError):
+        runtime.holders["flat"].reload()
+    with pytest.raises(RuntimeError, match=r"flat: cannot open .*another model"):
+        fresh.check_health()

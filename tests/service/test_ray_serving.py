@@ -25,6 +25,7 @@ from ccrk_settings import DEFAULT_MODEL_DIR, Settings
 from indexer.build import build
 from service.cluster.deployments import INGRESS
 from service.cluster.remote_index import RemoteShardedIndex
+from service.cluster.serving import shard_counts_of
 from service.cluster.shard import ShardServer
 from store.opening import open_version
 from store.versions import current_version
@@ -46,6 +47,7 @@ SHARDS = 3
 SHOP = "shop"  # a sharded product version (photos and text fields), served beside NAME
 SHOP_FLAT = "shop-flat"  # the same products, unsharded
 SHOP_SHARDS = 2
+LATE = "late"  # an unsharded index published while the app runs
 QUERIES = [("en", 0), ("de", 5), ("ja", 9), ("fr", 13), ("zh", 21), ("es", 30)]
 
 
@@ -98,8 +100,9 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def ray_cluster(sharded_root: tuple[Path, Path], shop: list[dict]) -> Iterator[tuple[str, Any, Settings]]:
-    """Three Ray nodes on 127.0.0.1, the Serve app of the sharded index (and of the product index SHOP
-    beside it) on a loopback port: (url, cluster, the app's settings)."""
+    """Three Ray nodes on 127.0.0.1, the Serve app of the sharded index and of every other index under the
+    root (``*``: the product index SHOP, with shard deployments of its own, and the unsharded FLAT and
+    SHOP_FLAT, read by the ingress) on a loopback port: (url, cluster, the app's settings)."""
     from ray import serve
 
     from service.cluster.deployments import ClusterOptions, build_application
@@ -109,12 +112,13 @@ def ray_cluster(sharded_root: tuple[Path, Path], shop: list[dict]) -> Iterator[t
             port = _free_port()
             serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
             settings = make_settings(
-                sharded_root[0], index_name=NAME, extra_indexes=[SHOP], ray_shard_replicas=3,
+                sharded_root[0], index_name=NAME, extra_indexes=["*"], ray_shard_replicas=3,
                 ray_shard_cpus=0.25, ray_ingress_cpus=0.5, ray_max_replicas_per_node=1,
             )  # fmt: skip
             options = ClusterOptions.from_settings(settings)
             assert (options.shard_replicas, options.max_replicas_per_node, options.retries) == (3, 1, 2)
-            counts = {NAME: SHARDS, SHOP: SHOP_SHARDS}
+            counts = {NAME: SHARDS, SHOP: SHOP_SHARDS, FLAT: 0, SHOP_FLAT: 0}
+            assert shard_counts_of(settings) == counts
             serve.run(build_application(settings, counts, options), name="ccrk", route_prefix="/")
             url = f"http://127.0.0.1:{port}"
             deadline = time.monotonic() + 60
@@ -390,6 +394,29 @@ def test_a_swap_under_load_never_mixes_versions(serve_url: str, sharded_root: tu
             assert len(ids) == 40
 
 
+def test_an_unsharded_index_published_after_the_start_is_served_by_the_running_ingress(
+    serve_url: str, sharded_root: tuple[Path, Path]
+) -> None:
+    """``*``: an unsharded index published under the root after the app was deployed is served by the
+    ingress replica already running (its poll), with no deployment again; before, only by a replica started
+    after it."""
+    root, folder = sharded_root
+    query = {"query": _records(folder)[7]["captions"]["en"][0], "top_k": 5}
+    with httpx.Client(base_url=serve_url, timeout=30) as client:
+        assert client.post(f"/v1/indexes/{LATE}/search", json=query).status_code == 404
+        report = build(LATE, [folder / "test.jsonl"], settings=_build_settings(root, shards=1))
+        assert report.published and report.index_shards == 1
+        deadline = time.monotonic() + 30
+        while (response := client.post(f"/v1/indexes/{LATE}/search", json=query)).status_code == 404:
+            assert time.monotonic() < deadline, "the new index was not served by the running ingress"
+            time.sleep(0.2)
+        assert response.status_code == 200, response.text
+        flat = client.post(f"/v1/indexes/{FLAT}/search", json=query)
+        assert [h["id"] for h in response.json()["results"]] == [h["id"] for h in flat.json()["results"]]
+        ready = client.get("/readyz").json()
+        assert ready["indexes"][LATE] == current_version(root, LATE)
+
+
 def test_a_version_with_another_shard_count_is_deployed_again(
     ray_cluster: tuple[str, Any, Settings], sharded_root: tuple[Path, Path], shop: list[dict]
 ) -> None:
@@ -409,12 +436,12 @@ def test_a_version_with_another_shard_count_is_deployed_again(
         time.sleep(1.0)
         assert all(v == before for v, _ in load.seen[-3:])  # the 3-shard app cannot open it: the old one
         options = ClusterOptions.from_settings(settings)
-        deployed = {NAME: SHARDS, SHOP: SHOP_SHARDS}
-        assert redeploy_if_resharded(settings, deployed, options) == {NAME: 2, SHOP: SHOP_SHARDS}
-        assert redeploy_if_resharded(settings, {NAME: 2, SHOP: SHOP_SHARDS}, options) == {
-            NAME: 2,
-            SHOP: SHOP_SHARDS,
-        }  # nothing to do
+        # LATE: published by the test before, when it ran.
+        unsharded = {name: 0 for name in (FLAT, SHOP_FLAT, LATE) if (root / name).is_dir()}
+        deployed = {NAME: SHARDS, SHOP: SHOP_SHARDS, **unsharded}
+        now = {NAME: 2, SHOP: SHOP_SHARDS, **unsharded}
+        assert redeploy_if_resharded(settings, deployed, options) == now
+        assert redeploy_if_resharded(settings, now, options) == now  # nothing to do
         deadline = time.monotonic() + 60
         while not any(v == after for v, _ in load.seen[-3:]):
             assert time.monotonic() < deadline, f"the 2-shard version was not served: {load.errors[:3]}"
