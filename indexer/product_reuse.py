@@ -145,9 +145,11 @@ def plan_photos(items: Sequence[SourceItem], first: FirstPhotos, reuse: ProductR
         assert reuse is not None
         keys = digests.tobytes()
         owner = [reuse.parent_rows.get(it.id, -1) for it in items]
-        for m in np.flatnonzero(digests.any(axis=1)).tolist():
-            digest = keys[m * DIGEST_BYTES : (m + 1) * DIGEST_BYTES]
-            stored_row[m] = stored.photo_row_of(digest, owner[item[m]])
+        known = np.flatnonzero(digests.any(axis=1))
+        stored_row[known] = stored.photo_rows_of(
+            [keys[m * DIGEST_BYTES : (m + 1) * DIGEST_BYTES] for m in known.tolist()],
+            [owner[item[m]] for m in known.tolist()],
+        )
         candidates = np.unique(stored_row[stored_row >= 0])
         bad = candidates[~stored.check_photos(candidates)] if candidates.size else candidates
         if bad.size:
@@ -169,9 +171,7 @@ def reused_texts(keys: Sequence[TextKey], reuse: ProductReuse | None, owners: Se
     if reuse is None or reuse.stored is None:
         return rows
     stored = reuse.stored
-    rows[:] = [
-        stored.text_row_of(key, reuse.parent_rows.get(o, -1)) for key, o in zip(keys, owners, strict=True)
-    ]
+    rows[:] = stored.text_rows_of(keys, [reuse.parent_rows.get(o, -1) for o in owners])
     candidates = np.unique(rows[rows >= 0])
     bad = candidates[~stored.check_texts(candidates)] if candidates.size else candidates
     if bad.size:

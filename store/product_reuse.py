@@ -27,6 +27,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -57,6 +58,7 @@ PHOTO_STATS = "photo_stats.npy"
 TEXT_ROW_DIGESTS = "text_row_digests.npy"
 
 TextKey = tuple[str, str, str]  # (field, language, text) of a text value
+K = TypeVar("K")  # a photo's content digest or a TextKey
 
 
 def photo_row_digests(embeds: np.ndarray, visual: np.ndarray | None) -> np.ndarray:
@@ -193,16 +195,18 @@ class StoredProductVectors:
         self.info = ProductInfo.load(self.path / PRODUCTS_FILE)
         self._photo_owners = photo_owners.tolist()
         self._by_image: dict[bytes, int] | None = None
-        self._by_owner_image: dict[tuple[int, bytes], int] = {}
+        self._by_owner_image: dict[tuple[int, bytes], list[int]] = {}
         # A value's own row first (equal values of several products were encoded in other batches: the
-        # last bits may differ), else the first of equal values.
+        # last bits may differ), else the first of equal values. Equal values of one product (an untagged
+        # field identified as the language another of its values is tagged with) take its equal rows in
+        # order (``photo_rows_of``).
         self._by_text: dict[TextKey, int] = {}
-        self._by_owner_text: dict[tuple[int, TextKey], int] = {}
-        for row in range(f - 1, -1, -1):
+        self._by_owner_text: dict[tuple[int, TextKey], list[int]] = {}
+        for row in range(f):
             field, lang, text = values[row]
             key = (str(field), str(lang or "und"), str(text))
-            self._by_text[key] = row
-            self._by_owner_text[(int(text_owners[row]), key)] = row
+            self._by_text.setdefault(key, row)  # the first of equal values of several products
+            self._by_owner_text.setdefault((int(text_owners[row]), key), []).append(row)
 
     @classmethod
     def open(cls, path: Path, manifest: IndexManifest, key: str) -> StoredProductVectors | None:
@@ -227,26 +231,27 @@ class StoredProductVectors:
         keys, width = np.ascontiguousarray(self.stats[known], np.int64).tobytes(), STAT_COLUMNS * 8
         return {keys[k * width : (k + 1) * width]: row for k, row in enumerate(known.tolist())}
 
-    def photo_row_of(self, digest: bytes, owner: int = -1) -> int:
-        """The photo row encoded from a file with this content digest, of product row ``owner`` where it
-        has one (a product's own photo first), else the first; -1 when none is."""
+    def photo_rows_of(self, digests: Sequence[bytes], owners: Sequence[int]) -> list[int]:
+        """The photo row encoded from a file with each content digest, of its product row (``owners``, -1:
+        none) where it has one, else the first; -1 when none is. One to one within a product: its equal
+        files take its equal rows in order (the first the first, the second the second), so that a product
+        with two photos of the very same bytes carries two rows over, not one row twice (the calibration's
+        count of changed rows, ``indexer.product_reuse.taken_over_calibration``); a further one than the
+        parent held shares the product's first."""
         if self._by_image is None:
             keys = self.images.tobytes()
             self._by_image = {}
-            for row in range(self.photos - 1, -1, -1):  # the first of equal photos wins
+            for row in range(self.photos):
                 digest_of = keys[row * DIGEST_BYTES : (row + 1) * DIGEST_BYTES]
-                self._by_image[digest_of] = row
-                self._by_owner_image[(self._photo_owners[row], digest_of)] = row
-        if owner >= 0 and (owner, digest) in self._by_owner_image:
-            return self._by_owner_image[(owner, digest)]
-        return self._by_image.get(digest, -1)
+                self._by_image.setdefault(digest_of, row)  # the first of equal photos
+                self._by_owner_image.setdefault((self._photo_owners[row], digest_of), []).append(row)
+        return _given_out(self._by_owner_image, self._by_image, list(zip(owners, digests, strict=True)))
 
-    def text_row_of(self, key: TextKey, owner: int = -1) -> int:
-        """The text row of a value with this (field, language, text), of product row ``owner`` where it
-        has one, else the first; -1 when none is."""
-        if owner >= 0 and (owner, key) in self._by_owner_text:
-            return self._by_owner_text[(owner, key)]
-        return self._by_text.get(key, -1)
+    def text_rows_of(self, keys: Sequence[TextKey], owners: Sequence[int]) -> list[int]:
+        """The text row of a value with each (field, language, text), of its product row (``owners``)
+        where it has one, else the first; -1 when none is. One to one within a product, as
+        ``photo_rows_of``."""
+        return _given_out(self._by_owner_text, self._by_text, list(zip(owners, keys, strict=True)))
 
     def photo_vectors(self, rows: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """(m, D) cross-modal and (m, V) visual embeddings (None: the version has none) of photo rows."""
@@ -283,6 +288,24 @@ class StoredProductVectors:
     def close(self) -> None:
         self._embeds = self._texts = np.zeros((0, 0), np.float32)
         self._visual = None
+
+
+def _given_out(
+    own: dict[tuple[int, K], list[int]], first: dict[K, int], wanted: list[tuple[int, K]]
+) -> list[int]:
+    """Each (owner, key)'s row: the owner's rows with that key given out in order, one each; past them the
+    owner's first; an owner without one: the first of any owner's (``first``); -1 when none holds it."""
+    taken: dict[tuple[int, K], int] = {}
+    out = []
+    for owner, key in wanted:
+        rows = own.get((owner, key)) if owner >= 0 else None
+        if not rows:
+            out.append(first.get(key, -1))
+            continue
+        n = taken.get((owner, key), 0)
+        taken[(owner, key)] = n + 1
+        out.append(rows[n] if n < len(rows) else rows[0])
+    return out
 
 
 def read_photo_digests(version_dir: Path) -> tuple[np.ndarray | None, np.ndarray | None]:

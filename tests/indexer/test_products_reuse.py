@@ -300,6 +300,30 @@ def test_photos_and_values_copied_from_other_products_count_as_changed_for_the_c
     assert first.version != copied.version
 
 
+def test_equal_photos_and_values_of_one_product_carry_over_a_row_each(
+    product_settings: Settings, catalogue: Path, tmp_path: Path
+) -> None:
+    """A product with two photo files of the very same bytes, and a title given untagged and tagged with
+    the language it is identified in: a rebuild with no row changed (a photo file moved: not taken over
+    whole) counts none changed, so the calibration's count does not grow with every rebuild (each equal
+    photo or value mapped to the product's first row carries one row over for two: 2 changed)."""
+    settings = product_settings
+    manifest, rows = _shop(catalogue, tmp_path)
+    shutil.copyfile(rows[0]["paths"][0], rows[0]["paths"][1])
+    rows[1]["title@en"] = rows[1]["title"]
+    first = build("shop", [_write(manifest.parent, rows)], settings=settings)
+    assert first.texts_encoded == 3 * PRODUCTS + 1
+    moved = Path(rows[5]["paths"][2]).with_name("moved.jpg")
+    Path(rows[5]["paths"][2]).rename(moved)
+    rows[5]["paths"][2] = str(moved)
+    again = build("shop", [_write(manifest.parent, rows)], settings=settings)
+    assert (again.photos_encoded, again.photos_reused) == (0, PRODUCTS * PHOTOS)
+    assert (again.texts_encoded, again.texts_reused) == (0, 3 * PRODUCTS + 1)
+    assert not any("channels taken over" in note for note in again.notes), again.notes
+    info = json.loads((_vdir(settings, again.version) / PRODUCTS_FILE).read_text())
+    assert (info["calibrated_in"], info["changed_since_calibration"]) == (first.version, 0)
+
+
 def test_a_resumed_build_encodes_a_photo_replaced_since_the_failed_run(
     product_settings: Settings, catalogue: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
