@@ -140,9 +140,17 @@ class Runtime:
             holder = self.holders.get(name)
             if holder is None:
                 waiting.append(f"{name}: starting")
-            elif holder.served is None and (holder.loading or name == self.settings.index_name):
+            elif self.holds_back(name):
                 waiting.append(f"{name}: {holder.last_error or 'loading'}")
         return waiting
+
+    def holds_back(self, name: str) -> bool:
+        """Whether served index ``name`` keeps the process out of traffic (``loading``, ``/readyz``): no
+        holder yet, or no version served while one may still load (the default index's: always)."""
+        holder = self.holders.get(name)
+        if holder is None:
+            return True
+        return holder.served is None and (holder.loading or name == self.settings.index_name)
 
     def catalogue(self, name: str) -> SearchFacade:
         """The search facade of a served index; 404 for one this process does not serve."""

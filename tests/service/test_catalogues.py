@@ -8,12 +8,15 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from ccrk_settings import settings_with
 from service.runtime import served_index_names
+from store.errors import IndexUnreachableError
+from store.opening import open_version
 from tests.fixtures import Catalogue, LiveServer, make_settings, write_version
 
 SHOPS = {"shop": range(0, 20), "shopb": range(20, 40), "shopc": range(40, 60)}
@@ -129,16 +132,41 @@ def test_all_means_every_index_under_the_root(root: Path) -> None:
     assert served_index_names(settings) == ("shop", "shopc")
 
 
-def test_not_ready_while_an_extra_index_has_no_version(root: Path) -> None:
-    """A process serving several indexes is ready only when each has a version: an extra index without
-    one keeps /readyz at 503, naming it, while the others already answer."""
-    with LiveServer(make_settings(root, extra_indexes=["shopb", "nowhere"])) as live, live.client() as client:
+def test_readiness_waits_for_an_extra_index_that_may_still_load_not_one_that_gave_up(root: Path) -> None:
+    """A process serving several indexes is not ready while an extra index may still load (its shards out
+    of reach: tried again at each poll), as Ray's health check (``Runtime.loading``); an extra index whose
+    loading gave up (none published) is named in ``detail`` with its version null, and the process is
+    ready all the same, the other indexes answering."""
+    live = LiveServer(make_settings(root, extra_indexes=["shopb", "nowhere", "shopc"]))
+    runtime = live.app.state.runtime
+    unreachable = {"shopc"}
+
+    def opener(index_root: Path, name: str, version: str | None = None, **kwargs: Any) -> Any:
+        if name in unreachable:
+            raise IndexUnreachableError("shard deployments still starting")
+        return open_version(index_root, name, version, **kwargs)
+
+    runtime.index_opener = opener
+    with live, live.client() as client:
         ready = client.get("/readyz")
-        assert ready.status_code == 503 and ready.json()["status"] == "unavailable"
         body = ready.json()
-        assert body["indexes"]["nowhere"] is None and body["indexes"]["shopb"]
-        assert body["detail"].startswith("nowhere: ")
+        assert ready.status_code == 503 and body["status"] == "unavailable", body
+        assert (
+            body["indexes"]["nowhere"] is None
+            and body["indexes"]["shopc"] is None
+            and body["indexes"]["shopb"]
+        )
+        assert body["detail"].startswith("nowhere: ") and "shopc: " in body["detail"]
         assert client.post("/v1/indexes/shopb/search", json={"query": "a bag"}).status_code == 200
+        unreachable.clear()
+        assert runtime.holders["shopc"].check()
+        ready = client.get("/readyz")
+        body = ready.json()
+        assert ready.status_code == 200 and body["status"] == "ready", body
+        assert body["indexes"]["nowhere"] is None and body["indexes"]["shopc"]
+        assert body["detail"].startswith("nowhere: ") and "shopc" not in body["detail"]
+        assert runtime.loading() == []
+        assert client.post("/v1/indexes/nowhere/search", json={"query": "a bag"}).status_code == 503
 
 
 def test_an_index_published_after_the_start_is_served_with_all(tmp_path: Path, catalogue: Catalogue) -> None:

@@ -21,8 +21,11 @@ async def healthz() -> Status:
 
 @router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
 async def readyz(runtime: RuntimeDep, request: Request) -> JSONResponse:
-    """Ready when the model and a version of every served index are loaded (``indexes`` lists each one's
-    where there are several); 503 with the reason (server paths left out) otherwise."""
+    """Ready when the model and a version of the default index are loaded, and no other served index may
+    still load (``Runtime.loading``, as Ray Serve's health check): one whose loading gave up (none
+    published, a version that cannot be opened) is listed with its reason in ``detail`` but does not hold
+    the process back. ``indexes`` lists each one's version where there are several; 503 with the reason
+    (server paths left out) while not ready."""
     holder = runtime.holders.get(runtime.settings.index_name)
     served = holder.served if holder is not None else None
     if served is None:
@@ -32,6 +35,7 @@ async def readyz(runtime: RuntimeDep, request: Request) -> JSONResponse:
         return JSONResponse(Readiness(status="ready", index_version=served.version).model_dump())
     versions: dict[str, str | None] = {}
     missing = []
+    waiting = False
     for name in runtime.index_names:
         held = runtime.holders.get(name)
         version = held.served.version if held is not None and held.served is not None else None
@@ -39,6 +43,7 @@ async def readyz(runtime: RuntimeDep, request: Request) -> JSONResponse:
         if version is None:
             why = (held.last_error if held is not None else None) or "starting"
             missing.append(f"{name}: {request.app.state.redact(why)}")
-    status = Readiness(status="ready" if not missing else "unavailable", index_version=served.version,
+            waiting = waiting or runtime.holds_back(name)
+    status = Readiness(status="unavailable" if waiting else "ready", index_version=served.version,
                     indexes=versions, detail="; ".join(missing) or None)  # fmt: skip
-    return JSONResponse(status.model_dump(), status_code=200 if not missing else 503)
+    return JSONResponse(status.model_dump(), status_code=503 if waiting else 200)
