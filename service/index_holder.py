@@ -94,6 +94,7 @@ class IndexHolder:
         on_load: Callable[[Served], None] | None = None,
         opener: Callable[..., OpenedIndex] | None = None,
         image_base: str = DEFAULT_IMAGE_BASE,
+        give_up_after: int | None = None,
     ) -> None:
         self.root = root
         self.name = name
@@ -117,6 +118,11 @@ class IndexHolder:
         # The last try to load found no version to serve that waiting could bring (none published, or
         # CURRENT's cannot be opened): tried again only when CURRENT changes (``loading``).
         self._gave_up = False
+        # Tries that found the shards out of reach while nothing was served: past ``give_up_after`` (None:
+        # never) the holder gives up too (``loading`` False), so shard deployments that never come up do not
+        # hold a process out of traffic for good; the poller still tries, and serves the version once they do.
+        self.give_up_after = give_up_after
+        self._unreachable_tries = 0
         # The CURRENT an explicit version was loaded over (admin rollback): the poller leaves the override in
         # place until CURRENT names another version (a new publish), instead of undoing it at its next poll.
         self._overridden: str | None = None
@@ -128,8 +134,9 @@ class IndexHolder:
     @property
     def loading(self) -> bool:
         """No version served yet, and one may still load without a new publish: not tried yet, or the last
-        try failed on shards out of reach (the poller tries again). False once a version is served, or when
-        none is published or the one CURRENT names failed to open (broken files, another model)."""
+        try failed on shards out of reach (the poller tries again), fewer than ``give_up_after`` times. False
+        once a version is served, or when none is published or the one CURRENT names failed to open (broken
+        files, another model)."""
         return self._served is None and not self._gave_up
 
     @contextmanager
@@ -192,8 +199,12 @@ class IndexHolder:
                 index = self._open(self.root, self.name, target, expect_fingerprint=self.expect_fingerprint)
             except (OSError, IndexFormatError, ValueError) as exc:
                 # Shards out of reach may come back (tried again at the next poll); broken files do not.
-                self._failed_version = None if isinstance(exc, IndexUnreachableError) else target
-                self._gave_up = self._failed_version is not None
+                unreachable = isinstance(exc, IndexUnreachableError)
+                self._failed_version = None if unreachable else target
+                if unreachable and served is None:
+                    self._unreachable_tries += 1
+                waited = self.give_up_after is not None and self._unreachable_tries >= self.give_up_after
+                self._gave_up = self._failed_version is not None or waited
                 message = f"cannot open version {target!r} of index {self.name!r}: {exc}"
                 self.last_error = message
                 log.error("%s; still serving %s", message, served.version if served else "nothing")
@@ -210,6 +221,7 @@ class IndexHolder:
             self.last_error = None
             self._failed_version = None
             self._gave_up = False
+            self._unreachable_tries = 0
             published = self.published_version() if version is not None else None
             self._overridden = published if published != target else None
             if close_old and old is not None:

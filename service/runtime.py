@@ -43,6 +43,12 @@ from store.opening import OpenedIndex
 
 log = logging.getLogger(__name__)
 
+# How long an index whose shards stay out of reach (shard deployments still starting or placed) holds a
+# process out of traffic (``loading``) before it counts as given up, its routes answering 503 and the poller
+# still trying: Ray Serve starts and loads shard replicas within a minute or two, a new node a few more; an
+# extra index whose deployments never come up must not keep every ingress replica unready for good.
+UNREACHABLE_WAIT_S = 300.0
+
 
 @dataclass(frozen=True)
 class Caller:
@@ -133,7 +139,8 @@ class Runtime:
     def loading(self) -> list[str]:
         """What a process waits for before it takes traffic (Ray Serve's health check), as "name: reason":
         the default index until it serves a version, another until it serves one or its holder gave up
-        (``IndexHolder.loading``), whose routes then answer 503 with the reason rather than keep the process
+        (``IndexHolder.loading``: none published, a version that cannot be opened, shards out of reach for
+        ``UNREACHABLE_WAIT_S``), whose routes then answer 503 with the reason rather than keep the process
         out of service for good."""
         waiting = []
         for name in self.index_names:
@@ -343,6 +350,8 @@ class Runtime:
                 holder.last_error = str(exc)
 
     def _new_holder(self, name: str) -> IndexHolder:
+        # The start's try, then a poll each index_poll_s until UNREACHABLE_WAIT_S have passed.
+        tries = 1 + math.ceil(UNREACHABLE_WAIT_S / self.settings.index_poll_s)
         return IndexHolder(
             self.settings.index_root,
             name,
@@ -352,6 +361,7 @@ class Runtime:
             on_load=self._on_load,
             opener=self.index_opener,
             image_base=image_base_of(name, self.settings.index_name),
+            give_up_after=tries,
         )
 
     def _discover(self) -> list[str]:

@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from service.errors import ReloadFailedError
 from service.index_holder import IndexHolder, Served
-from store.errors import IndexFormatError
+from store.errors import IndexFormatError, IndexUnreachableError
 from store.reader import IndexVersion
 from store.sharded import ShardedIndex
 from tests.fixtures import INDEX_NAME, Catalogue, write_version
@@ -129,3 +130,35 @@ def test_the_last_lease_of_a_retired_version_closes_it_on_another_thread(tmp_pat
         assert done.wait(10) and closed == ["ccrk-close-retired"]
     finally:
         holder.close()
+
+
+def test_shards_out_of_reach_count_as_given_up_after_give_up_after_tries(tmp_path: Path) -> None:
+    """A version whose shards stay out of reach keeps the holder loading (tried again at each poll) for
+    ``give_up_after`` tries, then counts as given up (``loading`` False); the poller still tries it, and
+    serves it once the shards answer. Without a bound it loads for good."""
+    embeds = grid_vectors(20, 8, np.random.default_rng(2))
+    version = write_rows(tmp_path, INDEX_NAME, embeds, [f"u-{i}" for i in range(20)])
+    reachable = False
+
+    def opener(root: Path, name: str, version: str | None = None, **kwargs: object) -> IndexVersion:
+        if not reachable:
+            raise IndexUnreachableError("shard deployments still starting")
+        return IndexVersion.open(root, name, version)
+
+    holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None, opener=opener, give_up_after=3)
+    unbounded = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None, opener=opener)
+    try:
+        with pytest.raises(ReloadFailedError, match="still starting"):
+            holder.reload()
+        assert holder.loading
+        assert holder.check() is False and holder.loading
+        assert holder.check() is False and not holder.loading  # the third try: given up
+        for _ in range(5):
+            assert unbounded.check() is False
+        assert unbounded.loading
+        reachable = True
+        assert holder.check() is True and holder.served is not None and holder.served.version == version
+        assert not holder.loading
+    finally:
+        holder.close()
+        unbounded.close()
