@@ -169,6 +169,9 @@ class IndexHolder:
         already failed to load). Blocking; run it in a worker thread. True when it swapped."""
         published = self.published_version()
         served = self._served
+        if published is None and served is None:
+            self._gave_up = True  # as reload finds: none published (CURRENT gone after a failed try)
+            return False
         if published is None or (served is not None and served.version == published):
             return False
         if published == self._failed_version or published == self._overridden:

@@ -11,6 +11,7 @@ import pytest
 from service.errors import ReloadFailedError
 from service.index_holder import IndexHolder, Served
 from store.errors import IndexFormatError, IndexUnreachableError
+from store.layout import CURRENT_FILE, index_dir
 from store.reader import IndexVersion
 from store.sharded import ShardedIndex
 from tests.fixtures import INDEX_NAME, Catalogue, write_version
@@ -162,3 +163,28 @@ def test_shards_out_of_reach_count_as_given_up_after_give_up_after_tries(tmp_pat
     finally:
         holder.close()
         unbounded.close()
+
+
+def test_a_holder_waiting_on_shards_gives_up_when_current_disappears(tmp_path: Path) -> None:
+    """A holder that serves nothing, its last try having found the shards out of reach, stops loading once
+    CURRENT is gone (nothing published: nothing to wait for, as ``reload`` finds), and loads again at the
+    next publish."""
+    embeds = grid_vectors(20, 8, np.random.default_rng(3))
+    write_rows(tmp_path, INDEX_NAME, embeds, [f"c-{i}" for i in range(20)])
+
+    def opener(root: Path, name: str, version: str | None = None, **kwargs: object) -> IndexVersion:
+        raise IndexUnreachableError("shard deployments still starting")
+
+    holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None, opener=opener)
+    try:
+        with pytest.raises(ReloadFailedError):
+            holder.reload()
+        assert holder.loading
+        current = index_dir(tmp_path, INDEX_NAME) / CURRENT_FILE
+        saved = current.read_bytes()
+        current.unlink()
+        assert holder.check() is False and not holder.loading
+        current.write_bytes(saved)
+        assert holder.check() is False and holder.loading  # published again, shards still out of reach
+    finally:
+        holder.close()
