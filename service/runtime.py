@@ -393,7 +393,12 @@ class Runtime:
                 log.exception("looking for new indexes under %s failed", self.settings.index_root)
                 continue
             for name in joined:  # on the event loop, as the routes read these
-                self._add_facade(name, self._joining.pop(name))
+                try:
+                    self._add_facade(name, self._joining[name])
+                except Exception:  # kept joining (closed at the end), tried again at the next poll
+                    log.exception("serving the new index %s failed", name)
+                    continue
+                del self._joining[name]
                 self.index_names = (*self.index_names, name)
 
     def _add_facade(self, name: str, holder: IndexHolder) -> None:

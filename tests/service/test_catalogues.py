@@ -203,3 +203,41 @@ def test_an_index_published_after_the_start_is_served_with_all(tmp_path: Path, c
         assert set(ready.json()["indexes"]) == {"shop", "late"}
         assert client.post("/v1/indexes/broken/search", json=query).status_code == 404
         assert runtime.index_names == ("shop", "late")
+
+
+def test_the_poller_outlives_a_new_index_that_fails_to_join(
+    tmp_path: Path, catalogue: Catalogue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``*``, a new index whose facade cannot be set up stays joining (not dropped, closed at the end)
+    and is tried again at each poll; the poller goes on, swapping new versions of the other indexes in, and
+    serves the index once it can."""
+    write_version(tmp_path, catalogue, rows=list(range(0, 20)), name="shop")
+    with LiveServer(make_settings(tmp_path, extra_indexes=["*"])) as live, live.client() as client:
+        runtime = live.app.state.runtime
+        real = runtime._add_facade
+        tries: list[str] = []
+        broken = True
+
+        def add_facade(name: str, holder: Any) -> None:
+            tries.append(name)
+            if broken:
+                raise RuntimeError("facade setup failed")
+            real(name, holder)
+
+        monkeypatch.setattr(runtime, "_add_facade", add_facade)
+        write_version(tmp_path, catalogue, rows=list(range(20, 40)), name="late")
+        deadline = time.monotonic() + 20
+        while len(tries) < 2:  # tried again at the next poll: the poller is alive
+            assert time.monotonic() < deadline, f"the poller stopped after {tries}"
+            time.sleep(0.05)
+        assert "late" in runtime._joining and "late" not in runtime.index_names
+        newer = write_version(tmp_path, catalogue, rows=list(range(0, 30)), name="shop")
+        while runtime.holders["shop"].served.version != newer:  # still hot-swapping
+            assert time.monotonic() < deadline, "the default index was not swapped"
+            time.sleep(0.05)
+        broken = False
+        query = {"query": "a lamp", "top_k": 20}
+        while client.post("/v1/indexes/late/search", json=query).status_code == 404:
+            assert time.monotonic() < deadline, "the new index was not served"
+            time.sleep(0.05)
+        assert runtime.index_names == ("shop", "late") and not runtime._joining
