@@ -51,6 +51,7 @@ from indexer.sources import SourceItem
 from model.acquisition_format import acquirers_digest
 from model.model_dir import ModelConfig
 from model.runtime import Encoder
+from store.errors import IndexFormatError
 from store.hybrid import CANDIDATES
 from store.lexical import STEMMERS, analyze
 from store.product_reuse import link_channels, read_photo_digests, write_photo_stats, write_product_digests
@@ -322,14 +323,18 @@ def write_and_calibrate(
     parent = reuse.stored if reuse is not None else None
     if parent is not None and parent.info.inputs_key == info.inputs_key and photos.digests is not None:
         assert reuse is not None
-        link_channels(parent.path, stage, {} if linked is None else linked)
-        if photos.stats is not None:  # this build's: files touched since have new ones
-            write_photo_stats(stage, photos.stats)
-        report.notes.append(
-            f"products: channels taken over from {reuse.parent_version} (the same photos, text values and "
-            "vectors: writing, tuning and calibrating them again would find the same)"
-        )
-        return ProductInfo.load(stage / PRODUCTS_FILE)
+        try:
+            link_channels(parent.path, stage, {} if linked is None else linked)
+        except IndexFormatError as exc:  # a copy of a rotted file: written afresh, not recorded as good
+            report.notes.append(f"products: channels of {reuse.parent_version} not taken over: {exc}")
+        else:
+            if photos.stats is not None:  # this build's: files touched since have new ones
+                write_photo_stats(stage, photos.stats)
+            report.notes.append(
+                f"products: channels taken over from {reuse.parent_version} (the same photos, text values "
+                "and vectors: writing, tuning and calibrating them again would find the same)"
+            )
+            return ProductInfo.load(stage / PRODUCTS_FILE)
     write_product_channels(stage, info, photos, texts)
     if photos.digests is not None:  # what the next build reuses (``store.product_reuse``)
         write_product_digests(stage, photos.digests, photos.embeds, photos.visual, texts.embeds, photos.stats)

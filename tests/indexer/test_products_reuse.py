@@ -30,6 +30,7 @@ from store.product_reuse import (
 )
 from store.products import (
     PHOTO_EMBEDDINGS,
+    PHOTO_INDEX,
     PHOTO_OWNERS,
     PHOTO_VISUAL,
     PRODUCTS_FILE,
@@ -195,6 +196,46 @@ def test_channels_taken_over_keep_the_parents_checksums_so_verify_flags_a_rotted
     rotted = [f"{PHOTO_EMBEDDINGS}: checksum mismatch"]
     assert verify_version(settings.index_root, "shop", again.version) == rotted
     assert verify_version(settings.index_root, "shop", first.version) == rotted
+
+
+@pytest.mark.parametrize("shards", [1, 2])
+def test_channels_copied_from_a_rotted_parent_are_written_afresh(
+    product_settings: Settings,
+    catalogue: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    shards: int,
+) -> None:
+    """Channels taken over across filesystems are copies: a copy's bytes that do not match the parent's
+    recorded checksum (its file rotted) are not taken over, so the child does not record the rot as good;
+    the channels are written afresh and the child verifies clean (taking the copy over records the rotted
+    bytes' hash: the child's file is the rotted one, and verify finds nothing)."""
+    settings = product_settings.model_copy(update={"index_shards": shards})
+    manifest, rows = _shop(catalogue, tmp_path)
+    first = build("shop", [manifest], settings=settings)
+    path = _vdir(settings, first.version) / PHOTO_INDEX
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    rotted = [f"{PHOTO_INDEX}: checksum mismatch"]
+    assert verify_version(settings.index_root, "shop", first.version) == rotted
+
+    def copy(src: Path, dst: Path) -> bool:  # another filesystem: no hard links
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+        return False
+
+    monkeypatch.setattr(store_product_reuse, "link_or_copy", copy)
+    _touch(rows)
+    again = build("shop", [manifest], settings=settings)
+    assert again.published and (again.photos_encoded, again.texts_encoded) == (0, 0)
+    assert not any(note.startswith("products: channels taken over") for note in again.notes), again.notes
+    assert any(
+        note.startswith(f"products: channels of {first.version} not taken over") and PHOTO_INDEX in note
+        for note in again.notes
+    ), again.notes
+    assert (_vdir(settings, again.version) / PHOTO_INDEX).read_bytes() != bytes(data)
+    assert verify_version(settings.index_root, "shop", again.version) == []
 
 
 def test_another_acquirer_or_calibration_code_encodes_texts_or_calibrates_again(
