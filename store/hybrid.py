@@ -85,9 +85,21 @@ class Candidates:
 
 
 def _ranks(rows: np.ndarray, hits: ChannelHits) -> np.ndarray:
-    """Each candidate row's rank in a channel's list (best first, so also its index into the hits), -1
+    """Each candidate row's position in a channel's list (best first, so also its index into the hits), -1
     when not in it."""
     return positions_of(rows, hits.owners)
+
+
+def _tied_ranks(positions: np.ndarray, hits: ChannelHits) -> np.ndarray:
+    """Each candidate's rank in a channel: the number of hits that scored strictly higher (equal scores
+    share a rank), -1 when not in it. Positions alone order tied hits by row number, which a sharded version
+    numbers otherwise: reciprocal-rank fusion then told the same products apart by their rows."""
+    ranks = np.full(positions.shape, -1, np.int64)
+    found = positions >= 0
+    if found.any():
+        descending = -hits.scores.astype(np.float64)  # best first: ascending once negated
+        ranks[found] = np.searchsorted(descending, descending[positions[found]], side="left")
+    return ranks
 
 
 def gather(
@@ -121,14 +133,14 @@ def gather(
         return Candidates(rows, features, ranks, photo, text, lex_rows)
     if use_image:
         features[:, 0], photo = channels.photos.best_of(q, rows)
-        ranks[:, 0] = _ranks(rows, image)
+        ranks[:, 0] = _tied_ranks(_ranks(rows, image), image)
     if use_text:
         features[:, 1], text, features[:, 4] = channels.texts.best_and_centroid_of(
             q, rows, text_mask, channels.text_sum_norms
         )
-        ranks[:, 1] = _ranks(rows, dense)
+        ranks[:, 1] = _tied_ranks(_ranks(rows, dense), dense)
         idx = _ranks(rows, lexical)
-        ranks[:, 2] = idx
+        ranks[:, 2] = _tied_ranks(idx, lexical)
         found = np.flatnonzero(idx >= 0)
         if found.size:
             lex_rows[found] = lexical.via[idx[found]]
