@@ -184,18 +184,21 @@ def _cut(ins: np.ndarray, outs: np.ndarray) -> float:
     lo, hi = float(min(ins.min(), outs.min())), float(max(ins.max(), outs.max()))
     cuts = np.linspace(lo, hi, 801)
     h_in, h_out = _bandwidth(ins), _bandwidth(outs)
-    # logistic CDF with the normal's scale (1.702): a smooth step of width ~h around each score
-    kept = 1.0 / (1.0 + np.exp(-1.702 * (ins[None, :] - cuts[:, None]) / h_in))
-    rejected = 1.0 / (1.0 + np.exp(-1.702 * (cuts[:, None] - outs[None, :]) / h_out))
+    # logistic CDF with the normal's scale (1.702), as tanh (no overflow): a smooth step of width ~h
+    kept = 0.5 + 0.5 * np.tanh(0.851 * (ins[None, :] - cuts[:, None]) / h_in)
+    rejected = 0.5 + 0.5 * np.tanh(0.851 * (cuts[:, None] - outs[None, :]) / h_out)
     total = kept.mean(axis=1) + rejected.mean(axis=1)
     return float(cuts[int(np.argmax(total))])
 
 
 def _bandwidth(x: np.ndarray) -> float:
-    """Silverman's rule of thumb for a kernel density estimate of ``x``."""
-    spread = (
-        min(float(np.std(x)), float(np.subtract(*np.percentile(x, [75, 25]))) / 1.34) if len(x) > 1 else 0
-    )
+    """Silverman's rule of thumb for a kernel density estimate of ``x`` (the standard deviation where the
+    interquartile range is 0: many equal scores)."""
+    if len(x) < 2:
+        return 1e-3
+    std = float(np.std(x))
+    iqr = float(np.subtract(*np.percentile(x, [75, 25]))) / 1.34
+    spread = min(std, iqr) if iqr > 0 else std
     return max(0.9 * spread * len(x) ** -0.2, 1e-3)
 
 
