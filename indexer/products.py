@@ -372,11 +372,11 @@ def write_and_calibrate(
         info.fusion, info.calibration = result.model.to_dict(), result.report
         info.calibration_code = CALIBRATION_CODE
         languages = ", ".join(f"{k} {v}" for k, v in info.language_counts.items())
-        held_out = {m: s.get("mean") for m, s in result.report.get("held_out", {}).items()}
+        cross = result.report.get("cross_validated", {})
         report.notes.append(
             f"hybrid search: {info.texts} text values ({languages}), {info.photos} photos; fusion "
             f"{result.model.method} calibrated on {result.report.get('pseudo_queries', 0)} pseudo-queries "
-            f"(held-out R-precision by method: {held_out})"
+            f"(cross-validated R-precision by method: {cross})"
         )
     elif taken is None:
         report.notes.append(f"products: {info.photos} photos of {products} products (no text field searched)")

@@ -66,13 +66,16 @@ class Candidates:
 
     rows: np.ndarray  # (n,) int64 product rows
     features: np.ndarray  # (n, len(FEATURES)) float32
-    ranks: np.ndarray  # (n, len(CHANNELS)) int64 rank in each channel's list, -1 when not in it
+    ranks: np.ndarray  # (n, len(CHANNELS)) int64 position in each channel's list, -1 when not in it
     photo: np.ndarray  # (n,) int64 the best photo row (-1: none)
     text: np.ndarray  # (n,) int64 the best dense text row (-1: none)
     lexical: np.ndarray  # (n,) int64 the best BM25 text row (-1: none)
     terms: list[str] = field(default_factory=list)  # the query's terms
     # (n, len(terms)) bool: which terms each candidate's best BM25 text row holds (None: no lexical match)
     term_presence: np.ndarray | None = None
+    # (n, len(CHANNELS)) int64 rank in each channel with equal scores sharing one (``_tied_ranks``), what
+    # reciprocal-rank fusion reads; None: the positions
+    tied_ranks: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.rows.size)
@@ -85,9 +88,22 @@ class Candidates:
 
 
 def _ranks(rows: np.ndarray, hits: ChannelHits) -> np.ndarray:
-    """Each candidate row's rank in a channel's list (best first, so also its index into the hits), -1
+    """Each candidate row's position in a channel's list (best first, so also its index into the hits), -1
     when not in it."""
     return positions_of(rows, hits.owners)
+
+
+def _tied_ranks(positions: np.ndarray, hits: ChannelHits) -> np.ndarray:
+    """Each candidate's rank in a channel: the number of hits that scored strictly higher (equal scores
+    share a rank), -1 when not in it. Positions alone order tied hits by row number, which a sharded version
+    numbers otherwise: reciprocal-rank fusion then told the same products apart by their rows. (The match
+    label's depth check reads positions: a tie reaching past the calibrated depth must not move a label.)"""
+    ranks = np.full(positions.shape, -1, np.int64)
+    found = positions >= 0
+    if found.any():
+        descending = -hits.scores.astype(np.float64)  # best first: ascending once negated
+        ranks[found] = np.searchsorted(descending, descending[positions[found]], side="left")
+    return ranks
 
 
 def gather(
@@ -139,7 +155,10 @@ def gather(
             presence[found] = held
     # A channel the product has no row in (no text, say) reads as its floor, not as -inf.
     features[~np.isfinite(features)] = -1.0
-    return Candidates(rows, features, ranks, photo, text, lex_rows, list(query.terms), presence)
+    tied = ranks.copy()
+    for c, hits in enumerate((image, dense, lexical)):
+        tied[:, c] = _tied_ranks(ranks[:, c], hits)
+    return Candidates(rows, features, ranks, photo, text, lex_rows, list(query.terms), presence, tied)
 
 
 def _coverage(
@@ -317,7 +336,8 @@ def channel_columns(mode: str) -> list[int]:
 
 
 def rrf(candidates: Candidates, mode: str) -> np.ndarray:
-    ranks = candidates.ranks[:, channel_columns(mode)]
+    tied = candidates.tied_ranks if candidates.tied_ranks is not None else candidates.ranks
+    ranks = tied[:, channel_columns(mode)]
     return np.where(ranks >= 0, 1.0 / (RRF_K + ranks + 1.0), 0.0).sum(axis=1).astype(np.float32)
 
 
