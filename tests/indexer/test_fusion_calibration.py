@@ -7,7 +7,8 @@ import numpy as np
 
 from indexer.fusion_calibration import FOLDS, choose_method, cross_validated
 from indexer.fusion_fitting import Sample, _cut, fit, r_precision
-from store.hybrid import CHANNELS, FEATURES, Candidates, fuse
+from store.hybrid import FEATURES, fuse
+from tests.indexer.fusion_samples import candidates
 
 
 def _samples(rng: np.random.Generator, n: int) -> list[Sample]:
@@ -17,10 +18,7 @@ def _samples(rng: np.random.Generator, n: int) -> list[Sample]:
         labels[rng.choice(10, size=2, replace=False)] = True
         x = rng.uniform(0.0, 0.5, size=(10, len(FEATURES)))
         x[labels, 1] += 0.25
-        none = np.full(10, -1, np.int64)
-        ranks = np.full((10, len(CHANNELS)), -1, np.int64)
-        cands = Candidates(np.arange(10, dtype=np.int64), x.astype(np.float32), ranks, none, none, none)
-        out.append(Sample("en", cands, labels, 2))
+        out.append(Sample("en", candidates(x), labels, 2))
     return out
 
 

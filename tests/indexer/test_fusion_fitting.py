@@ -22,23 +22,15 @@ from indexer.fusion_fitting import (
 from store.errors import IndexFormatError
 from store.hybrid import (
     CANDIDATES,
-    CHANNELS,
     FEATURES,
     MATCH_FEATURES,
-    Candidates,
     FusionModel,
     GroupParams,
     match_columns,
     match_scores,
     query_match_score,
 )
-
-
-def candidates(features: np.ndarray) -> Candidates:
-    n = features.shape[0]
-    none = np.full(n, -1, np.int64)
-    ranks = np.full((n, len(CHANNELS)), -1, np.int64)
-    return Candidates(np.arange(n, dtype=np.int64), features.astype(np.float32), ranks, none, none, none)
+from tests.indexer.fusion_samples import candidates
 
 
 def samples(rng: np.random.Generator, n: int = 60) -> list[Sample]:
