@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -94,7 +95,8 @@ class IndexHolder:
         on_load: Callable[[Served], None] | None = None,
         opener: Callable[..., OpenedIndex] | None = None,
         image_base: str = DEFAULT_IMAGE_BASE,
-        give_up_after: int | None = None,
+        give_up_after_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.root = root
         self.name = name
@@ -118,11 +120,13 @@ class IndexHolder:
         # The last try to load found no version to serve that waiting could bring (none published, or
         # CURRENT's cannot be opened): tried again only when CURRENT changes (``loading``).
         self._gave_up = False
-        # Tries that found the shards out of reach while nothing was served: past ``give_up_after`` (None:
-        # never) the holder gives up too (``loading`` False), so shard deployments that never come up do not
-        # hold a process out of traffic for good; the poller still tries, and serves the version once they do.
-        self.give_up_after = give_up_after
-        self._unreachable_tries = 0
+        # When the first try that found the shards out of reach (nothing served) began: a failing try ending
+        # ``give_up_after_s`` (None: never) after it gives up too (``loading`` False), so shard deployments
+        # that never come up do not hold a process out of traffic for good; the poller still tries, and
+        # serves the version once they do. Time, not tries: one try on Ray may wait its open timeout.
+        self.give_up_after_s = give_up_after_s
+        self._clock = clock
+        self._unreachable_since: float | None = None
         # The CURRENT an explicit version was loaded over (admin rollback): the poller leaves the override in
         # place until CURRENT names another version (a new publish), instead of undoing it at its next poll.
         self._overridden: str | None = None
@@ -134,7 +138,7 @@ class IndexHolder:
     @property
     def loading(self) -> bool:
         """No version served yet, and one may still load without a new publish: not tried yet, or the last
-        try failed on shards out of reach (the poller tries again), fewer than ``give_up_after`` times. False
+        try failed on shards out of reach (the poller tries again) for less than ``give_up_after_s``. False
         once a version is served, or when none is published or the one CURRENT names failed to open (broken
         files, another model)."""
         return self._served is None and not self._gave_up
@@ -193,6 +197,7 @@ class IndexHolder:
             served = self._served
             if served is not None and served.version == target:
                 return None
+            began = self._clock()
             try:
                 if version is not None and not force and version_refused(self.root, self.name, version):
                     raise ReloadFailedError(
@@ -204,9 +209,14 @@ class IndexHolder:
                 # Shards out of reach may come back (tried again at the next poll); broken files do not.
                 unreachable = isinstance(exc, IndexUnreachableError)
                 self._failed_version = None if unreachable else target
-                if unreachable and served is None:
-                    self._unreachable_tries += 1
-                waited = self.give_up_after is not None and self._unreachable_tries >= self.give_up_after
+                if unreachable and served is None and self._unreachable_since is None:
+                    self._unreachable_since = began
+                since = self._unreachable_since
+                waited = (
+                    self.give_up_after_s is not None
+                    and since is not None
+                    and self._clock() - since >= self.give_up_after_s
+                )
                 self._gave_up = self._failed_version is not None or waited
                 message = f"cannot open version {target!r} of index {self.name!r}: {exc}"
                 self.last_error = message
@@ -224,7 +234,7 @@ class IndexHolder:
             self.last_error = None
             self._failed_version = None
             self._gave_up = False
-            self._unreachable_tries = 0
+            self._unreachable_since = None
             published = self.published_version() if version is not None else None
             self._overridden = published if published != target else None
             if close_old and old is not None:

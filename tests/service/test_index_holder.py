@@ -133,27 +133,37 @@ def test_the_last_lease_of_a_retired_version_closes_it_on_another_thread(tmp_pat
         holder.close()
 
 
-def test_shards_out_of_reach_count_as_given_up_after_give_up_after_tries(tmp_path: Path) -> None:
-    """A version whose shards stay out of reach keeps the holder loading (tried again at each poll) for
-    ``give_up_after`` tries, then counts as given up (``loading`` False); the poller still tries it, and
-    serves it once the shards answer. Without a bound it loads for good."""
+def test_shards_out_of_reach_count_as_given_up_after_give_up_after_s(tmp_path: Path) -> None:
+    """A version whose shards stay out of reach keeps the holder loading (tried again at each poll) until a
+    try fails ``give_up_after_s`` after the first failing one began, then counts as given up (``loading``
+    False), however few tries that took (each open here waits out a 120 s timeout); the poller still tries
+    it, and serves it once the shards answer. Without a bound it loads for good."""
     embeds = grid_vectors(20, 8, np.random.default_rng(2))
     version = write_rows(tmp_path, INDEX_NAME, embeds, [f"u-{i}" for i in range(20)])
     reachable = False
+    now = [50.0]
 
     def opener(root: Path, name: str, version: str | None = None, **kwargs: object) -> IndexVersion:
         if not reachable:
+            now[0] += 120.0  # the open's timeout
             raise IndexUnreachableError("shard deployments still starting")
         return IndexVersion.open(root, name, version)
 
-    holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None, opener=opener, give_up_after=3)
-    unbounded = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None, opener=opener)
+    def clock() -> float:
+        return now[0]
+
+    holder = IndexHolder(
+        tmp_path, INDEX_NAME, expect_fingerprint=None, opener=opener, give_up_after_s=300.0, clock=clock
+    )
+    unbounded = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None, opener=opener, clock=clock)
     try:
         with pytest.raises(ReloadFailedError, match="still starting"):
-            holder.reload()
+            holder.reload()  # began at 0 s (on the clock: 50), failed at 120 s
         assert holder.loading
-        assert holder.check() is False and holder.loading
-        assert holder.check() is False and not holder.loading  # the third try: given up
+        now[0] += 30.0
+        assert holder.check() is False and holder.loading  # 150 s to 270 s
+        now[0] += 29.0
+        assert holder.check() is False and not holder.loading  # 299 s to 419 s: given up
         for _ in range(5):
             assert unbounded.check() is False
         assert unbounded.loading
