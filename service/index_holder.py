@@ -127,6 +127,8 @@ class IndexHolder:
         self.give_up_after_s = give_up_after_s
         self._clock = clock
         self._unreachable_since: float | None = None
+        # The version that wait is for: another one (a new publish) waits afresh.
+        self._unreachable_version: str | None = None
         # The CURRENT an explicit version was loaded over (admin rollback): the poller leaves the override in
         # place until CURRENT names another version (a new publish), instead of undoing it at its next poll.
         self._overridden: str | None = None
@@ -209,8 +211,14 @@ class IndexHolder:
                 # Shards out of reach may come back (tried again at the next poll); broken files do not.
                 unreachable = isinstance(exc, IndexUnreachableError)
                 self._failed_version = None if unreachable else target
-                if unreachable and served is None and self._unreachable_since is None:
-                    self._unreachable_since = began
+                if (
+                    unreachable
+                    and served is None
+                    and (self._unreachable_since is None or self._unreachable_version != target)
+                ):
+                    # A new publish (its shards may just be starting) gets its own wait, even after the
+                    # last version's gave up.
+                    self._unreachable_since, self._unreachable_version = began, target
                 since = self._unreachable_since
                 waited = (
                     self.give_up_after_s is not None
@@ -234,7 +242,7 @@ class IndexHolder:
             self.last_error = None
             self._failed_version = None
             self._gave_up = False
-            self._unreachable_since = None
+            self._unreachable_since = self._unreachable_version = None
             published = self.published_version() if version is not None else None
             self._overridden = published if published != target else None
             if close_old and old is not None:

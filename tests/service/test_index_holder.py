@@ -198,3 +198,40 @@ def test_a_holder_waiting_on_shards_gives_up_when_current_disappears(tmp_path: P
         assert holder.check() is False and holder.loading  # published again, shards still out of reach
     finally:
         holder.close()
+
+
+def test_a_new_publish_waits_afresh_for_its_shards(tmp_path: Path) -> None:
+    """After the holder gave up on a version whose shards stayed out of reach, a new publish (its shards
+    still starting) is waited for again for ``give_up_after_s``, not given up at its first try."""
+    embeds = grid_vectors(20, 8, np.random.default_rng(4))
+    write_rows(tmp_path, INDEX_NAME, embeds, [f"n-{i}" for i in range(20)])
+    now = [0.0]
+
+    def opener(root: Path, name: str, version: str | None = None, **kwargs: object) -> IndexVersion:
+        now[0] += 120.0  # the open's timeout
+        raise IndexUnreachableError("shard deployments still starting")
+
+    holder = IndexHolder(
+        tmp_path,
+        INDEX_NAME,
+        expect_fingerprint=None,
+        opener=opener,
+        give_up_after_s=300.0,
+        clock=lambda: now[0],
+    )
+    try:
+        with pytest.raises(ReloadFailedError):
+            holder.reload()
+        for _ in range(2):
+            now[0] += 30.0
+            assert holder.check() is False
+        assert not holder.loading  # the first version: given up
+        write_rows(tmp_path, INDEX_NAME, embeds, [f"m-{i}" for i in range(20)])
+        now[0] += 30.0
+        assert holder.check() is False and holder.loading  # the new one's first try: waiting
+        now[0] += 30.0
+        assert holder.check() is False and holder.loading
+        now[0] += 30.0
+        assert holder.check() is False and not holder.loading  # its own wait is over
+    finally:
+        holder.close()
