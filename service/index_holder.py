@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -164,16 +164,23 @@ class IndexHolder:
                 _close_apart(served.index)
 
     def published_version(self) -> str | None:
+        """The version CURRENT names; None when none is published (no CURRENT, an empty one). A CURRENT that
+        cannot be read raises ``OSError``: a failed read says nothing about what is published, so it must
+        not count as "none published" (which gives up, ``loading`` False)."""
         try:
             return current_version(self.root, self.name)
-        except (OSError, IndexFormatError) as exc:
+        except IndexFormatError as exc:  # an invalid index name: nothing can be published under it
             log.warning("cannot read CURRENT of %s/%s: %s", self.root, self.name, exc)
             return None
 
     def check(self) -> bool:
         """Poller step: load CURRENT when it names a version other than the served one (and not one that
         already failed to load). Blocking; run it in a worker thread. True when it swapped."""
-        published = self.published_version()
+        try:
+            published = self.published_version()
+        except OSError as exc:  # read again at the next poll; neither a new version nor none published
+            log.warning("cannot read CURRENT of %s/%s: %s", self.root, self.name, exc)
+            return False
         served = self._served
         if published is None and served is None:
             self._gave_up = True  # as reload finds: none published (CURRENT gone after a failed try)
@@ -192,7 +199,12 @@ class IndexHolder:
         quality gate refused is served only with ``force`` (as ``ccrk index rollback --to``). A version other
         than CURRENT stays served until CURRENT changes (the poller does not undo it). Blocking."""
         with self._load_lock:
-            target = version or self.published_version()
+            try:
+                target = version or self.published_version()
+            except OSError as exc:  # not given up: the poller reads it again
+                self.last_error = f"cannot read CURRENT of index {self.name!r} under {self.root}: {exc}"
+                log.error("%s", self.last_error)
+                raise ReloadFailedError(self.last_error) from exc
             if target is None:
                 self._gave_up = True
                 raise ReloadFailedError(f"index {self.name!r} has no published version under {self.root}")
@@ -243,7 +255,10 @@ class IndexHolder:
             self._failed_version = None
             self._gave_up = False
             self._unreachable_since = self._unreachable_version = None
-            published = self.published_version() if version is not None else None
+            published = None
+            if version is not None:
+                with suppress(OSError):  # unread: taken as no override, as when none is published
+                    published = self.published_version()
             self._overridden = published if published != target else None
             if close_old and old is not None:
                 old.index.close()

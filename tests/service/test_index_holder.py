@@ -235,3 +235,44 @@ def test_a_new_publish_waits_afresh_for_its_shards(tmp_path: Path) -> None:
         assert holder.check() is False and not holder.loading  # its own wait is over
     finally:
         holder.close()
+
+
+def test_a_failed_read_of_current_does_not_count_as_none_published(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CURRENT that cannot be read (an I/O error) leaves a holder waiting on its shards loading, at a poll
+    and at a reload alike (read again next time); only a missing CURRENT gives up."""
+    import errno
+
+    from service import index_holder as holder_module
+
+    embeds = grid_vectors(20, 8, np.random.default_rng(5))
+    write_rows(tmp_path, INDEX_NAME, embeds, [f"r-{i}" for i in range(20)])
+    real = holder_module.current_version
+    failing = [False]
+
+    def current_version(root: Path, name: str) -> str | None:
+        if failing[0]:
+            raise OSError(errno.EIO, "Input/output error", "CURRENT")
+        return real(root, name)
+
+    def opener(root: Path, name: str, version: str | None = None, **kwargs: object) -> IndexVersion:
+        raise IndexUnreachableError("shard deployments still starting")
+
+    monkeypatch.setattr(holder_module, "current_version", current_version)
+    holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None, opener=opener)
+    try:
+        failing[0] = True
+        with pytest.raises(ReloadFailedError, match="cannot read CURRENT"):
+            holder.reload()  # the start's try
+        assert holder.loading and "Input/output error" in (holder.last_error or "")
+        failing[0] = False
+        with pytest.raises(ReloadFailedError, match="still starting"):
+            holder.reload()
+        failing[0] = True
+        assert holder.check() is False and holder.loading
+        failing[0] = False
+        (index_dir(tmp_path, INDEX_NAME) / CURRENT_FILE).unlink()
+        assert holder.check() is False and not holder.loading  # missing: none published
+    finally:
+        holder.close()
