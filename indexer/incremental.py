@@ -413,7 +413,13 @@ def ann_index(
     if stored is not None and pm is not None and same_plan:
         kept = {k: v for k, v in pm.build_params.items() if k in plan.build_params}
         if linked:
-            writer.link_from(stored.path, [INDEX_FILE])
+            try:
+                writer.link_from(stored.path, [INDEX_FILE])
+            except IndexFormatError as exc:  # a copy of the parent's rotted file: built anew, not taken
+                plan, notes = write_ann_index(
+                    writer, n, d, settings, factory, memory_budget_mb=settings.memory_budget_mb
+                )
+                return plan, notes, f"rebuilt from stored vectors ({pm.version}'s not taken over: {exc})"
             return plan, {**kept, ANN_LINKED: pm.version}, f"linked from {pm.version} (the same rows)"
         p = stored.rows
         appended = (

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -94,7 +95,8 @@ class IndexHolder:
         on_load: Callable[[Served], None] | None = None,
         opener: Callable[..., OpenedIndex] | None = None,
         image_base: str = DEFAULT_IMAGE_BASE,
-        give_up_after: int | None = None,
+        give_up_after_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.root = root
         self.name = name
@@ -118,11 +120,15 @@ class IndexHolder:
         # The last try to load found no version to serve that waiting could bring (none published, or
         # CURRENT's cannot be opened): tried again only when CURRENT changes (``loading``).
         self._gave_up = False
-        # Tries that found the shards out of reach while nothing was served: past ``give_up_after`` (None:
-        # never) the holder gives up too (``loading`` False), so shard deployments that never come up do not
-        # hold a process out of traffic for good; the poller still tries, and serves the version once they do.
-        self.give_up_after = give_up_after
-        self._unreachable_tries = 0
+        # When the first try that found the shards out of reach (nothing served) began: a failing try ending
+        # ``give_up_after_s`` (None: never) after it gives up too (``loading`` False), so shard deployments
+        # that never come up do not hold a process out of traffic for good; the poller still tries, and
+        # serves the version once they do. Time, not tries: one try on Ray may wait its open timeout.
+        self.give_up_after_s = give_up_after_s
+        self._clock = clock
+        self._unreachable_since: float | None = None
+        # The version that wait is for: another one (a new publish) waits afresh.
+        self._unreachable_version: str | None = None
         # The CURRENT an explicit version was loaded over (admin rollback): the poller leaves the override in
         # place until CURRENT names another version (a new publish), instead of undoing it at its next poll.
         self._overridden: str | None = None
@@ -134,7 +140,7 @@ class IndexHolder:
     @property
     def loading(self) -> bool:
         """No version served yet, and one may still load without a new publish: not tried yet, or the last
-        try failed on shards out of reach (the poller tries again), fewer than ``give_up_after`` times. False
+        try failed on shards out of reach (the poller tries again) for less than ``give_up_after_s``. False
         once a version is served, or when none is published or the one CURRENT names failed to open (broken
         files, another model)."""
         return self._served is None and not self._gave_up
@@ -158,16 +164,23 @@ class IndexHolder:
                 _close_apart(served.index)
 
     def published_version(self) -> str | None:
+        """The version CURRENT names; None when none is published (no CURRENT, an empty one). A CURRENT that
+        cannot be read raises ``OSError``: a failed read says nothing about what is published, so it must
+        not count as "none published" (which gives up, ``loading`` False)."""
         try:
             return current_version(self.root, self.name)
-        except (OSError, IndexFormatError) as exc:
+        except IndexFormatError as exc:  # an invalid index name: nothing can be published under it
             log.warning("cannot read CURRENT of %s/%s: %s", self.root, self.name, exc)
             return None
 
     def check(self) -> bool:
         """Poller step: load CURRENT when it names a version other than the served one (and not one that
         already failed to load). Blocking; run it in a worker thread. True when it swapped."""
-        published = self.published_version()
+        try:
+            published = self.published_version()
+        except OSError as exc:  # read again at the next poll; neither a new version nor none published
+            log.warning("cannot read CURRENT of %s/%s: %s", self.root, self.name, exc)
+            return False
         served = self._served
         if published is None and served is None:
             self._gave_up = True  # as reload finds: none published (CURRENT gone after a failed try)
@@ -186,13 +199,19 @@ class IndexHolder:
         quality gate refused is served only with ``force`` (as ``ccrk index rollback --to``). A version other
         than CURRENT stays served until CURRENT changes (the poller does not undo it). Blocking."""
         with self._load_lock:
-            target = version or self.published_version()
+            try:
+                target = version or self.published_version()
+            except OSError as exc:  # not given up: the poller reads it again
+                self.last_error = f"cannot read CURRENT of index {self.name!r} under {self.root}: {exc}"
+                log.error("%s", self.last_error)
+                raise ReloadFailedError(self.last_error) from exc
             if target is None:
                 self._gave_up = True
                 raise ReloadFailedError(f"index {self.name!r} has no published version under {self.root}")
             served = self._served
             if served is not None and served.version == target:
                 return None
+            began = self._clock()
             try:
                 if version is not None and not force and version_refused(self.root, self.name, version):
                     raise ReloadFailedError(
@@ -204,9 +223,20 @@ class IndexHolder:
                 # Shards out of reach may come back (tried again at the next poll); broken files do not.
                 unreachable = isinstance(exc, IndexUnreachableError)
                 self._failed_version = None if unreachable else target
-                if unreachable and served is None:
-                    self._unreachable_tries += 1
-                waited = self.give_up_after is not None and self._unreachable_tries >= self.give_up_after
+                if (
+                    unreachable
+                    and served is None
+                    and (self._unreachable_since is None or self._unreachable_version != target)
+                ):
+                    # A new publish (its shards may just be starting) gets its own wait, even after the
+                    # last version's gave up.
+                    self._unreachable_since, self._unreachable_version = began, target
+                since = self._unreachable_since
+                waited = (
+                    self.give_up_after_s is not None
+                    and since is not None
+                    and self._clock() - since >= self.give_up_after_s
+                )
                 self._gave_up = self._failed_version is not None or waited
                 message = f"cannot open version {target!r} of index {self.name!r}: {exc}"
                 self.last_error = message
@@ -224,8 +254,11 @@ class IndexHolder:
             self.last_error = None
             self._failed_version = None
             self._gave_up = False
-            self._unreachable_tries = 0
-            published = self.published_version() if version is not None else None
+            self._unreachable_since = self._unreachable_version = None
+            published = None
+            if version is not None:
+                with suppress(OSError):  # unread: taken as no override, as when none is published
+                    published = self.published_version()
             self._overridden = published if published != target else None
             if close_old and old is not None:
                 old.index.close()

@@ -16,7 +16,7 @@ import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
-from time import perf_counter, time
+from time import monotonic, perf_counter, time
 
 import anyio
 from fastapi import FastAPI, Request
@@ -45,8 +45,10 @@ log = logging.getLogger(__name__)
 
 # How long an index whose shards stay out of reach (shard deployments still starting or placed) holds a
 # process out of traffic (``loading``) before it counts as given up, its routes answering 503 and the poller
-# still trying: Ray Serve starts and loads shard replicas within a minute or two, a new node a few more; an
-# extra index whose deployments never come up must not keep every ingress replica unready for good.
+# still trying. Time, not tries (a try on Ray may wait ``open_timeout_s``): it gives up at the first failing
+# try ending this long after the first failing try began. Ray Serve starts and loads shard replicas within a
+# minute or two, a new node a few more; an extra index whose deployments never come up must not keep every
+# ingress replica unready for good.
 UNREACHABLE_WAIT_S = 300.0
 
 
@@ -112,6 +114,8 @@ class Runtime:
         # How the index holder opens a version (None: ``store.opening.open_version``); set before the
         # lifespan starts, e.g. by ``service.cluster`` to search a sharded version's shards on Ray Serve.
         self.index_opener: Callable[..., OpenedIndex] | None = None
+        # The holders' clock for ``UNREACHABLE_WAIT_S`` (injected by tests).
+        self.clock: Callable[[], float] = monotonic
 
     @property
     def pipeline(self) -> SearchPipeline:
@@ -350,8 +354,6 @@ class Runtime:
                 holder.last_error = str(exc)
 
     def _new_holder(self, name: str) -> IndexHolder:
-        # The start's try, then a poll each index_poll_s until UNREACHABLE_WAIT_S have passed.
-        tries = 1 + math.ceil(UNREACHABLE_WAIT_S / self.settings.index_poll_s)
         return IndexHolder(
             self.settings.index_root,
             name,
@@ -361,7 +363,8 @@ class Runtime:
             on_load=self._on_load,
             opener=self.index_opener,
             image_base=image_base_of(name, self.settings.index_name),
-            give_up_after=tries,
+            give_up_after_s=UNREACHABLE_WAIT_S,
+            clock=self.clock,
         )
 
     def _discover(self) -> list[str]:

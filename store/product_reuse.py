@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from contextlib import suppress
 from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
 
 from store.errors import IndexFormatError
-from store.files import link_or_copy, names_full_disk
-from store.layout import MANIFEST_FILE, sha256_file
+from store.files import names_full_disk
+from store.layout import MANIFEST_FILE
 from store.lexical_index import TANTIVY_DIR
 from store.manifest import IndexManifest
 from store.products import (
@@ -51,6 +50,7 @@ from store.products import (
 )
 from store.reuse import CHECK_CHUNK, DIGEST_BYTES, REUSE_KEY, STAT_COLUMNS, row_digests
 from store.term_hashes import TERM_HASHES, TERM_OFFSETS
+from store.writer import link_version_files
 
 PHOTO_DIGESTS = "photo_digests.npy"
 PHOTO_ROW_DIGESTS = "photo_row_digests.npy"
@@ -112,14 +112,11 @@ def write_photo_stats(stage: Path, stats: np.ndarray) -> None:
 
 def link_channels(version_dir: Path, stage: Path, known: dict[str, str]) -> list[str]:
     """Every product-channel file of an installed version (its digests too; not its photo stats, which are
-    the staging build's to write) taken over unchanged into ``stage``: hard links (copies across
-    filesystems). A hard-linked file's checksum in the version's manifest goes into ``known`` (the stage's
-    writer's ``linked_checksums``): the new manifest records what the file held when it was written, so a
-    shared file that rotted since fails ``verify`` in both versions, not just the parent. A copy's bytes are
-    new: one that does not match the version's recorded checksum (the parent's file rotted) would be
-    recorded as good, so nothing is taken over: what was linked or copied is removed again and
-    ``IndexFormatError`` raised (the caller writes the channels afresh). Returns the names linked, relative
-    to the folder."""
+    the staging build's to write) taken over unchanged into ``stage`` by ``store.writer.link_version_files``:
+    hard links (copies across filesystems), their checksums in the version's manifest into ``known`` (the
+    stage's writer's ``linked_checksums``). A copy that does not match the recorded checksum (the parent's
+    file rotted) is not taken over: what was linked or copied is removed again and ``IndexFormatError``
+    raised (the caller writes the channels afresh). Returns the names linked, relative to the folder."""
     folder, stage = Path(version_dir), Path(stage)
     names = [
         n
@@ -143,22 +140,7 @@ def link_channels(version_dir: Path, stage: Path, known: dict[str, str]) -> list
         theirs = IndexManifest.load(folder / MANIFEST_FILE).checksums
     except IndexFormatError:
         theirs = {}  # then each file is hashed afresh, as a copy's is
-    sums: dict[str, str] = {}  # of the hard links, into ``known`` once every file is taken over
-    for k, name in enumerate(names):
-        with names_full_disk(stage / name):
-            linked = link_or_copy(folder / name, stage / name)
-        recorded = theirs.get(name)
-        if recorded is not None and not linked and sha256_file(stage / name) != recorded:
-            for done in names[: k + 1]:
-                (stage / done).unlink(missing_ok=True)
-            with suppress(OSError):  # left empty: the channels' writer makes it again
-                (stage / TANTIVY_DIR).rmdir()
-            raise IndexFormatError(
-                f"{folder / name}: checksum mismatch (the copy's bytes are not those the version recorded)"
-            )
-        if linked and recorded is not None:
-            sums[name] = recorded
-    known.update(sums)
+    link_version_files(folder, stage, names, theirs, known)  # a rotted copy: IndexFormatError
     return names
 
 

@@ -46,6 +46,7 @@ from store.layout import (
     builds_dir,
     file_checksums,
     index_dir,
+    sha256_file,
 )
 from store.manifest import IndexManifest
 
@@ -215,14 +216,43 @@ def link_version_files(
     error: type[Exception] = IndexFormatError,
 ) -> None:
     """Files ``names`` of an installed version taken over unchanged into ``stage`` (hard links; copies
-    across filesystems). A hard-linked file's checksum among ``digests`` (its version's manifest's) goes
-    into ``known``, not read again (a copy's bytes are new: they are hashed). A name that leaves the version
-    folder raises ``error``, the caller's type."""
+    across filesystems); their checksums among ``digests`` (the version's manifest's) go into ``known``, not
+    read again. A hard link shares the version's inode: the new manifest records what the file held when it
+    was written, so a shared file that rotted since fails ``verify`` in both versions. A copy's bytes are
+    new: one whose sha256 is not the recorded one (the version's file rotted) would be recorded as good, so
+    what this call took over is removed again and ``error`` (the caller's type) raised, naming the file; a
+    verified copy's checksum goes into ``known``. A name that leaves the version folder raises ``error``."""
+    folder, stage = Path(version_dir), Path(stage)
+    sums: dict[str, str] = {}  # into ``known`` once every file is taken over
+    taken: list[str] = []
     for fname in names:
         if Path(fname).is_absolute() or ".." in Path(fname).parts:  # a manifest's names stay inside
-            raise error(f"{version_dir}: file name {fname!r} leaves the version folder")
-        if link_or_copy(Path(version_dir) / fname, stage / fname) and fname in digests:
-            known[fname] = digests[fname]
+            _remove_taken(stage, taken)
+            raise error(f"{folder}: file name {fname!r} leaves the version folder")
+        with names_full_disk(stage / fname):
+            linked = link_or_copy(folder / fname, stage / fname)
+        taken.append(fname)
+        recorded = digests.get(fname)
+        if recorded is None:
+            continue  # not recorded: hashed with the stage's own files
+        if not linked and sha256_file(stage / fname) != recorded:
+            _remove_taken(stage, taken)
+            raise error(
+                f"{folder / fname}: checksum mismatch (the copy's bytes are not those the version recorded)"
+            )
+        sums[fname] = recorded
+    known.update(sums)
+
+
+def _remove_taken(stage: Path, taken: list[str]) -> None:
+    """Undo a ``link_version_files`` that failed: the files it took over, and the nested folders it left
+    empty (the caller may write them afresh)."""
+    for name in taken:
+        (stage / name).unlink(missing_ok=True)
+    for folder in sorted({(stage / name).parent for name in taken}, key=lambda p: len(p.parts), reverse=True):
+        if folder != stage:
+            with contextlib.suppress(OSError):  # not empty: another's files
+                folder.rmdir()
 
 
 class StagedVersion:

@@ -97,6 +97,39 @@ def test_unchanged_rebuild_encodes_nothing(settings: Settings, catalogue: Path, 
     assert verify_version(settings.index_root, "shop", touched.version) == []
 
 
+def test_a_copy_of_the_parents_rotted_ann_index_is_built_anew(
+    settings: Settings, catalogue: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same rows across filesystems (links are copies): the parent's index.faiss rotted, so its copy
+    does not match the recorded checksum and is not taken over (it would be recorded as good); the ANN index
+    is built anew from the stored vectors and the new version holds no rotted bytes."""
+    from store import writer as writer_module
+
+    manifest, rows = _shop(catalogue, tmp_path)
+    first = build("shop", [manifest], settings=settings)
+    assert first.version is not None
+    path = index_dir(settings.index_root, "shop") / first.version / INDEX_FILE
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    assert verify_version(settings.index_root, "shop", first.version) == [f"{INDEX_FILE}: checksum mismatch"]
+
+    def copy(src: Path, dst: Path) -> bool:  # another filesystem: no hard links
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+        return False
+
+    monkeypatch.setattr(writer_module, "link_or_copy", copy)
+    for r in rows:
+        os.utime(manifest.parent / r["image"], ns=(1, 1))
+    again = build("shop", [manifest], settings=settings)
+    assert again.published and again.version is not None and again.items_encoded == 0
+    assert again.ann_index.startswith("rebuilt from stored vectors") and INDEX_FILE in again.ann_index
+    new = index_dir(settings.index_root, "shop") / again.version / INDEX_FILE
+    assert new.read_bytes() != bytes(data)
+    assert verify_version(settings.index_root, "shop", again.version) == []
+
+
 def test_changed_image_under_same_path_and_same_image_under_new_path(
     settings: Settings, catalogue: Path, tmp_path: Path
 ) -> None:

@@ -20,6 +20,7 @@ from indexer import product_reuse as product_reuse_module
 from indexer import products as products_module
 from indexer.build import add, build
 from store import product_reuse as store_product_reuse
+from store import writer as store_writer
 from store.layout import index_dir
 from store.product_reuse import (
     PHOTO_DIGESTS,
@@ -225,7 +226,7 @@ def test_channels_copied_from_a_rotted_parent_are_written_afresh(
         shutil.copy2(src, dst)
         return False
 
-    monkeypatch.setattr(store_product_reuse, "link_or_copy", copy)
+    monkeypatch.setattr(store_writer, "link_or_copy", copy)  # how every version file is taken over
     _touch(rows)
     again = build("shop", [manifest], settings=settings)
     assert again.published and (again.photos_encoded, again.texts_encoded) == (0, 0)

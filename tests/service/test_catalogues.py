@@ -159,7 +159,10 @@ def test_readiness_waits_for_an_extra_index_that_may_still_load_not_one_that_gav
         assert body["detail"].startswith("nowhere: ") and "shopc: " in body["detail"]
         assert client.post("/v1/indexes/shopb/search", json={"query": "a bag"}).status_code == 200
         unreachable.clear()
-        assert runtime.holders["shopc"].check()
+        deadline = time.monotonic() + 10
+        while runtime.holders["shopc"].served is None:  # the live poller loads it (check here races it)
+            assert time.monotonic() < deadline, "shopc not served once its shards answer"
+            time.sleep(0.05)
         ready = client.get("/readyz")
         body = ready.json()
         assert ready.status_code == 200 and body["status"] == "ready", body

@@ -133,27 +133,37 @@ def test_the_last_lease_of_a_retired_version_closes_it_on_another_thread(tmp_pat
         holder.close()
 
 
-def test_shards_out_of_reach_count_as_given_up_after_give_up_after_tries(tmp_path: Path) -> None:
-    """A version whose shards stay out of reach keeps the holder loading (tried again at each poll) for
-    ``give_up_after`` tries, then counts as given up (``loading`` False); the poller still tries it, and
-    serves it once the shards answer. Without a bound it loads for good."""
+def test_shards_out_of_reach_count_as_given_up_after_give_up_after_s(tmp_path: Path) -> None:
+    """A version whose shards stay out of reach keeps the holder loading (tried again at each poll) until a
+    try fails ``give_up_after_s`` after the first failing one began, then counts as given up (``loading``
+    False), however few tries that took (each open here waits out a 120 s timeout); the poller still tries
+    it, and serves it once the shards answer. Without a bound it loads for good."""
     embeds = grid_vectors(20, 8, np.random.default_rng(2))
     version = write_rows(tmp_path, INDEX_NAME, embeds, [f"u-{i}" for i in range(20)])
     reachable = False
+    now = [50.0]
 
     def opener(root: Path, name: str, version: str | None = None, **kwargs: object) -> IndexVersion:
         if not reachable:
+            now[0] += 120.0  # the open's timeout
             raise IndexUnreachableError("shard deployments still starting")
         return IndexVersion.open(root, name, version)
 
-    holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None, opener=opener, give_up_after=3)
-    unbounded = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None, opener=opener)
+    def clock() -> float:
+        return now[0]
+
+    holder = IndexHolder(
+        tmp_path, INDEX_NAME, expect_fingerprint=None, opener=opener, give_up_after_s=300.0, clock=clock
+    )
+    unbounded = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None, opener=opener, clock=clock)
     try:
         with pytest.raises(ReloadFailedError, match="still starting"):
-            holder.reload()
+            holder.reload()  # began at 0 s (on the clock: 50), failed at 120 s
         assert holder.loading
-        assert holder.check() is False and holder.loading
-        assert holder.check() is False and not holder.loading  # the third try: given up
+        now[0] += 30.0
+        assert holder.check() is False and holder.loading  # 150 s to 270 s
+        now[0] += 29.0
+        assert holder.check() is False and not holder.loading  # 299 s to 419 s: given up
         for _ in range(5):
             assert unbounded.check() is False
         assert unbounded.loading
@@ -186,5 +196,83 @@ def test_a_holder_waiting_on_shards_gives_up_when_current_disappears(tmp_path: P
         assert holder.check() is False and not holder.loading
         current.write_bytes(saved)
         assert holder.check() is False and holder.loading  # published again, shards still out of reach
+    finally:
+        holder.close()
+
+
+def test_a_new_publish_waits_afresh_for_its_shards(tmp_path: Path) -> None:
+    """After the holder gave up on a version whose shards stayed out of reach, a new publish (its shards
+    still starting) is waited for again for ``give_up_after_s``, not given up at its first try."""
+    embeds = grid_vectors(20, 8, np.random.default_rng(4))
+    write_rows(tmp_path, INDEX_NAME, embeds, [f"n-{i}" for i in range(20)])
+    now = [0.0]
+
+    def opener(root: Path, name: str, version: str | None = None, **kwargs: object) -> IndexVersion:
+        now[0] += 120.0  # the open's timeout
+        raise IndexUnreachableError("shard deployments still starting")
+
+    holder = IndexHolder(
+        tmp_path,
+        INDEX_NAME,
+        expect_fingerprint=None,
+        opener=opener,
+        give_up_after_s=300.0,
+        clock=lambda: now[0],
+    )
+    try:
+        with pytest.raises(ReloadFailedError):
+            holder.reload()
+        for _ in range(2):
+            now[0] += 30.0
+            assert holder.check() is False
+        assert not holder.loading  # the first version: given up
+        write_rows(tmp_path, INDEX_NAME, embeds, [f"m-{i}" for i in range(20)])
+        now[0] += 30.0
+        assert holder.check() is False and holder.loading  # the new one's first try: waiting
+        now[0] += 30.0
+        assert holder.check() is False and holder.loading
+        now[0] += 30.0
+        assert holder.check() is False and not holder.loading  # its own wait is over
+    finally:
+        holder.close()
+
+
+def test_a_failed_read_of_current_does_not_count_as_none_published(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CURRENT that cannot be read (an I/O error) leaves a holder waiting on its shards loading, at a poll
+    and at a reload alike (read again next time); only a missing CURRENT gives up."""
+    import errno
+
+    from service import index_holder as holder_module
+
+    embeds = grid_vectors(20, 8, np.random.default_rng(5))
+    write_rows(tmp_path, INDEX_NAME, embeds, [f"r-{i}" for i in range(20)])
+    real = holder_module.current_version
+    failing = [False]
+
+    def current_version(root: Path, name: str) -> str | None:
+        if failing[0]:
+            raise OSError(errno.EIO, "Input/output error", "CURRENT")
+        return real(root, name)
+
+    def opener(root: Path, name: str, version: str | None = None, **kwargs: object) -> IndexVersion:
+        raise IndexUnreachableError("shard deployments still starting")
+
+    monkeypatch.setattr(holder_module, "current_version", current_version)
+    holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None, opener=opener)
+    try:
+        failing[0] = True
+        with pytest.raises(ReloadFailedError, match="cannot read CURRENT"):
+            holder.reload()  # the start's try
+        assert holder.loading and "Input/output error" in (holder.last_error or "")
+        failing[0] = False
+        with pytest.raises(ReloadFailedError, match="still starting"):
+            holder.reload()
+        failing[0] = True
+        assert holder.check() is False and holder.loading
+        failing[0] = False
+        (index_dir(tmp_path, INDEX_NAME) / CURRENT_FILE).unlink()
+        assert holder.check() is False and not holder.loading  # missing: none published
     finally:
         holder.close()

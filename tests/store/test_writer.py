@@ -123,6 +123,59 @@ def test_hard_links_share_the_parents_files(tmp_path: Path) -> None:
         assert caught.type is IndexFormatError
 
 
+def _copies_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Links as on another filesystem: every file taken over is a copy."""
+    import shutil
+
+    from store import writer as writer_module
+
+    def copy(src: Path, dst: Path) -> bool:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+        return False
+
+    monkeypatch.setattr(writer_module, "link_or_copy", copy)
+
+
+def test_a_copy_of_a_rotted_file_is_not_taken_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file taken over as a copy (no hard link) must hold the bytes its version recorded: a copy of a
+    rotted one raises the caller's error type naming the file, and nothing this call took over is left (nor
+    recorded); a copy that matches keeps the recorded checksum, not hashed again."""
+    from store import writer as writer_module
+    from store.sharded_writer import ShardedVersionWriter
+
+    parent = write_version(tmp_path, "shop", n=20)
+    folder = tmp_path / "shop" / parent
+    theirs = _manifest(tmp_path, parent).checksums
+    _copies_only(monkeypatch)
+    hashed: list[str] = []
+    real_sha = writer_module.sha256_file
+
+    def sha(path: Path) -> str:
+        hashed.append(Path(path).name)
+        return real_sha(path)
+
+    monkeypatch.setattr(writer_module, "sha256_file", sha)
+    with VersionWriter(tmp_path, "shop") as writer:
+        writer.link_from(folder, [EMBEDDINGS_FILE])
+        assert writer.linked_checksums == {EMBEDDINGS_FILE: theirs[EMBEDDINGS_FILE]}
+        assert hashed == [EMBEDDINGS_FILE]  # the copy, checked once
+        assert (writer.stage / EMBEDDINGS_FILE).stat().st_ino != (folder / EMBEDDINGS_FILE).stat().st_ino
+    data = bytearray((folder / INDEX_FILE).read_bytes())
+    data[-1] ^= 0xFF
+    (folder / INDEX_FILE).write_bytes(bytes(data))
+    with VersionWriter(tmp_path, "shop") as writer:
+        with pytest.raises(IndexFormatError, match=rf"{INDEX_FILE}: checksum mismatch") as caught:
+            writer.link_from(folder, [RERANK_FILE, INDEX_FILE])
+        assert caught.type is IndexFormatError and str(folder / INDEX_FILE) in str(caught.value)
+        assert not (writer.stage / RERANK_FILE).exists() and not (writer.stage / INDEX_FILE).exists()
+        assert writer.linked_checksums == {}
+    with ShardedVersionWriter(tmp_path, "shop", 2) as sharded:  # its callers' type: VersionWriteError
+        with pytest.raises(VersionWriteError, match="checksum mismatch"):
+            sharded.link_own_files(folder, {INDEX_FILE: theirs[INDEX_FILE]})
+        assert sharded.linked_checksums == {}
+
+
 def _write_rows(root: Path, rows: int, tokens: int = 0, width: int = 0) -> None:
     """20 rows announced, ``rows`` embeddings (and no tokens) appended."""
     with VersionWriter(root, "shop") as writer, writer.arrays(20, D, tokens=tokens, width=width) as arrays:
