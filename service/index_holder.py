@@ -129,6 +129,13 @@ class IndexHolder:
         self._unreachable_since: float | None = None
         # The version that wait is for: another one (a new publish) waits afresh.
         self._unreachable_version: str | None = None
+        # When the first failed read of CURRENT (nothing served) happened: a CURRENT that stays unreadable
+        # (EACCES, EISDIR, ESTALE ...) gives up after ``give_up_after_s`` too, instead of holding the
+        # process out of traffic for good. Cleared by a read that succeeds.
+        self._unread_since: float | None = None
+        # The message a failed read put into ``last_error`` and the reason it replaced: a read that
+        # succeeds again puts that reason back (the read failure is over, the reason may not be).
+        self._unread: tuple[str, str | None] | None = None
         # The CURRENT an explicit version was loaded over (admin rollback): the poller leaves the override in
         # place until CURRENT names another version (a new publish), instead of undoing it at its next poll.
         self._overridden: str | None = None
@@ -173,13 +180,44 @@ class IndexHolder:
             log.warning("cannot read CURRENT of %s/%s: %s", self.root, self.name, exc)
             return None
 
+    def _waited(self, since: float | None) -> bool:
+        """Whether a wait that began at ``since`` (None: none) has lasted ``give_up_after_s``."""
+        return (
+            self.give_up_after_s is not None
+            and since is not None
+            and self._clock() - since >= self.give_up_after_s
+        )
+
+    def _read_current(self) -> str | None:
+        """``published_version`` for a load: a failed read sets ``last_error`` and, while nothing is served,
+        gives up once the reads have failed for ``give_up_after_s`` (``loading`` False); the ``OSError``
+        propagates. A read that succeeds ends that wait."""
+        try:
+            published = self.published_version()
+        except OSError as exc:
+            message = f"cannot read CURRENT of index {self.name!r} under {self.root}: {exc}"
+            again = self._unread is not None and self.last_error == self._unread[0]
+            self._unread = (message, self._unread[1] if again and self._unread else self.last_error)
+            self.last_error = message
+            if self._served is None:
+                if self._unread_since is None:
+                    self._unread_since = self._clock()
+                if self._waited(self._unread_since):
+                    self._gave_up = True
+            raise
+        if self._unread is not None and self.last_error == self._unread[0]:
+            self.last_error = self._unread[1]
+        self._unread = None
+        self._unread_since = None
+        return published
+
     def check(self) -> bool:
         """Poller step: load CURRENT when it names a version other than the served one (and not one that
         already failed to load). Blocking; run it in a worker thread. True when it swapped."""
         try:
-            published = self.published_version()
-        except OSError as exc:  # read again at the next poll; neither a new version nor none published
-            log.warning("cannot read CURRENT of %s/%s: %s", self.root, self.name, exc)
+            published = self._read_current()
+        except OSError:  # read again at the next poll; neither a new version nor none published
+            log.warning("%s", self.last_error)
             return False
         served = self._served
         if published is None and served is None:
@@ -200,11 +238,12 @@ class IndexHolder:
         than CURRENT stays served until CURRENT changes (the poller does not undo it). Blocking."""
         with self._load_lock:
             try:
-                target = version or self.published_version()
-            except OSError as exc:  # not given up: the poller reads it again
-                self.last_error = f"cannot read CURRENT of index {self.name!r} under {self.root}: {exc}"
-                log.error("%s", self.last_error)
-                raise ReloadFailedError(self.last_error) from exc
+                target = version or self._read_current()
+            except OSError as exc:  # the poller reads it again, until the reads gave up
+                message = self.last_error or f"cannot read CURRENT of index {self.name!r}: {exc}"
+                log.error("%s", message)
+                self._on_failure(message)
+                raise ReloadFailedError(message) from exc
             if target is None:
                 self._gave_up = True
                 raise ReloadFailedError(f"index {self.name!r} has no published version under {self.root}")
@@ -231,13 +270,7 @@ class IndexHolder:
                     # A new publish (its shards may just be starting) gets its own wait, even after the
                     # last version's gave up.
                     self._unreachable_since, self._unreachable_version = began, target
-                since = self._unreachable_since
-                waited = (
-                    self.give_up_after_s is not None
-                    and since is not None
-                    and self._clock() - since >= self.give_up_after_s
-                )
-                self._gave_up = self._failed_version is not None or waited
+                self._gave_up = self._failed_version is not None or self._waited(self._unreachable_since)
                 message = f"cannot open version {target!r} of index {self.name!r}: {exc}"
                 self.last_error = message
                 log.error("%s; still serving %s", message, served.version if served else "nothing")
@@ -255,6 +288,7 @@ class IndexHolder:
             self._failed_version = None
             self._gave_up = False
             self._unreachable_since = self._unreachable_version = None
+            self._unread_since = self._unread = None  # served: a failed read no longer holds anything back
             published = None
             if version is not None:
                 with suppress(OSError):  # unread: taken as no override, as when none is published

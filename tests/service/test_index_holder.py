@@ -276,3 +276,65 @@ def test_a_failed_read_of_current_does_not_count_as_none_published(
         assert holder.check() is False and not holder.loading  # missing: none published
     finally:
         holder.close()
+
+
+def test_a_current_that_stays_unreadable_gives_up_after_give_up_after_s(tmp_path: Path) -> None:
+    """CURRENT that cannot be read (a folder here: EISDIR) keeps a holder serving nothing loading only for
+    ``give_up_after_s`` from the first failed read (then ``loading`` False, so /readyz and Ray's health
+    check stop waiting on it); ``last_error`` names the read failure at a poll as at a reload, a failed
+    reload counts as one, and a read that succeeds ends the wait (the next failure waits afresh)."""
+    embeds = grid_vectors(20, 8, np.random.default_rng(6))
+    write_rows(tmp_path, INDEX_NAME, embeds, [f"e-{i}" for i in range(20)])
+    current = index_dir(tmp_path, INDEX_NAME) / CURRENT_FILE
+    saved = current.read_bytes()
+    now = [0.0]
+    failures: list[str] = []
+
+    def opener(root: Path, name: str, version: str | None = None, **kwargs: object) -> IndexVersion:
+        raise IndexUnreachableError("shard deployments still starting")
+
+    def unreadable() -> None:
+        current.unlink()
+        current.mkdir()
+
+    def readable() -> None:
+        current.rmdir()
+        current.write_bytes(saved)
+
+    holder = IndexHolder(
+        tmp_path,
+        INDEX_NAME,
+        expect_fingerprint=None,
+        opener=opener,
+        on_failure=failures.append,
+        give_up_after_s=300.0,
+        clock=lambda: now[0],
+    )
+    try:
+        with pytest.raises(ReloadFailedError, match="still starting"):
+            holder.reload()
+        failures.clear()
+        unreadable()
+        now[0] = 10.0
+        assert holder.check() is False and holder.loading
+        assert "cannot read CURRENT" in (holder.last_error or "")  # not the old reason
+        now[0] = 200.0
+        with pytest.raises(ReloadFailedError, match="cannot read CURRENT"):
+            holder.reload()
+        assert holder.loading and len(failures) == 1 and "cannot read CURRENT" in failures[0]
+        now[0] = 310.0
+        assert holder.check() is False and not holder.loading  # 300 s since the first failed read
+        readable()
+        write_rows(tmp_path, INDEX_NAME, embeds, [f"f-{i}" for i in range(20)])  # a wait of its own
+        saved = current.read_bytes()
+        now[0] = 320.0
+        assert holder.check() is False and holder.loading and "still starting" in (holder.last_error or "")
+        unreadable()
+        now[0] = 330.0
+        assert holder.check() is False and holder.loading  # a fresh wait
+        now[0] = 629.0
+        assert holder.check() is False and holder.loading
+        now[0] = 630.0
+        assert holder.check() is False and not holder.loading
+    finally:
+        holder.close()
