@@ -222,6 +222,8 @@ class IndexHolder:
         served = self._served
         if published is None and served is None:
             self._gave_up = True  # as reload finds: none published (CURRENT gone after a failed try)
+            # The same version published again later waits afresh for its shards.
+            self._unreachable_since = self._unreachable_version = None
             return False
         if published is None or (served is not None and served.version == published):
             return False
@@ -246,6 +248,8 @@ class IndexHolder:
                 raise ReloadFailedError(message) from exc
             if target is None:
                 self._gave_up = True
+                # As check: the same version published again waits afresh for its shards.
+                self._unreachable_since = self._unreachable_version = None
                 raise ReloadFailedError(f"index {self.name!r} has no published version under {self.root}")
             served = self._served
             if served is not None and served.version == target:

@@ -338,3 +338,47 @@ def test_a_current_that_stays_unreadable_gives_up_after_give_up_after_s(tmp_path
         assert holder.check() is False and not holder.loading
     finally:
         holder.close()
+
+
+@pytest.mark.parametrize("by", ["check", "reload"])
+def test_the_same_version_published_again_waits_afresh_for_its_shards(tmp_path: Path, by: str) -> None:
+    """A holder whose version's shards were out of reach, then found none published (CURRENT gone, seen by
+    a poll or a reload), waits ``give_up_after_s`` afresh when the same version is published again later,
+    not given up at its first try."""
+    embeds = grid_vectors(20, 8, np.random.default_rng(7))
+    write_rows(tmp_path, INDEX_NAME, embeds, [f"g-{i}" for i in range(20)])
+    current = index_dir(tmp_path, INDEX_NAME) / CURRENT_FILE
+    saved = current.read_bytes()
+    now = [0.0]
+
+    def opener(root: Path, name: str, version: str | None = None, **kwargs: object) -> IndexVersion:
+        raise IndexUnreachableError("shard deployments still starting")
+
+    holder = IndexHolder(
+        tmp_path,
+        INDEX_NAME,
+        expect_fingerprint=None,
+        opener=opener,
+        give_up_after_s=300.0,
+        clock=lambda: now[0],
+    )
+    try:
+        with pytest.raises(ReloadFailedError):
+            holder.reload()  # the wait begins at 0 s
+        current.unlink()
+        now[0] = 100.0
+        if by == "check":
+            assert holder.check() is False
+        else:
+            with pytest.raises(ReloadFailedError, match="no published version"):
+                holder.reload()
+        assert not holder.loading
+        current.write_bytes(saved)  # the same version again, long after
+        now[0] = 1000.0
+        assert holder.check() is False and holder.loading
+        now[0] = 1299.0
+        assert holder.check() is False and holder.loading
+        now[0] = 1300.0
+        assert holder.check() is False and not holder.loading
+    finally:
+        holder.close()
