@@ -382,3 +382,24 @@ def test_the_same_version_published_again_waits_afresh_for_its_shards(tmp_path: 
         assert holder.check() is False and not holder.loading
     finally:
         holder.close()
+
+
+def test_a_current_that_is_not_utf8_counts_as_unreadable(tmp_path: Path) -> None:
+    """A binary CURRENT is an unreadable one (a clear ReloadFailedError, the poll answering False, loading
+    until ``give_up_after_s``), not a UnicodeDecodeError out of ``reload``."""
+    embeds = grid_vectors(20, 8, np.random.default_rng(8))
+    write_rows(tmp_path, INDEX_NAME, embeds, [f"b-{i}" for i in range(20)])
+    (index_dir(tmp_path, INDEX_NAME) / CURRENT_FILE).write_bytes(b"\xff\xfe\x00garbage")
+    now = [0.0]
+    holder = IndexHolder(
+        tmp_path, INDEX_NAME, expect_fingerprint=None, give_up_after_s=300.0, clock=lambda: now[0]
+    )
+    try:
+        with pytest.raises(ReloadFailedError, match=r"cannot read CURRENT.*not UTF-8"):
+            holder.reload()
+        assert holder.loading and holder.served is None
+        now[0] = 300.0
+        assert holder.check() is False and not holder.loading
+        assert "not UTF-8" in (holder.last_error or "")
+    finally:
+        holder.close()
