@@ -8,6 +8,7 @@ is closed when its last lease is returned (on a thread of its own), so no reques
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 import time
@@ -129,6 +130,13 @@ class IndexHolder:
         self._unreachable_since: float | None = None
         # The version that wait is for: another one (a new publish) waits afresh.
         self._unreachable_version: str | None = None
+        # When the first failed read of CURRENT (nothing served) happened: a CURRENT that stays unreadable
+        # (EACCES, EISDIR, ESTALE ...) gives up after ``give_up_after_s`` too, instead of holding the
+        # process out of traffic for good. Cleared by a read that succeeds.
+        self._unread_since: float | None = None
+        # The message a failed read put into ``last_error`` and the reason it replaced: a read that
+        # succeeds again puts that reason back (the read failure is over, the reason may not be).
+        self._unread: tuple[str, str | None] | None = None
         # The CURRENT an explicit version was loaded over (admin rollback): the poller leaves the override in
         # place until CURRENT names another version (a new publish), instead of undoing it at its next poll.
         self._overridden: str | None = None
@@ -166,24 +174,63 @@ class IndexHolder:
     def published_version(self) -> str | None:
         """The version CURRENT names; None when none is published (no CURRENT, an empty one). A CURRENT that
         cannot be read raises ``OSError``: a failed read says nothing about what is published, so it must
-        not count as "none published" (which gives up, ``loading`` False)."""
+        not count as "none published" (which gives up, ``loading`` False). One that is not UTF-8 text raises
+        it too (EILSEQ), handled as any unreadable CURRENT: a ``UnicodeDecodeError`` escaped ``reload``,
+        crashing the start and answering 500 at ``/v1/admin/reload``."""
         try:
             return current_version(self.root, self.name)
         except IndexFormatError as exc:  # an invalid index name: nothing can be published under it
             log.warning("cannot read CURRENT of %s/%s: %s", self.root, self.name, exc)
             return None
+        except UnicodeDecodeError as exc:  # a binary or half-written CURRENT: unreadable, not "none"
+            raise OSError(
+                errno.EILSEQ, f"CURRENT is not UTF-8 text ({exc.reason} at byte {exc.start})"
+            ) from exc
+
+    def _waited(self, since: float | None) -> bool:
+        """Whether a wait that began at ``since`` (None: none) has lasted ``give_up_after_s``."""
+        return (
+            self.give_up_after_s is not None
+            and since is not None
+            and self._clock() - since >= self.give_up_after_s
+        )
+
+    def _read_current(self) -> str | None:
+        """``published_version`` for a load: a failed read sets ``last_error`` and, while nothing is served,
+        gives up once the reads have failed for ``give_up_after_s`` (``loading`` False); the ``OSError``
+        propagates. A read that succeeds ends that wait."""
+        try:
+            published = self.published_version()
+        except OSError as exc:
+            message = f"cannot read CURRENT of index {self.name!r} under {self.root}: {exc}"
+            again = self._unread is not None and self.last_error == self._unread[0]
+            self._unread = (message, self._unread[1] if again and self._unread else self.last_error)
+            self.last_error = message
+            if self._served is None:
+                if self._unread_since is None:
+                    self._unread_since = self._clock()
+                if self._waited(self._unread_since):
+                    self._gave_up = True
+            raise
+        if self._unread is not None and self.last_error == self._unread[0]:
+            self.last_error = self._unread[1]
+        self._unread = None
+        self._unread_since = None
+        return published
 
     def check(self) -> bool:
         """Poller step: load CURRENT when it names a version other than the served one (and not one that
         already failed to load). Blocking; run it in a worker thread. True when it swapped."""
         try:
-            published = self.published_version()
-        except OSError as exc:  # read again at the next poll; neither a new version nor none published
-            log.warning("cannot read CURRENT of %s/%s: %s", self.root, self.name, exc)
+            published = self._read_current()
+        except OSError:  # read again at the next poll; neither a new version nor none published
+            log.warning("%s", self.last_error)
             return False
         served = self._served
         if published is None and served is None:
             self._gave_up = True  # as reload finds: none published (CURRENT gone after a failed try)
+            # The same version published again later waits afresh for its shards.
+            self._unreachable_since = self._unreachable_version = None
             return False
         if published is None or (served is not None and served.version == published):
             return False
@@ -200,13 +247,16 @@ class IndexHolder:
         than CURRENT stays served until CURRENT changes (the poller does not undo it). Blocking."""
         with self._load_lock:
             try:
-                target = version or self.published_version()
-            except OSError as exc:  # not given up: the poller reads it again
-                self.last_error = f"cannot read CURRENT of index {self.name!r} under {self.root}: {exc}"
-                log.error("%s", self.last_error)
-                raise ReloadFailedError(self.last_error) from exc
+                target = version or self._read_current()
+            except OSError as exc:  # the poller reads it again, until the reads gave up
+                message = self.last_error or f"cannot read CURRENT of index {self.name!r}: {exc}"
+                log.error("%s", message)
+                self._on_failure(message)
+                raise ReloadFailedError(message) from exc
             if target is None:
                 self._gave_up = True
+                # As check: the same version published again waits afresh for its shards.
+                self._unreachable_since = self._unreachable_version = None
                 raise ReloadFailedError(f"index {self.name!r} has no published version under {self.root}")
             served = self._served
             if served is not None and served.version == target:
@@ -231,13 +281,7 @@ class IndexHolder:
                     # A new publish (its shards may just be starting) gets its own wait, even after the
                     # last version's gave up.
                     self._unreachable_since, self._unreachable_version = began, target
-                since = self._unreachable_since
-                waited = (
-                    self.give_up_after_s is not None
-                    and since is not None
-                    and self._clock() - since >= self.give_up_after_s
-                )
-                self._gave_up = self._failed_version is not None or waited
+                self._gave_up = self._failed_version is not None or self._waited(self._unreachable_since)
                 message = f"cannot open version {target!r} of index {self.name!r}: {exc}"
                 self.last_error = message
                 log.error("%s; still serving %s", message, served.version if served else "nothing")
@@ -255,6 +299,7 @@ class IndexHolder:
             self._failed_version = None
             self._gave_up = False
             self._unreachable_since = self._unreachable_version = None
+            self._unread_since = self._unread = None  # served: a failed read no longer holds anything back
             published = None
             if version is not None:
                 with suppress(OSError):  # unread: taken as no override, as when none is published

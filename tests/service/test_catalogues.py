@@ -244,3 +244,27 @@ def test_the_poller_outlives_a_new_index_that_fails_to_join(
             assert time.monotonic() < deadline, "the new index was not served"
             time.sleep(0.05)
         assert runtime.index_names == ("shop", "late") and not runtime._joining
+
+
+def test_a_binary_current_of_an_extra_index_neither_stops_the_start_nor_answers_500(
+    tmp_path: Path, catalogue: Catalogue
+) -> None:
+    """An extra index whose CURRENT is not UTF-8 text is unreadable: the process starts (the default index
+    answers), /readyz names the read failure, and an admin reload of it answers 409 with it, not 500 (as
+    one of the default index once its CURRENT turns binary: the served version keeps answering)."""
+    write_version(tmp_path, catalogue, rows=list(SHOPS["shop"]), name="shop")
+    write_version(tmp_path, catalogue, rows=list(SHOPS["shopb"]), name="shopb")
+    (tmp_path / "shopb" / "CURRENT").write_bytes(b"\xff\xfe\x00garbage")
+    with LiveServer(make_settings(tmp_path, extra_indexes=["shopb"])) as live, live.client() as client:
+        assert client.post("/v1/search", json={"query": "a bag"}).status_code == 200
+        body = client.get("/readyz").json()
+        assert body["indexes"]["shopb"] is None and "not UTF-8" in body["detail"], body
+        reload = client.post(
+            "/v1/admin/reload", params={"index": "shopb"}, headers={"x-api-key": "test-admin-key"}
+        )
+        assert reload.status_code == 409, reload.text
+        assert "not UTF-8" in reload.text
+        (tmp_path / "shop" / "CURRENT").write_bytes(b"\xc3\x28")  # the default index's, once served
+        reload = client.post("/v1/admin/reload", headers={"x-api-key": "test-admin-key"})
+        assert reload.status_code == 409 and "not UTF-8" in reload.text, reload.text
+        assert client.post("/v1/search", json={"query": "a bag"}).status_code == 200  # still serving

@@ -276,3 +276,130 @@ def test_a_failed_read_of_current_does_not_count_as_none_published(
         assert holder.check() is False and not holder.loading  # missing: none published
     finally:
         holder.close()
+
+
+def test_a_current_that_stays_unreadable_gives_up_after_give_up_after_s(tmp_path: Path) -> None:
+    """CURRENT that cannot be read (a folder here: EISDIR) keeps a holder serving nothing loading only for
+    ``give_up_after_s`` from the first failed read (then ``loading`` False, so /readyz and Ray's health
+    check stop waiting on it); ``last_error`` names the read failure at a poll as at a reload, a failed
+    reload counts as one, and a read that succeeds ends the wait (the next failure waits afresh)."""
+    embeds = grid_vectors(20, 8, np.random.default_rng(6))
+    write_rows(tmp_path, INDEX_NAME, embeds, [f"e-{i}" for i in range(20)])
+    current = index_dir(tmp_path, INDEX_NAME) / CURRENT_FILE
+    saved = current.read_bytes()
+    now = [0.0]
+    failures: list[str] = []
+
+    def opener(root: Path, name: str, version: str | None = None, **kwargs: object) -> IndexVersion:
+        raise IndexUnreachableError("shard deployments still starting")
+
+    def unreadable() -> None:
+        current.unlink()
+        current.mkdir()
+
+    def readable() -> None:
+        current.rmdir()
+        current.write_bytes(saved)
+
+    holder = IndexHolder(
+        tmp_path,
+        INDEX_NAME,
+        expect_fingerprint=None,
+        opener=opener,
+        on_failure=failures.append,
+        give_up_after_s=300.0,
+        clock=lambda: now[0],
+    )
+    try:
+        with pytest.raises(ReloadFailedError, match="still starting"):
+            holder.reload()
+        failures.clear()
+        unreadable()
+        now[0] = 10.0
+        assert holder.check() is False and holder.loading
+        assert "cannot read CURRENT" in (holder.last_error or "")  # not the old reason
+        now[0] = 200.0
+        with pytest.raises(ReloadFailedError, match="cannot read CURRENT"):
+            holder.reload()
+        assert holder.loading and len(failures) == 1 and "cannot read CURRENT" in failures[0]
+        now[0] = 310.0
+        assert holder.check() is False and not holder.loading  # 300 s since the first failed read
+        readable()
+        write_rows(tmp_path, INDEX_NAME, embeds, [f"f-{i}" for i in range(20)])  # a wait of its own
+        saved = current.read_bytes()
+        now[0] = 320.0
+        assert holder.check() is False and holder.loading and "still starting" in (holder.last_error or "")
+        unreadable()
+        now[0] = 330.0
+        assert holder.check() is False and holder.loading  # a fresh wait
+        now[0] = 629.0
+        assert holder.check() is False and holder.loading
+        now[0] = 630.0
+        assert holder.check() is False and not holder.loading
+    finally:
+        holder.close()
+
+
+@pytest.mark.parametrize("by", ["check", "reload"])
+def test_the_same_version_published_again_waits_afresh_for_its_shards(tmp_path: Path, by: str) -> None:
+    """A holder whose version's shards were out of reach, then found none published (CURRENT gone, seen by
+    a poll or a reload), waits ``give_up_after_s`` afresh when the same version is published again later,
+    not given up at its first try."""
+    embeds = grid_vectors(20, 8, np.random.default_rng(7))
+    write_rows(tmp_path, INDEX_NAME, embeds, [f"g-{i}" for i in range(20)])
+    current = index_dir(tmp_path, INDEX_NAME) / CURRENT_FILE
+    saved = current.read_bytes()
+    now = [0.0]
+
+    def opener(root: Path, name: str, version: str | None = None, **kwargs: object) -> IndexVersion:
+        raise IndexUnreachableError("shard deployments still starting")
+
+    holder = IndexHolder(
+        tmp_path,
+        INDEX_NAME,
+        expect_fingerprint=None,
+        opener=opener,
+        give_up_after_s=300.0,
+        clock=lambda: now[0],
+    )
+    try:
+        with pytest.raises(ReloadFailedError):
+            holder.reload()  # the wait begins at 0 s
+        current.unlink()
+        now[0] = 100.0
+        if by == "check":
+            assert holder.check() is False
+        else:
+            with pytest.raises(ReloadFailedError, match="no published version"):
+                holder.reload()
+        assert not holder.loading
+        current.write_bytes(saved)  # the same version again, long after
+        now[0] = 1000.0
+        assert holder.check() is False and holder.loading
+        now[0] = 1299.0
+        assert holder.check() is False and holder.loading
+        now[0] = 1300.0
+        assert holder.check() is False and not holder.loading
+    finally:
+        holder.close()
+
+
+def test_a_current_that_is_not_utf8_counts_as_unreadable(tmp_path: Path) -> None:
+    """A binary CURRENT is an unreadable one (a clear ReloadFailedError, the poll answering False, loading
+    until ``give_up_after_s``), not a UnicodeDecodeError out of ``reload``."""
+    embeds = grid_vectors(20, 8, np.random.default_rng(8))
+    write_rows(tmp_path, INDEX_NAME, embeds, [f"b-{i}" for i in range(20)])
+    (index_dir(tmp_path, INDEX_NAME) / CURRENT_FILE).write_bytes(b"\xff\xfe\x00garbage")
+    now = [0.0]
+    holder = IndexHolder(
+        tmp_path, INDEX_NAME, expect_fingerprint=None, give_up_after_s=300.0, clock=lambda: now[0]
+    )
+    try:
+        with pytest.raises(ReloadFailedError, match=r"cannot read CURRENT.*not UTF-8"):
+            holder.reload()
+        assert holder.loading and holder.served is None
+        now[0] = 300.0
+        assert holder.check() is False and not holder.loading
+        assert "not UTF-8" in (holder.last_error or "")
+    finally:
+        holder.close()
