@@ -8,7 +8,6 @@ is closed when its last lease is returned (on a thread of its own), so no reques
 
 from __future__ import annotations
 
-import errno
 import logging
 import threading
 import time
@@ -175,17 +174,12 @@ class IndexHolder:
         """The version CURRENT names; None when none is published (no CURRENT, an empty one). A CURRENT that
         cannot be read raises ``OSError``: a failed read says nothing about what is published, so it must
         not count as "none published" (which gives up, ``loading`` False). One that is not UTF-8 text raises
-        it too (EILSEQ), handled as any unreadable CURRENT: a ``UnicodeDecodeError`` escaped ``reload``,
-        crashing the start and answering 500 at ``/v1/admin/reload``."""
+        it too (EILSEQ, ``store.versions.current_version``), handled as any unreadable CURRENT."""
         try:
             return current_version(self.root, self.name)
         except IndexFormatError as exc:  # an invalid index name: nothing can be published under it
             log.warning("cannot read CURRENT of %s/%s: %s", self.root, self.name, exc)
             return None
-        except UnicodeDecodeError as exc:  # a binary or half-written CURRENT: unreadable, not "none"
-            raise OSError(
-                errno.EILSEQ, f"CURRENT is not UTF-8 text ({exc.reason} at byte {exc.start})"
-            ) from exc
 
     def _waited(self, since: float | None) -> bool:
         """Whether a wait that began at ``since`` (None: none) has lasted ``give_up_after_s``."""

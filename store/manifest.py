@@ -101,6 +101,8 @@ class IndexManifest:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise IndexNotFoundError(f"manifest not found: {path}") from None
+        except UnicodeDecodeError as exc:  # a ValueError: its callers handle IndexFormatError
+            raise IndexFormatError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
         try:
             return cls.from_json(text)
         except IndexFormatError as exc:

@@ -4,6 +4,7 @@ quality gate's verdict that decides whether an installed version may ever be pub
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import shutil
@@ -44,11 +45,18 @@ def new_version_name(root: Path, name: str, now: datetime | None = None) -> str:
 
 
 def current_version(root: Path, name: str) -> str | None:
+    """The version CURRENT names; None when none is published (no CURRENT, an empty one). A CURRENT that
+    cannot be read raises ``OSError``, one that is not UTF-8 text too (EILSEQ): every caller handles an
+    unreadable CURRENT, while a ``UnicodeDecodeError`` (a ``ValueError``) escaped them (the Ray driver's
+    poll loop ended and deleted the app; shard calls failed)."""
     path = index_dir(root, name) / CURRENT_FILE
     try:
         text = path.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
         return None
+    except UnicodeDecodeError as exc:
+        reason = f"CURRENT is not UTF-8 text ({exc.reason} at byte {exc.start})"
+        raise OSError(errno.EILSEQ, reason, str(path)) from None
     return text or None
 
 

@@ -151,7 +151,10 @@ def serve_on_ray(settings: Settings, options: ClusterOptions | None = None) -> N
         log.info("serving %s on http://%s:%d (Ray Serve)", ", ".join(counts), settings.host, settings.port)
         while True:
             time.sleep(max(settings.index_poll_s, 1.0))
-            counts = redeploy_if_resharded(settings, counts, options)
+            try:
+                counts = redeploy_if_resharded(settings, counts, options)
+            except Exception:  # a supervisor serves on: one failed check must not end it (and delete the app)
+                log.exception("checking the served indexes for a new shard count failed; serving on")
     except KeyboardInterrupt:
         log.info("interrupted: deleting the Serve application")
     finally:

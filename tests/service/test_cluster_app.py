@@ -287,3 +287,18 @@ def test_an_extra_index_out_of_reach_holds_the_ingress_back_only_for_a_while(roo
     assert runtime.loading() == [] and runtime.holders["other"].served is None
     unreachable.clear()
     assert runtime.holders["other"].check() is True
+
+
+def test_the_drivers_poll_serves_on_over_a_current_that_is_not_utf8(tmp_path: Path) -> None:
+    """A binary CURRENT of the default index or of an extra one: the Ray driver's poll step keeps the counts
+    deployed (an unreadable CURRENT, as a publish in progress); a UnicodeDecodeError ended its loop, whose
+    ``finally`` deleted the whole app."""
+    from service.cluster.serving import redeploy_if_resharded
+
+    for name in ("main", "extra"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "CURRENT").write_bytes(b"\xff\xfe\x00v1")
+    settings = make_settings(tmp_path, index_name="main", extra_indexes=["extra"])
+    options = ClusterOptions.from_settings(settings)
+    deployed = {"main": 2, "extra": 3}
+    assert redeploy_if_resharded(settings, deployed, options) == deployed

@@ -3,6 +3,7 @@ both models)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -53,3 +54,19 @@ def test_manifest_round_trip_and_future_format(tmp_path: Path) -> None:
     data["format_version"] = FORMAT_VERSION
     with pytest.raises(IndexFormatError, match="embed_dim"):
         IndexManifest.from_json(json.dumps(data))
+
+
+def test_a_current_or_manifest_that_is_not_utf8_is_a_clear_error(tmp_path: Path) -> None:
+    """A binary CURRENT reads as an unreadable file (OSError, EILSEQ), a binary manifest as a format error:
+    what their callers handle, where a UnicodeDecodeError (a ValueError) escaped them (the Ray driver's poll
+    loop ended and deleted the app)."""
+    write_version(tmp_path, "shop")
+    version = versions.current_version(tmp_path, "shop")
+    manifest = tmp_path / "shop" / version / MANIFEST_FILE
+    manifest.write_bytes(b"\xff\xfe{")
+    with pytest.raises(IndexFormatError, match="not UTF-8"):
+        IndexManifest.load(manifest)
+    (tmp_path / "shop" / "CURRENT").write_bytes(b"\xff\xfe2026")
+    with pytest.raises(OSError, match="not UTF-8") as caught:
+        versions.current_version(tmp_path, "shop")
+    assert caught.value.errno == errno.EILSEQ
