@@ -6,27 +6,16 @@ from __future__ import annotations
 import numpy as np
 
 from indexer.fusion_calibration import FOLDS, choose_method, cross_validated
-from indexer.fusion_fitting import Sample, _cut, fit, r_precision
-from store.hybrid import FEATURES, fuse
-from tests.indexer.fusion_samples import candidates
-
-
-def _samples(rng: np.random.Generator, n: int) -> list[Sample]:
-    out = []
-    for _ in range(n):
-        labels = np.zeros(10, bool)
-        labels[rng.choice(10, size=2, replace=False)] = True
-        x = rng.uniform(0.0, 0.5, size=(10, len(FEATURES)))
-        x[labels, 1] += 0.25
-        out.append(Sample("en", candidates(x), labels, 2))
-    return out
+from indexer.fusion_fitting import _cut, fit, r_precision
+from store.hybrid import fuse
+from tests.indexer.fusion_samples import samples as draw_samples
 
 
 def test_each_sample_is_scored_once_by_its_groups_fit_on_the_other_folds() -> None:
     """Two small groups fitted on the same pooled samples: each group's own samples are scored once, by the
     fit on the pool's other folds; a pooled list shared by two groups is not scored twice."""
     rng = np.random.default_rng(0)
-    samples = _samples(rng, 40)
+    samples = draw_samples(rng, 40)
     fold = (np.arange(40) // 2) % FOLDS
     pool = list(range(30))
     members = {"en": pool, "de": pool, "other": list(range(30, 40))}

@@ -10,7 +10,6 @@ import pytest
 from indexer.fusion_fitting import (
     FIT_FEATURES,
     MATCH_REFITS,
-    Sample,
     _top_features,
     fit,
     fit_columns,
@@ -30,20 +29,7 @@ from store.hybrid import (
     match_scores,
     query_match_score,
 )
-from tests.indexer.fusion_samples import candidates
-
-
-def samples(rng: np.random.Generator, n: int = 60) -> list[Sample]:
-    """Pseudo-queries whose relevant candidates have higher text and lexical features (and noise)."""
-    out = []
-    for _ in range(n):
-        labels = np.zeros(12, bool)
-        labels[rng.choice(12, size=2, replace=False)] = True
-        x = rng.uniform(0.0, 0.5, size=(12, len(FEATURES)))
-        x[labels, 1] += 0.3
-        x[labels, 2] += 0.4
-        out.append(Sample("en", candidates(x), labels, 2))
-    return out
+from tests.indexer.fusion_samples import candidates, samples
 
 
 def test_a_fit_names_its_features_and_its_label_reads_any_candidate() -> None:
