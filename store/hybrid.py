@@ -73,12 +73,21 @@ class Candidates:
     terms: list[str] = field(default_factory=list)  # the query's terms
     # (n, len(terms)) bool: which terms each candidate's best BM25 text row holds (None: no lexical match)
     term_presence: np.ndarray | None = None
-    # (n, len(CHANNELS)) int64 rank in each channel with equal scores sharing one (``_tied_ranks``), what
-    # reciprocal-rank fusion reads; None: the positions
-    tied_ranks: np.ndarray | None = None
+    # each channel's hit scores, best first, in CHANNELS order: what ``tied_ranks`` reads (None: positions)
+    channel_scores: tuple[np.ndarray, ...] | None = None
 
     def __len__(self) -> int:
         return int(self.rows.size)
+
+    def tied_ranks(self) -> np.ndarray:
+        """(n, len(CHANNELS)) each candidate's rank in each channel with equal scores sharing one
+        (``_tied_ranks``): what reciprocal-rank fusion reads. Computed when asked, not by ``gather``: only
+        that method reads them, and a query fused otherwise would pay ~15 us for nothing."""
+        if self.channel_scores is None:
+            return self.ranks
+        return np.stack(
+            [_tied_ranks(self.ranks[:, c], scores) for c, scores in enumerate(self.channel_scores)], axis=1
+        )
 
     def matched_terms(self, i: int) -> list[str]:
         """The query terms that candidate ``i``'s best BM25 text value holds (for explanations)."""
@@ -93,7 +102,7 @@ def _ranks(rows: np.ndarray, hits: ChannelHits) -> np.ndarray:
     return positions_of(rows, hits.owners)
 
 
-def _tied_ranks(positions: np.ndarray, hits: ChannelHits) -> np.ndarray:
+def _tied_ranks(positions: np.ndarray, scores: np.ndarray) -> np.ndarray:
     """Each candidate's rank in a channel: the number of hits that scored strictly higher (equal scores
     share a rank), -1 when not in it. Positions alone order tied hits by row number, which a sharded version
     numbers otherwise: reciprocal-rank fusion then told the same products apart by their rows. (The match
@@ -101,7 +110,7 @@ def _tied_ranks(positions: np.ndarray, hits: ChannelHits) -> np.ndarray:
     ranks = np.full(positions.shape, -1, np.int64)
     found = positions >= 0
     if found.any():
-        descending = -hits.scores.astype(np.float64)  # best first: ascending once negated
+        descending = -scores.astype(np.float64)  # best first: ascending once negated
         ranks[found] = np.searchsorted(descending, descending[positions[found]], side="left")
     return ranks
 
@@ -155,10 +164,8 @@ def gather(
             presence[found] = held
     # A channel the product has no row in (no text, say) reads as its floor, not as -inf.
     features[~np.isfinite(features)] = -1.0
-    tied = ranks.copy()
-    for c, hits in enumerate((image, dense, lexical)):
-        tied[:, c] = _tied_ranks(ranks[:, c], hits)
-    return Candidates(rows, features, ranks, photo, text, lex_rows, list(query.terms), presence, tied)
+    scores = (image.scores, dense.scores, lexical.scores)
+    return Candidates(rows, features, ranks, photo, text, lex_rows, list(query.terms), presence, scores)
 
 
 def _coverage(
@@ -336,8 +343,7 @@ def channel_columns(mode: str) -> list[int]:
 
 
 def rrf(candidates: Candidates, mode: str) -> np.ndarray:
-    tied = candidates.tied_ranks if candidates.tied_ranks is not None else candidates.ranks
-    ranks = tied[:, channel_columns(mode)]
+    ranks = candidates.tied_ranks()[:, channel_columns(mode)]
     return np.where(ranks >= 0, 1.0 / (RRF_K + ranks + 1.0), 0.0).sum(axis=1).astype(np.float32)
 
 
