@@ -33,7 +33,6 @@ import numpy as np
 
 from store.errors import IndexFormatError
 from store.files import names_full_disk
-from store.layout import MANIFEST_FILE
 from store.lexical_index import TANTIVY_DIR
 from store.manifest import IndexManifest
 from store.products import (
@@ -50,7 +49,7 @@ from store.products import (
 )
 from store.reuse import CHECK_CHUNK, DIGEST_BYTES, REUSE_KEY, STAT_COLUMNS, row_digests
 from store.term_hashes import TERM_HASHES, TERM_OFFSETS
-from store.writer import link_version_files
+from store.writer import link_from_version
 
 PHOTO_DIGESTS = "photo_digests.npy"
 PHOTO_ROW_DIGESTS = "photo_row_digests.npy"
@@ -112,7 +111,7 @@ def write_photo_stats(stage: Path, stats: np.ndarray) -> None:
 
 def link_channels(version_dir: Path, stage: Path, known: dict[str, str]) -> list[str]:
     """Every product-channel file of an installed version (its digests too; not its photo stats, which are
-    the staging build's to write) taken over unchanged into ``stage`` by ``store.writer.link_version_files``:
+    the staging build's to write) taken over unchanged into ``stage`` by ``store.writer.link_from_version``:
     hard links (copies across filesystems), their checksums in the version's manifest into ``known`` (the
     stage's writer's ``linked_checksums``). A copy that does not match the recorded checksum (the parent's
     file rotted) is not taken over: what was linked or copied is removed again and ``IndexFormatError``
@@ -136,11 +135,7 @@ def link_channels(version_dir: Path, stage: Path, known: dict[str, str]) -> list
             for p in sorted((folder / TANTIVY_DIR).iterdir())
             if p.is_file() and not p.name.startswith(".")
         ]
-    try:
-        theirs = IndexManifest.load(folder / MANIFEST_FILE).checksums
-    except IndexFormatError:
-        theirs = {}  # then each file is hashed afresh, as a copy's is
-    link_version_files(folder, stage, names, theirs, known)  # a rotted copy: IndexFormatError
+    link_from_version(folder, stage, names, known)  # a rotted copy: IndexFormatError
     return names
 
 

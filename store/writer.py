@@ -194,16 +194,22 @@ class StagedFiles:
     def link_from(self, version_dir: Path, names: Iterable[str]) -> None:
         """Files of an installed version taken over unchanged (hard links; copies across filesystems).
         A linked file's checksum is the version's own (``linked_checksums``): not read again."""
-        try:
-            theirs = IndexManifest.load(Path(version_dir) / MANIFEST_FILE).checksums
-        except IndexFormatError:
-            theirs = {}
-        link_version_files(version_dir, self.stage, names, theirs, self.linked_checksums)
+        link_from_version(version_dir, self.stage, names, self.linked_checksums)
 
     @property
     def linked_checksums(self) -> dict[str, str]:
         """{file: sha256} of the files ``link_from`` linked, from their version's manifest."""
         return self.__dict__.setdefault("_linked_checksums", {})
+
+
+def link_from_version(version_dir: Path, stage: Path, names: Iterable[str], known: dict[str, str]) -> None:
+    """``link_version_files`` against the checksums the version's own manifest records (none when it cannot
+    be read: each file is then hashed with the stage's own files)."""
+    try:
+        theirs = IndexManifest.load(Path(version_dir) / MANIFEST_FILE).checksums
+    except IndexFormatError:
+        theirs = {}
+    link_version_files(version_dir, stage, names, theirs, known)
 
 
 def link_version_files(
