@@ -4,6 +4,7 @@ bounded, copied), version overrides against the poller, and sharded versions ser
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +17,13 @@ from store.reader import IndexVersion
 from store.sharded import ShardedIndex
 from tests.fixtures import INDEX_NAME, Catalogue, write_version
 from tests.store.writing import grid_vectors, write_rows
+
+
+def waiting_holder(root: Path, now: list[float], **options: Any) -> IndexHolder:
+    """A holder of INDEX_NAME under ``root`` that gives up after 300 s of the fake clock ``now[0]``."""
+    return IndexHolder(
+        root, INDEX_NAME, expect_fingerprint=None, give_up_after_s=300.0, clock=lambda: now[0], **options
+    )
 
 
 def test_item_cache_answers_like_sqlite_and_stays_bounded(
@@ -152,9 +160,7 @@ def test_shards_out_of_reach_count_as_given_up_after_give_up_after_s(tmp_path: P
     def clock() -> float:
         return now[0]
 
-    holder = IndexHolder(
-        tmp_path, INDEX_NAME, expect_fingerprint=None, opener=opener, give_up_after_s=300.0, clock=clock
-    )
+    holder = waiting_holder(tmp_path, now, opener=opener)
     unbounded = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None, opener=opener, clock=clock)
     try:
         with pytest.raises(ReloadFailedError, match="still starting"):
@@ -211,14 +217,7 @@ def test_a_new_publish_waits_afresh_for_its_shards(tmp_path: Path) -> None:
         now[0] += 120.0  # the open's timeout
         raise IndexUnreachableError("shard deployments still starting")
 
-    holder = IndexHolder(
-        tmp_path,
-        INDEX_NAME,
-        expect_fingerprint=None,
-        opener=opener,
-        give_up_after_s=300.0,
-        clock=lambda: now[0],
-    )
+    holder = waiting_holder(tmp_path, now, opener=opener)
     try:
         with pytest.raises(ReloadFailedError):
             holder.reload()
@@ -301,15 +300,7 @@ def test_a_current_that_stays_unreadable_gives_up_after_give_up_after_s(tmp_path
         current.rmdir()
         current.write_bytes(saved)
 
-    holder = IndexHolder(
-        tmp_path,
-        INDEX_NAME,
-        expect_fingerprint=None,
-        opener=opener,
-        on_failure=failures.append,
-        give_up_after_s=300.0,
-        clock=lambda: now[0],
-    )
+    holder = waiting_holder(tmp_path, now, opener=opener, on_failure=failures.append)
     try:
         with pytest.raises(ReloadFailedError, match="still starting"):
             holder.reload()
@@ -354,14 +345,7 @@ def test_the_same_version_published_again_waits_afresh_for_its_shards(tmp_path: 
     def opener(root: Path, name: str, version: str | None = None, **kwargs: object) -> IndexVersion:
         raise IndexUnreachableError("shard deployments still starting")
 
-    holder = IndexHolder(
-        tmp_path,
-        INDEX_NAME,
-        expect_fingerprint=None,
-        opener=opener,
-        give_up_after_s=300.0,
-        clock=lambda: now[0],
-    )
+    holder = waiting_holder(tmp_path, now, opener=opener)
     try:
         with pytest.raises(ReloadFailedError):
             holder.reload()  # the wait begins at 0 s
@@ -391,9 +375,7 @@ def test_a_current_that_is_not_utf8_counts_as_unreadable(tmp_path: Path) -> None
     write_rows(tmp_path, INDEX_NAME, embeds, [f"b-{i}" for i in range(20)])
     (index_dir(tmp_path, INDEX_NAME) / CURRENT_FILE).write_bytes(b"\xff\xfe\x00garbage")
     now = [0.0]
-    holder = IndexHolder(
-        tmp_path, INDEX_NAME, expect_fingerprint=None, give_up_after_s=300.0, clock=lambda: now[0]
-    )
+    holder = waiting_holder(tmp_path, now)
     try:
         with pytest.raises(ReloadFailedError, match=r"cannot read CURRENT.*not UTF-8"):
             holder.reload()
