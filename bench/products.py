@@ -105,6 +105,36 @@ def _no_match(not_sold: list[bool], in_catalogue: list[bool]) -> dict[str, float
     }
 
 
+def _margin(body: dict[str, Any]) -> float:
+    """How far above its ``none`` line a query's match score is (negative: labelled none); NaN where the
+    answer carries no labels."""
+    thresholds, score = body.get("match_thresholds"), body.get("match_score")
+    if not thresholds or score is None:
+        return float("nan")
+    return float(score) - float(thresholds["none_below"])
+
+
+def label_separation(in_catalogue: list[float], not_sold: list[float]) -> dict[str, Any]:
+    """How well the match score tells in-catalogue queries from not-sold ones, whatever the calibrated cut:
+    the AUROC of their margins over the ``none`` line (``_margin``, each query against its own group's
+    line), and the shifts of every line (in match-score units) at which both of the issue's label lines
+    hold (not-sold labelled none >= 80 %, in-catalogue <= 10 %): ``[]`` where no shift meets both. A narrow
+    window says the lines ask more of the score's separation than a cut drawn from pseudo-queries can
+    reliably find."""
+    ins = np.asarray([m for m in in_catalogue if np.isfinite(m)])
+    outs = np.asarray([m for m in not_sold if np.isfinite(m)])
+    if not ins.size or not outs.size:
+        return {}
+    auroc = float(np.mean(ins[:, None] > outs[None, :]) + 0.5 * np.mean(ins[:, None] == outs[None, :]))
+    shifts = np.round(np.linspace(-0.2, 0.2, 401), 3)
+    met = [float(d) for d in shifts if np.mean(ins < d) <= 0.10 and np.mean(outs < d) >= 0.80]
+    return {
+        "auroc": round(auroc, 4),
+        "both_lines_shift_window": [min(met), max(met)] if met else [],
+        "queries": {"in_catalogue": int(ins.size), "not_sold": int(outs.size)},
+    }
+
+
 def _mean(values: list[float]) -> float:
     return round(float(np.mean(values)), 4) if values else float("nan")
 
@@ -151,6 +181,7 @@ def quality(grocery: Path, model: Path, held_out: int, work: Path) -> dict[str, 
         "in_catalogue": defaultdict(list),
         "not_sold": defaultdict(list),
     }
+    margins: dict[str, list[float]] = {"in_catalogue": [], "not_sold": []}
     with TestClient(create_app(settings)) as client:
         for kind, table in (("in_catalogue", spec["in_catalogue"]), ("not_sold", spec["not_sold"])):
             for ptype, by_lang in table.items():
@@ -166,6 +197,7 @@ def quality(grocery: Path, model: Path, held_out: int, work: Path) -> dict[str, 
                             lists[mode][ptype][lang] = ids[:10]
                         if mode == "hybrid":
                             labels[kind][lang].append(body.get("match") == "none")
+                            margins[kind].append(_margin(body))
         top1_visual = []
         for pid, path in image_queries:
             with open(path, "rb") as fh:
@@ -203,6 +235,7 @@ def quality(grocery: Path, model: Path, held_out: int, work: Path) -> dict[str, 
                 [x for v in labels["in_catalogue"].values() for x in v],
             ),
         },
+        "separation": label_separation(margins["in_catalogue"], margins["not_sold"]),
     }
     # Channels alone and every fitted fusion, through the store with the build's recorded parameters.
     encoder = load_encoder(model, threads=2)
@@ -376,6 +409,7 @@ def calibration_seeds(grocery: Path, model: Path, held_out: int, seeds: list[int
                 "mean_r_precision": q["modes"]["hybrid"]["mean_r_precision"],
                 "min_r_precision": q["modes"]["hybrid"]["min_r_precision"],
                 "fusion": q["fusion_chosen"],
+                "separation": q["labels"]["separation"],
             }
             print(json.dumps({seed: runs[str(seed)]}), file=sys.stderr, flush=True)
     finally:
@@ -590,6 +624,12 @@ def print_table(result: dict[str, Any]) -> None:
             f"labels: not sold -> none {labels['not_sold_labelled_none']:.2f}; "
             f"in catalogue -> none {labels['in_catalogue_labelled_none']:.2f}"
         )
+        sep = labels.get("separation") or {}
+        if sep:
+            print(
+                f"match score AUROC (in catalogue vs not sold) {sep['auroc']:.3f}; shifts of the none line"
+                f" meeting both label lines: {sep['both_lines_shift_window'] or 'none'}"
+            )
         print(
             "no-match (label none) precision / recall: "
             + ", ".join(

@@ -29,6 +29,7 @@ class Judged:
     hits: list[SearchHit]
     label: MatchLabel | None
     thresholds: MatchThresholds
+    score: float | None = None  # what ``label`` reads: the top result's cosine
 
 
 class MatchJudge:
@@ -75,4 +76,4 @@ class MatchJudge:
             hits = [h for h in hits if h.match == "strong"]
         elif not isinstance(min_score, str):
             hits = [h for h in hits if h.score >= min_score]
-        return Judged(hits, label, thresholds)
+        return Judged(hits, label, thresholds, top_score)

@@ -277,6 +277,12 @@ class SearchResponse(BaseModel):
     match_thresholds: MatchThresholdsInfo | None = Field(
         None, description="The thresholds used for this query's language."
     )
+    match_score: float | None = Field(
+        None,
+        description="The score the query's label reads, on the scale of match_thresholds (the best result's "
+        "cosine, or on a calibrated product index the match probability of its best candidate): a front end "
+        "may draw its own line on it. None where nothing was labelled.",
+    )
 
 
 class SimilarRequest(BaseModel):

@@ -91,6 +91,7 @@ class HybridPage:
     search_s: float
     rerank_s: float = 0.0
     reranked: int = 0  # products the fusion encoder scored; 0 when not re-ranked
+    match_score: float | None = None  # what ``label`` reads (None: nothing labelled)
 
 
 def label_of(score: float, params: GroupParams | None) -> MatchLabel | None:
@@ -248,7 +249,7 @@ class HybridRanker:
             served.image_base,
         )
         label = label_of(top, params) if top is not None else None
-        return HybridPage(hits, label, params, search_s, rerank_s, head)
+        return HybridPage(hits, label, params, search_s, rerank_s, head, top if label is not None else None)
 
     @staticmethod
     def _uncertain_labels(

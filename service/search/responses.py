@@ -90,6 +90,7 @@ class ResponseBuilder:
         hits: list[SearchHit],
         label: MatchLabel | None,
         thresholds: MatchThresholdsInfo,
+        match_score: float | None = None,
         language: LanguageInfo,
         ranked: Ranked,
         encode_s: float,
@@ -98,6 +99,7 @@ class ResponseBuilder:
         return SearchResponse(
             match=label,
             match_thresholds=thresholds,
+            match_score=match_score,
             results=hits,
             language=language,
             index_version=served.version,
@@ -119,6 +121,7 @@ class ResponseBuilder:
         *,
         label: MatchLabel | None,
         params: GroupParams | None,
+        match_score: float | None = None,
         search_s: float,
         mode: str,
         rerank_s: float = 0.0,
@@ -147,6 +150,7 @@ class ResponseBuilder:
             cached=False,
             match=label,
             match_thresholds=thresholds,
+            match_score=match_score if thresholds is not None else None,
         )
 
     def visual(
@@ -170,6 +174,7 @@ class ResponseBuilder:
             "mode": response.mode,
             "match": response.match,
             "match_thresholds": response.match_thresholds.model_dump() if response.match_thresholds else None,
+            "match_score": response.match_score,
         }
         return json.dumps(payload).encode()
 
@@ -190,6 +195,7 @@ class ResponseBuilder:
                 cached=True,
                 match=payload["match"],
                 match_thresholds=payload["match_thresholds"],
+                match_score=payload.get("match_score"),  # entries written before it: None
             )
         except (ValueError, KeyError, TypeError):
             return None

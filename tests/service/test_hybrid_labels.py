@@ -93,6 +93,7 @@ def ask(monkeypatch: pytest.MonkeyPatch) -> Any:
             allowed_rows=None, min_score=min_score, sort=None, explain=False, cosine_labels=(0.99, 0.995),
         )  # fmt: skip
         thresholds = page.thresholds.none_below if page.thresholds is not None else None
+        run.page = page  # type: ignore[attr-defined]
         return page.label, [h.match for h in page.hits], thresholds
 
     return run
@@ -125,3 +126,19 @@ def test_labels_stay_where_the_other_group_is_no_better_or_does_not_apply(ask: A
     legacy.hybrid[OTHER].bias = legacy.text[OTHER].bias = 5.0  # the other group's fused scores: all strong
     assert ask(legacy, UNSURE) == ask(legacy, HINTED)
     assert "strong" not in ask(legacy, UNSURE)[1]
+
+
+def test_the_match_score_is_what_the_label_reads(ask: Any) -> None:
+    """``match_score`` (the response's) is the probability or cosine the query's label was read from, on the
+    scale of the thresholds returned with it; None where nothing was labelled."""
+    fusion = _fusion(english=-2.0, other=0.5)
+    ask(fusion, UNSURE)  # labelled by the other group's match model
+    assert ask.page.match_score == pytest.approx(1 / (1 + np.exp(-0.5)))
+    ask(fusion, HINTED)
+    assert ask.page.match_score == pytest.approx(1 / (1 + np.exp(2.0)))
+    assert ask.page.match_score < ask.page.thresholds.none_below and ask.page.label == "none"
+    ask(fusion, HINTED, "image")  # the best photo's cosine (the top candidate's: ranked by it)
+    cosines = [h.score for h in ask.page.hits]
+    assert ask.page.match_score == pytest.approx(max(cosines)) and ask.page.label == "none"
+    ask(_fusion(english=-2.0, other=-1.0, english_none_below=None), HINTED, "text")
+    assert ask.page.label is None and ask.page.match_score is None

@@ -82,6 +82,9 @@ def test_min_score_filters(client: httpx.Client) -> None:
     assert len(everything["results"]) == 20 and everything["match"] == "none"
     thresholds = everything["match_thresholds"]
     assert thresholds["none_below"] <= thresholds["strong_from"]
+    # What the label reads: the top result's cosine, under none_below for a "none".
+    assert everything["match_score"] == pytest.approx(everything["results"][0]["score"], abs=1e-6)
+    assert everything["match_score"] < thresholds["none_below"]
     assert client.post("/v1/search", json={**body, "min_score": "weak"}).json()["results"] == []
     assert client.post("/v1/search", json={**body, "min_score": "strong"}).json()["results"] == []
     floor = everything["results"][4]["score"]

@@ -226,6 +226,7 @@ def test_results_and_embeddings_are_cached_in_redis(redis_server: LiveServer, re
     assert server.app.state.runtime.cache.backend == "redis"
     assert first["cached"] is False and second["cached"] is True
     assert second["results"] == first["results"] and second["language"] == first["language"]
+    assert second["match_score"] == first["match_score"] is not None
     assert third["cached"] is False
     assert [h["id"] for h in third["results"]] == [h["id"] for h in first["results"][:3]]
     assert embedding_hits(server) == before + 1
