@@ -20,6 +20,7 @@ none and not strong).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -50,6 +51,18 @@ class MatchThresholds:
             return "strong"
         return "none" if score < self.none_below else "weak"
 
+    @classmethod
+    def from_dict(cls, data: object) -> MatchThresholds:
+        """ValueError unless ``data`` holds both thresholds as finite numbers: anything else (a hand-edited
+        manifest) would fail, or mislabel, every search compared with it."""
+        if isinstance(data, Mapping):
+            values = (data.get("none_below"), data.get("strong_from"))
+            if all(
+                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values
+            ):
+                return cls(float(values[0]), float(values[1]))
+        raise ValueError(f"not match thresholds: {data!r:.80}")
+
 
 @dataclass
 class MatchCalibration:
@@ -68,11 +81,17 @@ class MatchCalibration:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MatchCalibration:
+        """The calibration ``to_dict`` wrote; ValueError when ``data`` is not one (as ``MatchThresholds``)."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"not a match calibration: {data!r:.80}")
+        per_language, measured = data.get("per_language", {}), data.get("measured", {})
+        if not isinstance(per_language, Mapping) or not isinstance(measured, Mapping):
+            raise ValueError("not a match calibration: per_language and measured must be objects")
         return cls(
-            default=MatchThresholds(**data["default"]),
-            per_language={k: MatchThresholds(**v) for k, v in data.get("per_language", {}).items()},
+            default=MatchThresholds.from_dict(data.get("default")),
+            per_language={str(k): MatchThresholds.from_dict(v) for k, v in per_language.items()},
             source=str(data.get("source", "captions+ood")),
-            measured=dict(data.get("measured", {})),
+            measured=dict(measured),
         )
 
 

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,18 +34,18 @@ def image_base_of(name: str, default: str) -> str:
     return DEFAULT_IMAGE_BASE if name == default else f"/v1/indexes/{quote(name, safe='')}/images"
 
 
+def _close_logged(index: OpenedIndex) -> None:
+    try:
+        index.close()
+    except Exception:  # on a thread it would only reach stderr; after a failed load, hide the load's error
+        log.exception("closing index version %s failed", index.manifest.version)
+
+
 def _close_apart(index: OpenedIndex) -> None:
     """Close a retired version on a thread of its own: the last lease may be returned on the event loop (an
     inline search, ``service.api.fast_search``), and closing frees the graph and the mapped files, which can
     take long enough at a large catalogue to hold up every other request."""
-
-    def close() -> None:
-        try:
-            index.close()
-        except Exception:  # a thread's exception would otherwise only reach stderr
-            log.exception("closing a retired index version failed")
-
-    threading.Thread(target=close, name="ccrk-close-retired", daemon=True).start()
+    threading.Thread(target=_close_logged, args=(index,), name="ccrk-close-retired", daemon=True).start()
 
 
 @dataclass
@@ -139,6 +139,9 @@ class IndexHolder:
         # The CURRENT an explicit version was loaded over (admin rollback): the poller leaves the override in
         # place until CURRENT names another version (a new publish), instead of undoing it at its next poll.
         self._overridden: str | None = None
+        # The version CURRENT named at its last successful read: the one a rollback is taken to be made over
+        # when CURRENT cannot be read just then (else the next poll that reads it undoes the rollback).
+        self._last_published: str | None = None
 
     @property
     def served(self) -> Served | None:
@@ -210,30 +213,43 @@ class IndexHolder:
             self.last_error = self._unread[1]
         self._unread = None
         self._unread_since = None
+        self._last_published = published
         return published
 
     def check(self) -> bool:
         """Poller step: load CURRENT when it names a version other than the served one (and not one that
-        already failed to load). Blocking; run it in a worker thread. True when it swapped."""
-        try:
-            published = self._read_current()
-        except OSError:  # read again at the next poll; neither a new version nor none published
-            log.warning("%s", self.last_error)
-            return False
-        served = self._served
-        if published is None and served is None:
-            self._gave_up = True  # as reload finds: none published (CURRENT gone after a failed try)
-            # The same version published again later waits afresh for its shards.
-            self._unreachable_since = self._unreachable_version = None
-            return False
-        if published is None or (served is not None and served.version == published):
-            return False
-        if published == self._failed_version or published == self._overridden:
-            return False
-        try:
-            return self.reload(published) is not None
-        except ReloadFailedError:
-            return False
+        already failed to load). Blocking; run it in a worker thread. True when it swapped.
+
+        Reads and decides under the load lock, as ``reload`` does: a poll that decided while an admin
+        rollback was loading loaded the CURRENT the rollback was made over right after it; and the read
+        failure state (``_unread``, ``last_error``, ``_gave_up``) is reload's too: a poll's successful read
+        could put back an old reason over the one a concurrent reload had just recorded, or fail on the
+        ``_unread`` that reload cleared. The lock is held over one small read, as in ``reload``."""
+        with self._load_lock:
+            try:
+                published = self._read_current()
+            except OSError:  # read again at the next poll; neither a new version nor none published
+                log.warning("%s", self.last_error)
+                return False
+            served = self._served
+            if published is None and served is None:
+                self._gave_up = True  # as reload finds: none published (CURRENT gone after a failed try)
+                # The same version published again later waits afresh for its shards.
+                self._unreachable_since = self._unreachable_version = None
+                return False
+            if published is None:
+                return False
+            if served is not None and served.version == published:
+                # CURRENT names the served version (republished): an override ends, so the CURRENT it was
+                # made over, published again later, is followed.
+                self._overridden = None
+                return False
+            if published == self._failed_version or published == self._overridden:
+                return False
+            try:
+                return self._load(published, explicit=False) is not None
+            except ReloadFailedError:
+                return False
 
     def reload(self, version: str | None = None, force: bool = False) -> Served | None:
         """Open ``version`` (default: CURRENT) and swap it in; None when it is already served. A version the
@@ -252,58 +268,81 @@ class IndexHolder:
                 # As check: the same version published again waits afresh for its shards.
                 self._unreachable_since = self._unreachable_version = None
                 raise ReloadFailedError(f"index {self.name!r} has no published version under {self.root}")
-            served = self._served
-            if served is not None and served.version == target:
-                return None
-            began = self._clock()
-            try:
-                if version is not None and not force and version_refused(self.root, self.name, version):
-                    raise ReloadFailedError(
-                        f"version {version!r} of index {self.name!r} was refused by the quality gate; "
-                        "add force=true to serve it anyway"
-                    )
-                index = self._open(self.root, self.name, target, expect_fingerprint=self.expect_fingerprint)
-            except (OSError, IndexFormatError, ValueError) as exc:
-                # Shards out of reach may come back (tried again at the next poll); broken files do not.
-                unreachable = isinstance(exc, IndexUnreachableError)
-                self._failed_version = None if unreachable else target
-                if (
-                    unreachable
-                    and served is None
-                    and (self._unreachable_since is None or self._unreachable_version != target)
-                ):
-                    # A new publish (its shards may just be starting) gets its own wait, even after the
-                    # last version's gave up.
-                    self._unreachable_since, self._unreachable_version = began, target
-                self._gave_up = self._failed_version is not None or self._waited(self._unreachable_since)
-                message = f"cannot open version {target!r} of index {self.name!r}: {exc}"
-                self.last_error = message
-                log.error("%s; still serving %s", message, served.version if served else "nothing")
-                self._on_failure(message)
-                raise ReloadFailedError(message) from exc
-            fresh = Served(index, image_base=self.image_base)
+            return self._load(target, explicit=version is not None, force=force)
+
+    def _load(self, target: str, *, explicit: bool, force: bool = False) -> Served | None:
+        """``reload``'s work under the load lock, for ``target`` named by the caller (``explicit``: checked
+        against the quality gate, an override of CURRENT) or read from CURRENT (a publish: served as
+        published, as at the start, also a refused version published with ``--force``)."""
+        served = self._served
+        if served is not None and served.version == target:
+            return None
+        began = self._clock()
+        try:
+            if explicit and not force and version_refused(self.root, self.name, target):
+                raise ReloadFailedError(
+                    f"version {target!r} of index {self.name!r} was refused by the quality gate; "
+                    "add force=true to serve it anyway"
+                )
+            index = self._open(self.root, self.name, target, expect_fingerprint=self.expect_fingerprint)
+        except (OSError, IndexFormatError, ValueError) as exc:
+            raise self._failed(target, "open", began, exc) from exc
+        fresh = Served(index, image_base=self.image_base)
+        try:
             self._on_load(fresh)
-            with self._lock:
-                old, self._served = self._served, fresh
-                close_old = False
-                if old is not None:
-                    old.retired = True
-                    close_old = old.leases == 0
-            self.last_error = None
-            self._failed_version = None
-            self._gave_up = False
-            self._unreachable_since = self._unreachable_version = None
-            self._unread_since = self._unread = None  # served: a failed read no longer holds anything back
-            published = None
-            if version is not None:
-                with suppress(OSError):  # unread: taken as no override, as when none is published
-                    published = self.published_version()
-            self._overridden = published if published != target else None
-            if close_old and old is not None:
-                old.index.close()
-            log.info("serving index %s version %s (%d items)", self.name, fresh.version, len(index))
-            self._on_swap(fresh)
-            return fresh
+        except Exception as exc:
+            # Work on the version's own data (the runtime calibrating its match labels): a version it fails
+            # on is refused as a broken one, whatever the error (a 409 at the admin route, not a 500; the
+            # traceback logged, as it may be a bug), and the index opened for it is closed.
+            _close_logged(index)
+            raise self._failed(target, "load", began, exc, trace=True) from exc
+        with self._lock:
+            old, self._served = self._served, fresh
+            close_old = False
+            if old is not None:
+                old.retired = True
+                close_old = old.leases == 0
+        self.last_error = None
+        self._failed_version = None
+        self._gave_up = False
+        self._unreachable_since = self._unreachable_version = None
+        self._unread_since = self._unread = None  # served: a failed read no longer holds anything back
+        published = None
+        if explicit:
+            try:
+                published = self._last_published = self.published_version()
+            except OSError:  # unread: the CURRENT last read, the one the rollback was asked over
+                published = self._last_published
+        self._overridden = published if published != target else None
+        if close_old and old is not None:
+            old.index.close()
+        log.info("serving index %s version %s (%d items)", self.name, fresh.version, len(index))
+        self._on_swap(fresh)
+        return fresh
+
+    def _failed(
+        self, target: str, verb: str, began: float, exc: Exception, *, trace: bool = False
+    ) -> ReloadFailedError:
+        """Record that ``target`` could not be opened or loaded (the old version keeps serving) and return
+        the error to raise. Shards out of reach may come back (tried again at the next poll); broken files
+        or data do not (tried again at the next publish)."""
+        served = self._served
+        unreachable = isinstance(exc, IndexUnreachableError)
+        self._failed_version = None if unreachable else target
+        if (
+            unreachable
+            and served is None
+            and (self._unreachable_since is None or self._unreachable_version != target)
+        ):
+            # A new publish (its shards may just be starting) gets its own wait, even after the last
+            # version's gave up.
+            self._unreachable_since, self._unreachable_version = began, target
+        self._gave_up = self._failed_version is not None or self._waited(self._unreachable_since)
+        message = f"cannot {verb} version {target!r} of index {self.name!r}: {exc}"
+        self.last_error = message
+        log.error("%s; still serving %s", message, served.version if served else "nothing", exc_info=trace)
+        self._on_failure(message)
+        return ReloadFailedError(message)
 
     def close(self) -> None:
         with self._lock:

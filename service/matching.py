@@ -13,6 +13,7 @@ cosine is below it.
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 
@@ -20,6 +21,8 @@ from indexer.match_calibration import MatchCalibration, MatchLabel, MatchThresho
 from model.runtime import Encoder
 from service.index_holder import Served
 from service.schemas import MinScore, SearchHit
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -48,15 +51,25 @@ class MatchJudge:
         with self._lock:  # one measurement per version, however many first queries arrive at once
             found = self._by_version.get(version)
             if found is None:
-                recorded = served.index.manifest.match_calibration
-                found = (
-                    MatchCalibration.from_dict(recorded)
-                    if recorded
-                    else calibrate_version(served.index, self.encoder, {})
-                )
+                found = self._recorded(served) or calibrate_version(served.index, self.encoder, {})
                 # Keep the versions a swap can still serve; older ones go.
                 self._by_version = {**dict(list(self._by_version.items())[-3:]), version: found}
             return found
+
+    @staticmethod
+    def _recorded(served: Served) -> MatchCalibration | None:
+        """The version's recorded calibration; None when it has none, or one that cannot be read (a
+        hand-edited manifest: measured afresh as a version without one, never a failed load or search)."""
+        recorded = served.index.manifest.match_calibration
+        if not recorded:
+            return None
+        try:
+            return MatchCalibration.from_dict(recorded)
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning(
+                "version %s: unreadable match calibration (%s); measuring it afresh", served.version, exc
+            )
+            return None
 
     def judge(
         self,

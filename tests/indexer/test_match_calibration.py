@@ -59,6 +59,29 @@ def test_without_captions_strong_means_above_all_noise() -> None:
     assert MatchThresholds(0.5, 0.8).label(0.8) == "strong"
 
 
+@pytest.mark.parametrize(
+    "recorded",
+    [
+        {"per_language": {}},  # no default
+        {"default": [0.5, 0.8]},
+        {"default": {"none_below": 0.5}},
+        {"default": {"none_below": "0.5", "strong_from": 0.8}},
+        {"default": {"none_below": float("nan"), "strong_from": 0.8}},
+        {"default": {"none_below": True, "strong_from": 0.8}},
+        {"default": {"none_below": 0.5, "strong_from": 0.8}, "per_language": ["en"]},
+        {"default": {"none_below": 0.5, "strong_from": 0.8}, "per_language": {"en": 0.5}},
+        {"default": {"none_below": 0.5, "strong_from": 0.8}, "measured": "ab"},
+        ["default"],
+        "calibrated",
+    ],
+)
+def test_a_malformed_calibration_is_refused_when_read(recorded: object) -> None:
+    """A hand-edited calibration is refused with ValueError when read, not served with thresholds that fail
+    (or mislabel) every search later."""
+    with pytest.raises(ValueError, match=r"match calibration|match thresholds"):
+        MatchCalibration.from_dict(recorded)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("lang", ["ja", "zh", "ko", "ru", "ar", "hi", "el", "de"])
 def test_every_script_has_its_own_noise(lang: str) -> None:
     kinds = [k for k, _ in ood_queries()]

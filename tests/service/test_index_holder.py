@@ -12,9 +12,11 @@ import pytest
 from service.errors import ReloadFailedError
 from service.index_holder import IndexHolder, Served
 from store.errors import IndexFormatError, IndexUnreachableError
-from store.layout import CURRENT_FILE, index_dir
+from store.layout import CURRENT_FILE, MANIFEST_FILE, index_dir
+from store.manifest import IndexManifest
 from store.reader import IndexVersion
 from store.sharded import ShardedIndex
+from store.versions import publish_version
 from tests.fixtures import INDEX_NAME, Catalogue, write_version
 from tests.store.writing import grid_vectors, write_rows
 
@@ -383,5 +385,166 @@ def test_a_current_that_is_not_utf8_counts_as_unreadable(tmp_path: Path) -> None
         now[0] = 300.0
         assert holder.check() is False and not holder.loading
         assert "not UTF-8" in (holder.last_error or "")
+    finally:
+        holder.close()
+
+
+def test_a_version_whose_load_fails_is_refused_like_one_that_cannot_be_opened(
+    tmp_path: Path, catalogue: Catalogue
+) -> None:
+    """A failing ``on_load`` (the runtime calibrating the version's match labels) refuses the version as a
+    broken one: a ReloadFailedError naming it (the admin route's 409, not a 500), the old version still
+    served, the failure recorded (``last_error``, ``on_failure``; not tried again at every poll), the index
+    opened for it closed. A new publish is loaded again."""
+    first = write_version(tmp_path, catalogue, rows=list(range(20)))
+    closed: list[str] = []
+
+    def opener(root: Path, name: str, version: str | None = None, **kwargs: object) -> IndexVersion:
+        index = IndexVersion.open(root, name, version)
+        real_close = index.close
+
+        def close() -> None:
+            closed.append(index.manifest.version)
+            real_close()
+
+        index.close = close  # type: ignore[method-assign]
+        return index
+
+    broken: set[str] = set()
+    loads: list[str] = []
+
+    def on_load(served: Served) -> None:
+        loads.append(served.version)
+        if served.version in broken:
+            raise KeyError("default")  # as MatchCalibration.from_dict on a malformed calibration did
+
+    failures: list[str] = []
+    holder = IndexHolder(
+        tmp_path,
+        INDEX_NAME,
+        expect_fingerprint=None,
+        opener=opener,
+        on_load=on_load,
+        on_failure=failures.append,
+    )
+    try:
+        assert holder.reload() is not None and holder.served.version == first
+        second = write_version(tmp_path, catalogue, rows=list(range(30)))
+        broken.add(second)
+        with pytest.raises(ReloadFailedError, match=second):
+            holder.reload()
+        assert holder.served.version == first and closed == [second]
+        assert second in (holder.last_error or "") and len(failures) == 1 and second in failures[0]
+        assert holder.check() is False and loads == [first, second]  # not loaded again at each poll
+        third = write_version(tmp_path, catalogue, rows=list(range(40)))
+        assert holder.check() is True and holder.served.version == third and holder.last_error is None
+    finally:
+        holder.close()
+
+
+class _SignallingLock:
+    """A lock that sets ``second`` when a second ``with`` begins to wait for it."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+        self.entered = 0
+        self.second = threading.Event()
+
+    def __enter__(self) -> None:
+        self.entered += 1
+        if self.entered == 2:
+            self.second.set()
+        self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def test_a_poll_during_an_admin_rollback_does_not_undo_it(tmp_path: Path, catalogue: Catalogue) -> None:
+    """A poll while an admin rollback loads decides once the rollback is done (under the load lock): it
+    finds the override and leaves it. Deciding before the lock, it loaded the CURRENT the rollback was
+    made over as soon as the rollback finished."""
+    import threading
+
+    zero = write_version(tmp_path, catalogue, rows=list(range(10)))
+    first = write_version(tmp_path, catalogue, rows=list(range(20)))
+    opening, go = threading.Event(), threading.Event()
+
+    def opener(root: Path, name: str, version: str | None = None, **kwargs: object) -> IndexVersion:
+        if version == zero:
+            opening.set()
+            assert go.wait(10)
+        return IndexVersion.open(root, name, version)
+
+    holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None, opener=opener)
+    lock = holder._load_lock = _SignallingLock()  # type: ignore[assignment]
+    polled: list[bool] = []
+    try:
+        assert holder.reload() is not None and holder.served.version == first
+        lock.entered = 0
+        write_version(tmp_path, catalogue, rows=list(range(30)))  # CURRENT: a new publish, not polled yet
+        rollback = threading.Thread(target=holder.reload, args=(zero,))
+        rollback.start()
+        assert opening.wait(10)
+        poll = threading.Thread(target=lambda: polled.append(holder.check()))
+        poll.start()
+        assert lock.second.wait(10)  # the poll waits for the load lock
+        go.set()
+        rollback.join(10)
+        poll.join(10)
+        assert polled == [False] and holder.served.version == zero
+        assert holder.check() is False and holder.served.version == zero  # CURRENT is still the new one
+    finally:
+        go.set()
+        holder.close()
+
+
+def test_a_rollback_while_current_cannot_be_read_is_kept(tmp_path: Path, catalogue: Catalogue) -> None:
+    """An admin rollback while CURRENT cannot be read overrides the CURRENT last read: the polls that read
+    it again leave the rollback in place. CURRENT naming the served version again ends the override, so a
+    later publish of the version it was made over is followed; so is a new publish."""
+    first = write_version(tmp_path, catalogue, rows=list(range(20)))
+    second = write_version(tmp_path, catalogue, rows=list(range(30)))
+    current = index_dir(tmp_path, INDEX_NAME) / CURRENT_FILE
+    holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None)
+    try:
+        assert holder.reload() is not None and holder.served.version == second
+        saved = current.read_bytes()
+        current.unlink()
+        current.mkdir()  # EISDIR
+        assert holder.reload(first) is not None and holder.served.version == first
+        current.rmdir()
+        current.write_bytes(saved)
+        assert holder.check() is False and holder.served.version == first  # CURRENT is still `second`
+        publish_version(tmp_path, INDEX_NAME, first)  # `ccrk index rollback --to first`
+        assert holder.check() is False and holder.served.version == first
+        publish_version(tmp_path, INDEX_NAME, second)  # and back
+        assert holder.check() is True and holder.served.version == second
+        assert holder.reload(first) is not None
+        third = write_version(tmp_path, catalogue, rows=list(range(40)))
+        assert holder.check() is True and holder.served.version == third
+    finally:
+        holder.close()
+
+
+def test_a_poll_serves_a_gate_refused_version_published_as_current(
+    tmp_path: Path, catalogue: Catalogue
+) -> None:
+    """``ccrk index rollback --to V --force`` publishes a version the quality gate refused: a poll serves
+    CURRENT as the start does (publishing it was the decision), where it refused it at every poll as an
+    explicit version without ``force``."""
+    good = write_version(tmp_path, catalogue, rows=list(range(30)))
+    refused = write_version(tmp_path, catalogue, rows=list(range(10)), publish=False)
+    manifest_path = index_dir(tmp_path, INDEX_NAME) / refused / MANIFEST_FILE
+    manifest = IndexManifest.load(manifest_path)
+    manifest.build_params = {**manifest.build_params, "quality_gate": {"passed": False, "reasons": ["test"]}}
+    manifest.save(manifest_path)
+    holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None)
+    try:
+        assert holder.reload() is not None and holder.served.version == good
+        publish_version(tmp_path, INDEX_NAME, refused)
+        assert holder.check() is True and holder.served.version == refused
     finally:
         holder.close()

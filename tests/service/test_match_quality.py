@@ -123,3 +123,30 @@ def test_a_version_without_calibration_is_calibrated_while_it_loads(index_root: 
         with live.client() as client:
             answer = client.post("/v1/search", json={"query": "SELECT * FROM users"}).json()
         assert answer["match"] in ("none", "weak") and answer["match_thresholds"] is not None
+
+
+def test_a_malformed_recorded_calibration_is_measured_afresh(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The judge measures a version whose recorded calibration cannot be read, as one without any (a
+    warning says why), instead of failing its load or every search of it."""
+    from types import SimpleNamespace
+
+    from indexer.match_calibration import MatchCalibration, MatchThresholds
+    from service import matching
+
+    measured = MatchCalibration(MatchThresholds(0.2, 0.5))
+    calls: list[object] = []
+
+    def calibrate_version(index: object, encoder: object, captions: object) -> MatchCalibration:
+        calls.append(index)
+        return measured
+
+    monkeypatch.setattr(matching, "calibrate_version", calibrate_version)
+    judge = matching.MatchJudge(encoder=None)  # type: ignore[arg-type]
+    recorded = ({"per_language": {}}, {"default": {"none_below": "low", "strong_from": 0.9}}, ["default"])
+    for n, calibration in enumerate(recorded):
+        index = SimpleNamespace(manifest=SimpleNamespace(match_calibration=calibration))
+        served = SimpleNamespace(version=f"v{n}", index=index)
+        assert judge.calibration(served) is measured  # type: ignore[arg-type]
+    assert len(calls) == 3 and caplog.text.count("unreadable match calibration") == 3

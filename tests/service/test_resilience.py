@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import pytest
 import redis
 
 from service.cache import RESULT, Cache
@@ -163,6 +164,52 @@ def test_admin_reload_serves_a_gate_refused_version_only_when_forced(
         response = admin.post("/v1/admin/reload", headers=key, params={"version": refused, "force": True})
         assert response.status_code == 200 and response.json()["version"] == refused
         assert current_version(tmp_path, "shop") == good  # a replica's override never moves CURRENT
+
+
+def _with_calibration(root: Path, version: str, calibration: object) -> str:
+    """``version`` with ``calibration`` as its manifest's recorded match calibration (a hand-edited one)."""
+    manifest_path = root / "shop" / version / MANIFEST_FILE
+    manifest = IndexManifest.load(manifest_path)
+    manifest.match_calibration = calibration  # type: ignore[assignment]
+    manifest.save(manifest_path)
+    return version
+
+
+def test_a_version_whose_load_fails_answers_409_and_a_malformed_calibration_is_measured_afresh(
+    tmp_path: Path, catalogue: Catalogue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A malformed recorded match calibration is measured afresh (as a version without one), at the load
+    and at a search alike: the admin reload answered 500 (a KeyError out of the load), a search 500 (a
+    threshold compared as text). A load that fails for another reason answers 409 naming the version, and
+    the old version keeps serving."""
+    good = write_version(tmp_path, catalogue, rows=list(range(30)))
+    no_default = write_version(tmp_path, catalogue, rows=list(range(20)), publish=False)
+    _with_calibration(tmp_path, no_default, {"per_language": {}})
+    text = write_version(tmp_path, catalogue, rows=list(range(25)), publish=False)
+    _with_calibration(tmp_path, text, {"default": {"none_below": "low", "strong_from": 0.9}})
+    key = {"x-api-key": "test-admin-key"}
+    query = {"query": "a blue striped mug"}
+    with LiveServer(make_settings(tmp_path)) as live, live.client() as client:
+        runtime = live.app.state.runtime
+        judge = runtime.pipeline.judge
+        response = client.post("/v1/admin/reload", headers=key, params={"version": no_default})
+        assert response.status_code == 200 and response.json()["version"] == no_default, response.text
+        answer = client.post("/v1/search", json=query)
+        assert answer.status_code == 200 and answer.json()["match_thresholds"] is not None
+        response = client.post("/v1/admin/reload", headers=key, params={"version": text})
+        assert response.status_code == 200 and response.json()["version"] == text, response.text
+        judge._by_version.clear()  # parsed again by the search (the judge keeps a few versions' own)
+        answer = client.post("/v1/search", json=query)
+        assert answer.status_code == 200, answer.text
+        assert isinstance(answer.json()["match_thresholds"]["none_below"], float)
+
+        def failing(served: object) -> None:
+            raise RuntimeError("calibration broke")
+
+        monkeypatch.setattr(judge, "calibration", failing)
+        response = client.post("/v1/admin/reload", headers=key, params={"version": good})
+        assert response.status_code == 409 and good in response.json()["detail"][0]["msg"]
+        assert runtime.holder.served.version == text and good in (runtime.holder.last_error or "")
 
 
 def test_the_local_lru_serves_while_redis_is_down() -> None:
