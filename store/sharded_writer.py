@@ -16,10 +16,11 @@ writer per index at a time is the caller's duty.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from store.errors import VersionWriteError
-from store.files import link_or_copy, names_full_disk
+from store.files import names_full_disk
 from store.layout import FORMAT_VERSION, MANIFEST_FILE, SHARDED_FORMAT_VERSION, file_checksums
 from store.manifest import IndexManifest
 from store.products import has_product_channels
@@ -89,12 +90,28 @@ class ShardedVersionWriter(StagedVersion):
 
     def link_shard(self, index: int, parent_shard_dir: Path) -> None:
         """Shard ``index`` taken over unchanged from a parent version: every file of its folder (manifest
-        included) hard-linked (copied across filesystems)."""
+        included) hard-linked (copied across filesystems). A copy is checked as
+        ``store.writer.link_version_files`` checks one, against the checksums the shard's manifest records
+        (the manifest's own copy against the bytes read): one that does not match (the parent's file
+        rotted) raises VersionWriteError naming the file, and nothing of the shard is left staged."""
         path = self._shard_dir(index)
+        folder = Path(parent_shard_dir)
+        layout = Sharding([ShardEntry(folder.name, 0, 0, "")])
+        manifest, digest = load_shard_manifest(folder.parent, layout, 0)  # unreadable: IndexFormatError
+        names = [p.name for p in sorted(folder.iterdir()) if p.is_file() and not p.name.startswith(".")]
         path.mkdir()
-        for source in sorted(Path(parent_shard_dir).iterdir()):
-            if source.is_file() and not source.name.startswith("."):
-                link_or_copy(source, path / source.name)
+        try:
+            link_version_files(
+                folder,
+                path,
+                names,
+                {**manifest.checksums, MANIFEST_FILE: digest},
+                {},
+                error=VersionWriteError,
+            )
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)  # this call's folder: the shard may be staged afresh
+            raise
 
     def link_own_files(self, parent_dir: Path, checksums: dict[str, str]) -> None:
         """The parent version's own files (its product channels, named by its manifest's ``checksums``)

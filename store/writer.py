@@ -226,27 +226,35 @@ def link_version_files(
     read again. A hard link shares the version's inode: the new manifest records what the file held when it
     was written, so a shared file that rotted since fails ``verify`` in both versions. A copy's bytes are
     new: one whose sha256 is not the recorded one (the version's file rotted) would be recorded as good, so
-    what this call took over is removed again and ``error`` (the caller's type) raised, naming the file; a
-    verified copy's checksum goes into ``known``. A name that leaves the version folder raises ``error``."""
+    ``error`` (the caller's type) is raised, naming the file; a verified copy's checksum goes into ``known``.
+    A name that leaves the version folder, or one staged already, raises ``error``. All or nothing: any
+    failure (a mismatch, a full disk part-way) removes the files this call created again and leaves ``known``
+    as it was, so a caller that goes on with the stage (writes the files afresh) finds neither stale files
+    nor their checksums."""
     folder, stage = Path(version_dir), Path(stage)
     sums: dict[str, str] = {}  # into ``known`` once every file is taken over
     taken: list[str] = []
-    for fname in names:
-        if Path(fname).is_absolute() or ".." in Path(fname).parts:  # a manifest's names stay inside
-            _remove_taken(stage, taken)
-            raise error(f"{folder}: file name {fname!r} leaves the version folder")
-        with names_full_disk(stage / fname):
-            linked = link_or_copy(folder / fname, stage / fname)
-        taken.append(fname)
-        recorded = digests.get(fname)
-        if recorded is None:
-            continue  # not recorded: hashed with the stage's own files
-        if not linked and sha256_file(stage / fname) != recorded:
-            _remove_taken(stage, taken)
-            raise error(
-                f"{folder / fname}: checksum mismatch (the copy's bytes are not those the version recorded)"
-            )
-        sums[fname] = recorded
+    try:
+        for fname in names:
+            if Path(fname).is_absolute() or ".." in Path(fname).parts:  # a manifest's names stay inside
+                raise error(f"{folder}: file name {fname!r} leaves the version folder")
+            if (stage / fname).exists():  # a link fails there, and the copy would overwrite the stage's file
+                raise error(f"internal: {stage / fname} is staged already")
+            taken.append(fname)  # before linking: a copy that fails part-way goes too
+            with names_full_disk(stage / fname):
+                linked = link_or_copy(folder / fname, stage / fname)
+            recorded = digests.get(fname)
+            if recorded is None:
+                continue  # not recorded: hashed with the stage's own files
+            if not linked and sha256_file(stage / fname) != recorded:
+                raise error(
+                    f"{folder / fname}: checksum mismatch (the copy's bytes are not those the version "
+                    "recorded)"
+                )
+            sums[fname] = recorded
+    except BaseException:
+        _remove_taken(stage, taken)
+        raise
     known.update(sums)
 
 

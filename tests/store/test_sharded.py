@@ -4,6 +4,7 @@ format-1 readers, verification, and the writer's staging, linking and single pub
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -232,6 +233,50 @@ def test_the_writer_stages_links_and_publishes_once(tmp_path: Path) -> None:
         not any((tmp_path / NAME / ".builds").iterdir()) and current_version(tmp_path, NAME) == done.version
     )
     assert prune_versions(tmp_path, NAME, 1) == []
+
+
+def test_a_shard_copied_across_filesystems_is_checked_against_its_manifest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``link_shard`` across filesystems copies: a copy whose bytes are not those the shard's manifest
+    records (the parent's file rotted) raises VersionWriteError naming the file, and nothing of the shard
+    is left staged (it may be written afresh); a good copy is taken over. Hard links are not hashed."""
+    from store import writer as writer_module
+
+    embeds = grid_vectors(30, 8, np.random.default_rng(4))
+    first = write_rows(tmp_path, NAME, embeds, _ids(30), shard_count=2)
+    parent = tmp_path / NAME / first
+    rotted = parent / "shard-001" / INDEX_FILE
+    data = bytearray(rotted.read_bytes())
+    data[-1] ^= 0xFF
+    rotted.write_bytes(bytes(data))
+    hashed: list[str] = []
+    real_sha = writer_module.sha256_file
+
+    def sha(path: Path) -> str:
+        hashed.append(Path(path).name)
+        return real_sha(path)
+
+    monkeypatch.setattr(writer_module, "sha256_file", sha)
+    with ShardedVersionWriter(tmp_path, NAME, 2) as writer:
+        writer.link_shard(1, parent / "shard-001")  # hard links: the inode is the parent's, not hashed
+        assert hashed == []
+
+    def cross_device(src: object, dst: object) -> None:
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+
+    monkeypatch.setattr(os, "link", cross_device)
+    with ShardedVersionWriter(tmp_path, NAME, 2) as writer:
+        writer.link_shard(0, parent / "shard-000")
+        assert MANIFEST_FILE in hashed and INDEX_FILE in hashed  # each copy checked
+        assert (writer.stage / "shard-000" / INDEX_FILE).stat().st_ino != (
+            parent / "shard-000" / INDEX_FILE
+        ).stat().st_ino
+        with pytest.raises(VersionWriteError, match="checksum mismatch") as caught:
+            writer.link_shard(1, parent / "shard-001")
+        assert str(rotted) in str(caught.value)
+        assert not (writer.stage / "shard-001").exists()
+        writer.shard(1)  # the caller may write it afresh
 
 
 def test_a_field_only_some_shards_carry_filters_the_others_out(tmp_path: Path) -> None:

@@ -176,6 +176,50 @@ def test_a_copy_of_a_rotted_file_is_not_taken_over(tmp_path: Path, monkeypatch: 
         assert sharded.linked_checksums == {}
 
 
+def test_taking_files_over_is_all_or_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure part-way (here a full disk while copying the 3rd of 4 files) removes what the call took
+    over, the partial copy too, and leaves ``linked_checksums`` as they were; the stage's own files and
+    the files linked before stay (a name staged already is refused, not copied over): the caller may go on
+    writing the stage and verify finds it sound."""
+    import shutil
+
+    from store import writer as writer_module
+
+    parent = write_version(tmp_path, "shop", n=20)
+    folder = tmp_path / "shop" / parent
+    names = [RERANK_FILE, "lexical.tantivy/meta.json", INDEX_FILE, METADATA_FILE]
+    (folder / "lexical.tantivy").mkdir()
+    (folder / "lexical.tantivy" / "meta.json").write_text("{}")
+
+    def copy(src: Path, dst: Path) -> bool:  # another filesystem, whose disk fills at index.faiss
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if dst.name == INDEX_FILE:
+            dst.write_bytes(src.read_bytes()[:10])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        shutil.copy2(src, dst)
+        return False
+
+    with VersionWriter(tmp_path, "shop") as writer:
+        writer.link_from(folder, [EMBEDDINGS_FILE])  # a hard link, before the failing call
+        before = dict(writer.linked_checksums)
+        monkeypatch.setattr(writer_module, "link_or_copy", copy)
+        with pytest.raises(OSError, match="No space left") as caught:
+            writer.link_from(folder, names)
+        assert caught.value.filename == str(writer.stage / INDEX_FILE)
+        assert sorted(p.name for p in writer.stage.iterdir()) == [EMBEDDINGS_FILE]
+        assert writer.linked_checksums == before
+        # A file staged already is not overwritten by a copy (a link cannot replace it): refused, kept.
+        with pytest.raises(IndexFormatError, match="is staged already"):
+            writer.link_from(folder, [EMBEDDINGS_FILE])
+        assert (writer.stage / EMBEDDINGS_FILE).stat().st_ino == (folder / EMBEDDINGS_FILE).stat().st_ino
+        monkeypatch.undo()
+        # The caller goes on: the rest written afresh, and the version verifies.
+        writer.link_from(folder, [RERANK_FILE, INDEX_FILE])
+        writer.write_metadata([(i, f"sku-{i}", f"{i}.jpg", {}, False) for i in range(20)])
+        writer.finish(dataclasses.replace(_manifest(tmp_path, parent), version=writer.version))
+    assert verify_version(tmp_path, "shop") == []
+
+
 def _write_rows(root: Path, rows: int, tokens: int = 0, width: int = 0) -> None:
     """20 rows announced, ``rows`` embeddings (and no tokens) appended."""
     with VersionWriter(root, "shop") as writer, writer.arrays(20, D, tokens=tokens, width=width) as arrays:
