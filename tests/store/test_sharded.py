@@ -236,13 +236,11 @@ def test_the_writer_stages_links_and_publishes_once(tmp_path: Path) -> None:
 
 
 def test_a_shard_copied_across_filesystems_is_checked_against_its_manifest(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hashed_files: list[str]
 ) -> None:
     """``link_shard`` across filesystems copies: a copy whose bytes are not those the shard's manifest
     records (the parent's file rotted) raises VersionWriteError naming the file, and nothing of the shard
     is left staged (it may be written afresh); a good copy is taken over. Hard links are not hashed."""
-    from store import writer as writer_module
-
     embeds = grid_vectors(30, 8, np.random.default_rng(4))
     first = write_rows(tmp_path, NAME, embeds, _ids(30), shard_count=2)
     parent = tmp_path / NAME / first
@@ -250,14 +248,8 @@ def test_a_shard_copied_across_filesystems_is_checked_against_its_manifest(
     data = bytearray(rotted.read_bytes())
     data[-1] ^= 0xFF
     rotted.write_bytes(bytes(data))
-    hashed: list[str] = []
-    real_sha = writer_module.sha256_file
-
-    def sha(path: Path) -> str:
-        hashed.append(Path(path).name)
-        return real_sha(path)
-
-    monkeypatch.setattr(writer_module, "sha256_file", sha)
+    hashed = hashed_files
+    hashed.clear()  # the parent's own writing
     with ShardedVersionWriter(tmp_path, NAME, 2) as writer:
         writer.link_shard(1, parent / "shard-001")  # hard links: the inode is the parent's, not hashed
         assert hashed == []

@@ -137,25 +137,20 @@ def _copies_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(writer_module, "link_or_copy", copy)
 
 
-def test_a_copy_of_a_rotted_file_is_not_taken_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_copy_of_a_rotted_file_is_not_taken_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hashed_files: list[str]
+) -> None:
     """A file taken over as a copy (no hard link) must hold the bytes its version recorded: a copy of a
     rotted one raises the caller's error type naming the file, and nothing this call took over is left (nor
     recorded); a copy that matches keeps the recorded checksum, not hashed again."""
-    from store import writer as writer_module
     from store.sharded_writer import ShardedVersionWriter
 
     parent = write_version(tmp_path, "shop", n=20)
     folder = tmp_path / "shop" / parent
     theirs = _manifest(tmp_path, parent).checksums
     _copies_only(monkeypatch)
-    hashed: list[str] = []
-    real_sha = writer_module.sha256_file
-
-    def sha(path: Path) -> str:
-        hashed.append(Path(path).name)
-        return real_sha(path)
-
-    monkeypatch.setattr(writer_module, "sha256_file", sha)
+    hashed = hashed_files
+    hashed.clear()  # the parent's own writing
     with VersionWriter(tmp_path, "shop") as writer:
         writer.link_from(folder, [EMBEDDINGS_FILE])
         assert writer.linked_checksums == {EMBEDDINGS_FILE: theirs[EMBEDDINGS_FILE]}
