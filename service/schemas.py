@@ -254,8 +254,10 @@ class Timings(BaseModel):
 
 
 class MatchThresholdsInfo(BaseModel):
-    none_below: float = Field(description="A cosine score below this is 'none' (no good match).")
-    strong_from: float = Field(description="A cosine score from this on is 'strong'; between them 'weak'.")
+    none_below: float = Field(description="A score below this is 'none' (no good match).")
+    strong_from: float | None = Field(
+        description="A score from this on is 'strong'; between them 'weak'. None: nothing is labelled strong."
+    )
 
 
 class SearchResponse(BaseModel):
@@ -279,9 +281,11 @@ class SearchResponse(BaseModel):
     )
     match_score: float | None = Field(
         None,
-        description="The score the query's label reads, on the scale of match_thresholds (the best result's "
-        "cosine, or on a calibrated product index the match probability of its best candidate): a front end "
-        "may draw its own line on it. None where nothing was labelled.",
+        description="The score the query's label was read from, on the scale of match_thresholds: the top "
+        "result's cosine; on a product index, the match probability of its best candidate (of its top-ranked "
+        "one on versions calibrated before 27 Nov 2026; its fused score on versions without a match model; "
+        "the top-ranked product's photo cosine where labels fall back to the photos'). A front end may draw "
+        "its own line on it. None where nothing was labelled.",
     )
 
 

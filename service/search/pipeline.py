@@ -48,6 +48,9 @@ from store.products import ProductChannels, default_mode
 from store.reader import IndexVersion
 from store.sharded import ShardedIndex
 
+# What a result-cache entry holds (``ResponseBuilder.cache_entry``), in its key: entries of another format are
+# not read (2: with ``match_score``; before it, a cached answer came back labelled but without its score).
+RESULT_FORMAT = 2
 INLINE_MAX_SHARDS = 4  # local shards or segments a search may walk on the event loop
 INLINE_MAX_RESULTS = 50  # offset + top_k of a search answered on the event loop
 
@@ -307,6 +310,7 @@ class SearchPipeline:
             return None
         return digest(
             [
+                RESULT_FORMAT,
                 served.version,
                 served.image_base,  # the hits' links: a version may be served as another process's default
                 self.model_fingerprint,  # of the query side: a language added to the model changes it

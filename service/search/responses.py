@@ -133,10 +133,8 @@ class ResponseBuilder:
         """A products / hybrid search answer (``service.search.hybrid``)."""
         thresholds = None
         if params is not None and params.none_below is not None:
-            thresholds = MatchThresholdsInfo(
-                none_below=params.none_below,
-                strong_from=params.strong_from if params.strong_from is not None else params.none_below,
-            )
+            # No strong_from (a hand-edited version): nothing is labelled strong (``hybrid.label_of``).
+            thresholds = MatchThresholdsInfo(none_below=params.none_below, strong_from=params.strong_from)
         return SearchResponse(
             results=hits,
             mode=mode,  # type: ignore[arg-type]
@@ -195,7 +193,7 @@ class ResponseBuilder:
                 cached=True,
                 match=payload["match"],
                 match_thresholds=payload["match_thresholds"],
-                match_score=payload.get("match_score"),  # entries written before it: None
+                match_score=payload["match_score"],
             )
         except (ValueError, KeyError, TypeError):
             return None

@@ -142,3 +142,29 @@ def test_the_match_score_is_what_the_label_reads(ask: Any) -> None:
     assert ask.page.match_score == pytest.approx(max(cosines)) and ask.page.label == "none"
     ask(_fusion(english=-2.0, other=-1.0, english_none_below=None), HINTED, "text")
     assert ask.page.label is None and ask.page.match_score is None
+
+
+def test_a_group_without_strong_from_labels_and_reports_nothing_strong(ask: Any) -> None:
+    """A group whose ``strong_from`` is missing (a hand-edited version) labels nothing strong, and its answer
+    reports no strong line either: a client comparing ``match_score`` with ``match_thresholds`` reads the
+    same label. The answer survives the result cache's round trip."""
+    from service.search.responses import ResponseBuilder
+
+    fusion = _fusion(english=3.0, other=3.0)  # probability 0.95: strong by a line at 0.8
+    for params in (fusion.hybrid["en"], fusion.hybrid[OTHER]):
+        params.strong_from = None
+    label, matches, _ = ask(fusion, HINTED)
+    page = ask.page
+    assert label == "weak" and set(matches) == {"weak"}
+    assert page.match_score == pytest.approx(0.9526, abs=1e-4)
+    builder = ResponseBuilder("m")
+    served = SimpleNamespace(version="v1")
+    response = builder.hybrid(
+        served, page.hits, label=page.label, params=page.thresholds, match_score=page.match_score,
+        search_s=0.0, mode="hybrid", language=HINTED, encode_s=0.0, start=0.0,
+    )  # fmt: skip
+    assert response.match_thresholds is not None and response.match_thresholds.strong_from is None
+    assert response.match_score == page.match_score and response.match == "weak"
+    cached = builder.cached_text(served, builder.cache_entry(response), language=HINTED, start=0.0)
+    assert cached is not None and cached.match_thresholds == response.match_thresholds
+    assert cached.match_score == response.match_score
