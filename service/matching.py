@@ -2,8 +2,8 @@
 version's calibration (``indexer.match_calibration``), and ``min_score`` applied.
 
 A version built before calibration existed gets one measured on it while the service loads it
-(``Runtime._on_load``; its index and no-match queries only: a few hundred encoded queries, once per version
-and process).
+(``Runtime._on_load``; its index and no-match queries only: a few hundred encoded queries, once per opened
+version and process, kept for as long as that version is served).
 
 ``min_score``: ``auto`` (the default) labels and drops nothing: on the demo catalogue short in-domain
 queries score inside the no-match range (README, "Match quality"), so dropping would lose right answers;
@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from dataclasses import dataclass
 
 from indexer.match_calibration import MatchCalibration, MatchLabel, MatchThresholds, calibrate_version
 from model.runtime import Encoder
 from service.index_holder import Served
 from service.schemas import MinScore, SearchHit
+from store.opening import OpenedIndex
 
 log = logging.getLogger(__name__)
 
@@ -40,20 +42,24 @@ class MatchJudge:
 
     def __init__(self, encoder: Encoder) -> None:
         self.encoder = encoder
-        self._by_version: dict[str, MatchCalibration] = {}
+        # Each opened version's calibration, for as long as it is open (dropped with it). Keyed by the opened
+        # index, not the version name: one process serves many indexes (``Runtime``), and a name is unique
+        # only within its index (a copied index folder repeats them). A cache of the last few names, shared
+        # by every index, made more than a few served indexes evict each other and measure again at search
+        # time (seconds per search of a version built before calibration was recorded).
+        self._by_index: weakref.WeakKeyDictionary[OpenedIndex, MatchCalibration] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
     def calibration(self, served: Served) -> MatchCalibration:
-        version = served.version
-        found = self._by_version.get(version)
+        index = served.index
+        found = self._by_index.get(index)
         if found is not None:
             return found
         with self._lock:  # one measurement per version, however many first queries arrive at once
-            found = self._by_version.get(version)
+            found = self._by_index.get(index)
             if found is None:
-                found = self._recorded(served) or calibrate_version(served.index, self.encoder, {})
-                # Keep the versions a swap can still serve; older ones go.
-                self._by_version = {**dict(list(self._by_version.items())[-3:]), version: found}
+                found = self._recorded(served) or calibrate_version(index, self.encoder, {})
+                self._by_index[index] = found
             return found
 
     @staticmethod

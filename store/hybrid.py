@@ -238,20 +238,28 @@ class FusionModel:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FusionModel:
-        """The model ``to_dict`` wrote (``products.json``'s ``fusion``), checked: IndexFormatError when a
-        group's parameters name an unknown feature or do not fit the features they name."""
+        """The model ``to_dict`` wrote (``products.json``'s ``fusion``), checked: IndexFormatError for
+        anything a search would fail on (a hand-edited or damaged file): a value of the wrong type, a mode
+        without an ``other`` group, a group's parameters that name an unknown feature or do not fit the
+        features they name."""
         try:
+            if not isinstance(data, dict):
+                raise TypeError(f"a {type(data).__name__}, not an object")
             model = cls(
                 method=str(data["method"]),
                 hybrid={g: GroupParams(**p) for g, p in data.get("hybrid", {}).items()},
                 text={g: GroupParams(**p) for g, p in data.get("text", {}).items()},
                 languages=list(data.get("languages", [])),
             )
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, AttributeError) as exc:
             raise IndexFormatError(f"products.json: unreadable fusion: {exc!r}") from None
+        if not all(isinstance(lang, str) for lang in model.languages):
+            raise IndexFormatError(f"products.json: fusion languages {model.languages!r} are not all names")
         for mode, table in (("hybrid", model.hybrid), ("text", model.text)):
+            if OTHER not in table:  # what ``params`` falls back to for any group
+                raise IndexFormatError(f"products.json: fusion {mode} has no {OTHER!r} group")
             for group, params in table.items():
-                problem = _params_problem(model.method, params, mode)
+                problem = _types_problem(params) or _params_problem(model.method, params, mode)
                 if problem:
                     raise IndexFormatError(f"products.json: fusion {mode}/{group}: {problem}")
         return model
@@ -274,6 +282,31 @@ class FusionModel:
 
 
 MATCH_FEATURES = ("image", "text", "lexical")  # raw, comparable across queries (no per-query scaling)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float)
+
+
+def _types_problem(params: GroupParams) -> str | None:
+    """A group's stored value not of its field's type (None: none), which a search would fail on."""
+    for name in ("weights", "mean", "std", "match"):
+        values = getattr(params, name)
+        if not isinstance(values, list) or not all(_is_number(v) for v in values):
+            return f"{name} {values!r} is not a list of numbers"
+    for name in ("features", "match_features"):
+        values = getattr(params, name)
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            return f"{name} {values!r} is not a list of names"
+    if not _is_number(params.bias):
+        return f"bias {params.bias!r} is not a number"
+    for name in ("none_below", "strong_from"):
+        value = getattr(params, name)
+        if value is not None and not _is_number(value):
+            return f"{name} {value!r} is not a number"
+    if not isinstance(params.match_over, str):
+        return f"match_over {params.match_over!r} is not a name"
+    return None
 
 
 def _params_problem(method: str, params: GroupParams, mode: str) -> str | None:

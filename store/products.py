@@ -287,9 +287,17 @@ def write_product_channels(
 
 def _reads_centroid(fusion: dict[str, Any]) -> bool:
     """Whether a stored fusion (``store.hybrid.FusionModel.to_dict``) has a group whose parameters name the
-    centroid feature (read from ``text_sum_norms.npy``)."""
-    tables = (fusion.get(mode) or {} for mode in ("hybrid", "text"))
-    return any("centroid" in (params.get("features") or ()) for table in tables for params in table.values())
+    centroid feature (read from ``text_sum_norms.npy``). One of another shape (a damaged ``products.json``)
+    does not: the service cannot parse it and fuses by reciprocal rank (``service.search.hybrid``), which
+    reads no centroid, so the version still opens."""
+    tables = [fusion.get(mode) for mode in ("hybrid", "text")] if isinstance(fusion, dict) else []
+    groups = [params for table in tables if isinstance(table, dict) for params in table.values()]
+    return any(
+        isinstance(params, dict)
+        and isinstance(params.get("features"), list)
+        and "centroid" in params["features"]
+        for params in groups
+    )
 
 
 def default_mode(channels: ProductChannels | None) -> str:

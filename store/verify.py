@@ -1,5 +1,6 @@
 """Checking one installed version: its files against the manifest's checksums, its counts and shapes
-against each other (through the reader's public accessors), and its model against the one in use.
+against each other (through the reader's public accessors), its stored fusion model (one the service
+cannot parse it searches without), and its model against the one in use.
 
 A sharded version is checked shard by shard (each shard's manifest against the sha256 the version's
 manifest records, its files against its own checksums, its counts, every item in the shard the hash rule
@@ -11,10 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from store.errors import IndexFormatError, ModelMismatchError
+from store.hybrid import FusionModel
 from store.layout import MANIFEST_FILE, METADATA_FILE, index_dir, sha256_file
 from store.manifest import IndexManifest, check_model, model_fingerprint, model_name_of
 from store.metadata import read_metadata
-from store.products import ProductChannels, has_product_channels
+from store.products import PRODUCTS_FILE, ProductChannels, ProductInfo, has_product_channels
 from store.reader import IndexVersion
 from store.sharded import load_shard_manifest
 from store.sharding import Sharding
@@ -122,7 +124,22 @@ def _channel_problems(path: Path, manifest: IndexManifest, total_rows: int) -> l
         ProductChannels(path, total_rows).close()
     except IndexFormatError as exc:
         problems.append(str(exc))
-    return problems
+    return problems or _fusion_problems(path)
+
+
+def _fusion_problems(path: Path) -> list[str]:
+    """A version's stored fusion model (``products.json``), parsed as the service parses it: one that cannot
+    be is not refused there (its products are fused by reciprocal rank, ``service.search.hybrid``), so
+    the check names it."""
+    if not has_product_channels(path):
+        return []
+    try:
+        fusion = ProductInfo.load(path / PRODUCTS_FILE).fusion
+        if fusion:
+            FusionModel.from_dict(fusion)
+    except IndexFormatError as exc:
+        return [str(exc)]
+    return []
 
 
 def verify_version(
@@ -143,7 +160,7 @@ def verify_version(
         problems = _checksum_problems(path, manifest)
         if problems:
             return problems
-        problems = _count_problems(path, manifest)
+        problems = _count_problems(path, manifest) or _fusion_problems(path)
     if model_dir is not None:
         try:
             check_model(

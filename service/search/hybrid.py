@@ -5,11 +5,15 @@ the hits' photos and explanations. Image-to-image search (an uploaded photo, "mo
 products by their best photo's visual embedding.
 
 Blocking (faiss, tantivy, SQLite); runs in the facade's worker thread like the rest of the pipeline.
+Over 400 lines: one ranking's steps (fusion, labels, the cut, sort, paging, hits and their explanations)
+on the same candidates.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -30,6 +34,7 @@ from service.schemas import (
     SortBy,
 )
 from service.search.responses import image_url
+from store.errors import IndexFormatError
 from store.hybrid import (
     CANDIDATES,
     CHANNELS,
@@ -46,6 +51,8 @@ from store.hybrid import (
 )
 from store.lexical import analyze, readings_of, union_of
 from store.products import ProductChannels
+
+log = logging.getLogger(__name__)
 
 RRF_K = 60.0
 CENTROID = FEATURES.index("centroid")
@@ -129,14 +136,34 @@ class HybridRanker:
         self._models: weakref.WeakKeyDictionary[ProductChannels, FusionModel | None] = (
             weakref.WeakKeyDictionary()
         )
+        self._parsing = threading.Lock()  # one parse, and one warning, per version
 
     def fusion(self, channels: ProductChannels) -> FusionModel | None:
+        """The version's fusion model; None where nothing was calibrated (too little text) or where the
+        stored model cannot be parsed (a damaged or hand-edited ``products.json``). Such a version is searched
+        as one with too little text: its channels fused by reciprocal rank, without fused match labels, and
+        a warning logged once. Not refused at load: replicas started after the publish would then serve no
+        version of the index at all (every search 503) while older ones kept the previous version, and a
+        version whose photos and text still search is better served than none. ``ccrk index verify`` names
+        the problem."""
         try:
             return self._models[channels]
         except KeyError:
+            pass
+        with self._parsing:
+            if channels in self._models:
+                return self._models[channels]
             data = channels.info.fusion
-            model = FusionModel.from_dict(data) if data else None
-            self._models[channels] = model  # two threads may both parse it: the same result
+            try:
+                model = FusionModel.from_dict(data) if data else None
+            except IndexFormatError as exc:
+                log.warning(
+                    "%s: %s; its products are fused by reciprocal rank, without fused match labels",
+                    channels.path,
+                    exc,
+                )
+                model = None
+            self._models[channels] = model
             return model
 
     def text(

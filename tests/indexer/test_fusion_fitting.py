@@ -77,7 +77,11 @@ def test_a_querys_label_reads_its_top_candidate_or_its_best_one() -> None:
     cands = candidates(x)
     cands.ranks[:, 0] = [0, 1, CANDIDATES]  # the third found only past the calibrated depth
     legacy = FusionModel.from_dict(
-        {"method": "weighted", "hybrid": {"other": {"weights": [1, 0, 0, 0], "match": [1.0, 1.0, 1.0, -1.0]}}}
+        {
+            "method": "weighted",
+            "hybrid": {"other": {"weights": [1, 0, 0, 0], "match": [1.0, 1.0, 1.0, -1.0]}},
+            "text": {"other": {"weights": [0, 1, 0]}},
+        }
     ).hybrid["other"]
     assert legacy.match_over == "top" and legacy.match_features == []
     order = np.asarray([0, 1, 2])  # the weakest candidate ranked first

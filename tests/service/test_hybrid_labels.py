@@ -15,6 +15,7 @@ import pytest
 from service.schemas import LanguageInfo
 from service.search import hybrid
 from store.hybrid import FEATURES, MATCH_FEATURES, OTHER, Candidates, FusionModel, GroupParams
+from tests.store.test_products import MALFORMED_FUSIONS
 
 N = 4
 UNSURE = LanguageInfo(code="en", confidence=0.2, source="detected", supported=True)
@@ -54,6 +55,37 @@ class _Channels(SimpleNamespace):
     __eq__ = object.__eq__
 
 
+def _channels(stored: Any) -> _Channels:
+    """A version's channels stubbed: ``stored`` its products.json's fusion."""
+    return _Channels(
+        path="shop/v1",
+        info=SimpleNamespace(fusion=stored),
+        photo_paths=lambda rows: {},
+        texts_of=lambda ids: {},
+        photo_index_of=lambda i: 0,
+        text_sum_norms=None,
+    )
+
+
+def _search(
+    ranker: hybrid.HybridRanker,
+    channels: _Channels,
+    language: LanguageInfo,
+    mode: str,
+    min_score: Any = "auto",
+    explain: bool = False,
+) -> hybrid.HybridPage:
+    served = SimpleNamespace(
+        index=SimpleNamespace(total_rows=N),
+        items=lambda rows: [{"id": f"i{r}"} for r in rows],
+        image_base="/v1/images",
+    )
+    return ranker.text(
+        served, channels, np.zeros(8, np.float32), "courgette", language, mode=mode, top_k=10, offset=0,  # type: ignore[arg-type]
+        allowed_rows=None, min_score=min_score, sort=None, explain=explain, cosine_labels=(0.99, 0.995),
+    )  # fmt: skip
+
+
 @pytest.fixture
 def ask(monkeypatch: pytest.MonkeyPatch) -> Any:
     features = np.random.default_rng(0).random((N, len(FEATURES))).astype(np.float32)
@@ -76,22 +108,7 @@ def ask(monkeypatch: pytest.MonkeyPatch) -> Any:
     def run(
         fusion: FusionModel, language: LanguageInfo, mode: str = "hybrid", min_score: Any = "auto"
     ) -> tuple[Any, list[Any], float | None]:
-        channels = _Channels(
-            info=SimpleNamespace(fusion=fusion.to_dict()),
-            photo_paths=lambda rows: {},
-            texts_of=lambda ids: {},
-            photo_index_of=lambda i: 0,
-            text_sum_norms=None,
-        )
-        served = SimpleNamespace(
-            index=SimpleNamespace(total_rows=N),
-            items=lambda rows: [{"id": f"i{r}"} for r in rows],
-            image_base="/v1/images",
-        )
-        page = hybrid.HybridRanker().text(
-            served, channels, np.zeros(8, np.float32), "courgette", language, mode=mode, top_k=10, offset=0,
-            allowed_rows=None, min_score=min_score, sort=None, explain=False, cosine_labels=(0.99, 0.995),
-        )  # fmt: skip
+        page = _search(hybrid.HybridRanker(), _channels(fusion.to_dict()), language, mode, min_score)
         thresholds = page.thresholds.none_below if page.thresholds is not None else None
         run.page = page  # type: ignore[attr-defined]
         return page.label, [h.match for h in page.hits], thresholds
@@ -168,3 +185,28 @@ def test_a_group_without_strong_from_labels_and_reports_nothing_strong(ask: Any)
     cached = builder.cached_text(served, builder.cache_entry(response), language=HINTED, start=0.0)
     assert cached is not None and cached.match_thresholds == response.match_thresholds
     assert cached.match_score == response.match_score
+
+
+def test_a_stored_fusion_that_cannot_be_parsed_is_searched_by_reciprocal_rank(
+    ask: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A version whose stored fusion model cannot be parsed (``store.hybrid.FusionModel.from_dict``) is
+    searched as one with too little text to calibrate: reciprocal-rank fusion, no fused match labels (hybrid
+    mode: the photos' cosine labels), one warning for the version however often it is searched. Every
+    hybrid and text search of it answered 503 (the format error) or 500 (a malformation parsing let
+    through)."""
+    ranker = hybrid.HybridRanker()
+    rrf_scores = [1 / (61 + r) * 3 for r in range(N)]  # every channel ranks candidate r r-th
+    for stored, _ in MALFORMED_FUSIONS:
+        channels = _channels(stored)
+        for mode in ("hybrid", "text", "hybrid"):
+            page = _search(ranker, channels, HINTED, mode, explain=True)
+            assert [h.id for h in page.hits] == [f"i{r}" for r in range(N)]
+            if mode == "hybrid":
+                assert [h.score for h in page.hits] == pytest.approx(rrf_scores)
+            assert {h.explain.method for h in page.hits if h.explain} == {"none"}
+            if mode == "text":
+                assert page.label is None and page.thresholds is None
+            else:
+                assert page.label == "none" and page.thresholds.none_below == 0.99  # type: ignore[union-attr]
+    assert caplog.text.count("fused by reciprocal rank") == len(MALFORMED_FUSIONS)

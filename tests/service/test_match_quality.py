@@ -4,9 +4,11 @@ nothing are labelled none/weak, in-domain captions strong; min_score filters; th
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -117,9 +119,8 @@ def test_a_version_without_calibration_is_calibrated_while_it_loads(index_root: 
     search pays for it; searches then label with that calibration."""
     with LiveServer(make_settings(index_root)) as live:
         runtime = live.app.state.runtime
-        version = runtime.holder.served.version
         assert not runtime.holder.served.index.manifest.match_calibration  # nothing recorded in the version
-        assert version in runtime.pipeline.judge._by_version  # measured before any search
+        assert runtime.holder.served.index in runtime.pipeline.judge._by_index  # measured before any search
         with live.client() as client:
             answer = client.post("/v1/search", json={"query": "SELECT * FROM users"}).json()
         assert answer["match"] in ("none", "weak") and answer["match_thresholds"] is not None
@@ -130,8 +131,6 @@ def test_a_malformed_recorded_calibration_is_measured_afresh(
 ) -> None:
     """The judge measures a version whose recorded calibration cannot be read, as one without any (a
     warning says why), instead of failing its load or every search of it."""
-    from types import SimpleNamespace
-
     from indexer.match_calibration import MatchCalibration, MatchThresholds
     from service import matching
 
@@ -146,7 +145,46 @@ def test_a_malformed_recorded_calibration_is_measured_afresh(
     judge = matching.MatchJudge(encoder=None)  # type: ignore[arg-type]
     recorded = ({"per_language": {}}, {"default": {"none_below": "low", "strong_from": 0.9}}, ["default"])
     for n, calibration in enumerate(recorded):
-        index = SimpleNamespace(manifest=SimpleNamespace(match_calibration=calibration))
-        served = SimpleNamespace(version=f"v{n}", index=index)
+        served = SimpleNamespace(version=f"v{n}", index=_Index(calibration))
         assert judge.calibration(served) is measured  # type: ignore[arg-type]
     assert len(calls) == 3 and caplog.text.count("unreadable match calibration") == 3
+
+
+class _Index:
+    """An opened version's stand-in: hashed and weakly referenced by identity, as the real ones are."""
+
+    def __init__(self, calibration: object = None) -> None:
+        self.manifest = SimpleNamespace(match_calibration=calibration)
+
+
+def test_every_served_version_is_calibrated_once_however_their_searches_interleave(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Versions without a recorded calibration in more served indexes than the judge used to keep (4), one
+    name in two of them (a name is unique only within its index: a copied index folder repeats them): each
+    is measured once, at its first use, and keeps its own measurement for as long as it is open. The judge
+    kept the last four version names for every index together, so shops searched in turn measured again at
+    search time (seconds each), and two shops of one version name read the first one's labels."""
+    from indexer.match_calibration import MatchCalibration, MatchThresholds
+    from service import matching
+
+    calls: list[object] = []
+
+    def calibrate_version(index: object, encoder: object, captions: object) -> MatchCalibration:
+        calls.append(index)
+        return MatchCalibration(MatchThresholds(0.1 * len(calls), 0.9))
+
+    monkeypatch.setattr(matching, "calibrate_version", calibrate_version)
+    judge = matching.MatchJudge(encoder=None)  # type: ignore[arg-type]
+    shops = [SimpleNamespace(version=f"2026-v{n}", index=_Index()) for n in range(6)]
+    shops.append(SimpleNamespace(version="2026-v0", index=_Index()))  # another index, the same version name
+    first = [judge.calibration(served) for served in shops]  # type: ignore[arg-type]
+    for _ in range(3):
+        for served, measured in zip(reversed(shops), reversed(first), strict=True):
+            assert judge.calibration(served) is measured  # type: ignore[arg-type]
+    assert calls == [served.index for served in shops]
+    assert len({id(measured) for measured in first}) == len(shops)
+    shops.pop()
+    calls.clear()
+    gc.collect()  # a version no longer served (its index closed and gone) takes its calibration with it
+    assert len(judge._by_index) == len(shops)

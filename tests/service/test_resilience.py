@@ -198,7 +198,7 @@ def test_a_version_whose_load_fails_answers_409_and_a_malformed_calibration_is_m
         assert answer.status_code == 200 and answer.json()["match_thresholds"] is not None
         response = client.post("/v1/admin/reload", headers=key, params={"version": text})
         assert response.status_code == 200 and response.json()["version"] == text, response.text
-        judge._by_version.clear()  # parsed again by the search (the judge keeps a few versions' own)
+        judge._by_index.clear()  # parsed again by the search (the judge keeps each open version's own)
         answer = client.post("/v1/search", json=query)
         assert answer.status_code == 200, answer.text
         assert isinstance(answer.json()["match_thresholds"]["none_below"], float)

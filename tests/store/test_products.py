@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +14,14 @@ from store.errors import IndexFormatError
 from store.hybrid import FEATURES, LEGACY_FEATURES, FusionModel, GroupParams, HybridQuery, fuse, gather, rrf
 from store.layout import LEXICAL_DIR, file_checksums
 from store.lexical import analyze, analyze_variants, match_expression
-from store.products import PhotoRows, ProductChannels, ProductInfo, TextRows, write_product_channels
+from store.products import (
+    TEXT_SUM_NORMS,
+    PhotoRows,
+    ProductChannels,
+    ProductInfo,
+    TextRows,
+    write_product_channels,
+)
 
 DIM = 8
 
@@ -212,12 +221,64 @@ def test_centroid_feature_is_the_cosine_to_the_normalised_mean_of_a_products_tex
     channels.close()
 
 
+GROUP = {"weights": [0.1, 0.2, 0.3, 0.4]}
+TEXT_GROUP = {"weights": [0.2, 0.3, 0.4]}
+# Stored fusions a search would fail on (damaged or hand-edited products.json), and what the refusal names.
+MALFORMED_FUSIONS = [
+    (["weighted"], "a list, not an object"),
+    ({"hybrid": {"other": GROUP}, "text": {"other": TEXT_GROUP}}, "'method'"),
+    ({"method": "weighted", "hybrid": [GROUP], "text": {"other": TEXT_GROUP}}, "unreadable fusion"),
+    ({"method": "weighted", "hybrid": {"other": [0.1]}, "text": {"other": TEXT_GROUP}}, "unreadable fusion"),
+    ({"method": "weighted", "hybrid": {"other": {**GROUP, "scale": 2}}, "text": {}}, "unexpected keyword"),
+    ({"method": "weighted", "hybrid": {"other": GROUP}, "text": {}}, "text has no 'other' group"),
+    ({"method": "weighted", "hybrid": {"en": GROUP}, "text": {"other": TEXT_GROUP}}, "hybrid has no"),
+    ({"method": "weighted", "languages": [["en"]], "hybrid": {"other": GROUP}}, "are not all names"),
+    ({"method": "weighted", "hybrid": {"other": {"weights": [0.1] * 3}}}, "3 weights for 4 features"),
+    ({"method": "weighted", "hybrid": {"other": {"weights": ["1", 0, 0, 0]}}}, "weights ['1', 0, 0, 0] is"),
+    ({"method": "weighted", "hybrid": {"other": {**GROUP, "weights": 0.5}}}, "weights 0.5 is not a list"),
+    ({"method": "weighted", "hybrid": {"other": {**GROUP, "bias": "0"}}}, "bias '0' is not a number"),
+    ({"method": "weighted", "hybrid": {"other": {**GROUP, "features": 5}}}, "features 5 is not a list"),
+    ({"method": "weighted", "hybrid": {"other": {**GROUP, "none_below": "low"}}}, "none_below 'low'"),
+    ({"method": "weighted", "hybrid": {"other": {**GROUP, "match_over": ["any"]}}}, "match_over ['any']"),
+]
+
+
+@pytest.mark.parametrize(("stored", "problem"), MALFORMED_FUSIONS)
+def test_a_stored_fusion_a_search_would_fail_on_is_refused_as_a_format_error(
+    stored: object, problem: str
+) -> None:
+    """Every malformation a search would trip over (a TypeError or KeyError fusing, an AttributeError
+    parsing) is refused when the model is parsed, as a format error naming it: the service then fuses
+    that version by reciprocal rank (``service.search.hybrid.HybridRanker.fusion``), and ``ccrk index
+    verify`` names it."""
+    with pytest.raises(IndexFormatError, match=re.escape(problem)):
+        FusionModel.from_dict(stored)  # type: ignore[arg-type]
+
+
+def test_a_malformed_stored_fusion_still_opens(tmp_path: Path) -> None:
+    """A fusion of another shape does not stop the version's channels from opening (the check for a centroid
+    feature without its norms file read it as a dict of dicts: an AttributeError out of the open, which the
+    index holder does not refuse as a broken version: a 500 at the admin reload, a failed start)."""
+    make_channels(tmp_path)[0].close()
+    (tmp_path / TEXT_SUM_NORMS).unlink()  # written before the centroid feature: the fusion is read for it
+    for stored, _ in MALFORMED_FUSIONS:
+        info = json.loads((tmp_path / "products.json").read_text(encoding="utf-8"))
+        (tmp_path / "products.json").write_text(json.dumps({**info, "fusion": stored}), encoding="utf-8")
+        channels = ProductChannels(tmp_path, 4)
+        assert channels.info.fusion == stored
+        channels.close()
+
+
 def test_a_fusion_fitted_before_the_centroid_feature_reads_the_four_legacy_columns(tmp_path: Path) -> None:
     """Parameters stored without feature names (versions written before the centroid feature) weigh the
     four features they were fitted on, whatever comes after them."""
     channels, _, _, text_vecs, _ = make_channels(tmp_path)
     cands = gather(channels, HybridQuery(text_vecs[4], analyze("fresh milk", "en"), "en"), 10, None)
-    stored = {"method": "weighted", "hybrid": {"other": {"weights": [0.1, 0.2, 0.3, 0.4]}}, "text": {}}
+    stored = {
+        "method": "weighted",
+        "hybrid": {"other": {"weights": [0.1, 0.2, 0.3, 0.4]}},
+        "text": {"other": {"weights": [0.2, 0.3, 0.4]}},
+    }
     legacy = FusionModel.from_dict(stored).hybrid["other"]
     x = cands.features[:, :4].astype(np.float64)
     np.testing.assert_allclose(fuse("weighted", cands, legacy, "hybrid"), x @ [0.1, 0.2, 0.3, 0.4], atol=1e-6)

@@ -11,7 +11,9 @@ import pytest
 
 from ccrk_settings import DEFAULT_MODEL_DIR
 from indexer.build import add
-from store.layout import LEXICAL_DIR, index_dir
+from store.layout import LEXICAL_DIR, MANIFEST_FILE, index_dir, sha256_file
+from store.manifest import IndexManifest
+from store.products import PRODUCTS_FILE
 from store.reader import IndexVersion
 from store.verify import verify_version
 from store.versions import current_version
@@ -97,3 +99,29 @@ def test_add_to_the_fts5_version_writes_tantivy_and_keeps_its_text(
         assert {r: channels.texts_of([r])[r] for r in old_texts} == old_texts
         assert {r: channels.terms_of([r])[r] for r in old_terms} == old_terms
         assert channels.lexical(["牛奶"], 3, None).owners[0] == 0  # prod-0's Chinese title
+
+
+def test_a_version_whose_stored_fusion_cannot_be_parsed_verifies_with_it_named_and_serves(
+    root: Path, tmp_path: Path
+) -> None:
+    """A version whose products.json holds a fusion model the service cannot parse (here as a builder's bug
+    would write it: its checksum recorded) is named by ``ccrk index verify``, and served: hybrid and text
+    searches fused by reciprocal rank (``service.search.hybrid.HybridRanker.fusion``), not 503 each."""
+    folder = index_dir(root, NAME) / EXPECTED["version"]
+    info = json.loads((folder / PRODUCTS_FILE).read_text(encoding="utf-8"))
+    info["fusion"]["text"]["other"]["weights"] = [1.0]
+    (folder / PRODUCTS_FILE).write_text(json.dumps(info), encoding="utf-8")
+    manifest = IndexManifest.load(folder / MANIFEST_FILE)
+    manifest.checksums[PRODUCTS_FILE] = sha256_file(folder / PRODUCTS_FILE)
+    manifest.save(folder / MANIFEST_FILE)
+    assert verify_version(root, NAME, model_dir=DEFAULT_MODEL_DIR) == [
+        "products.json: fusion text/other: 1 weights for 3 features"
+    ]
+    settings = make_settings(root, index_name=NAME, history_db=tmp_path / "history.sqlite")
+    with LiveServer(settings) as live, live.client() as client:
+        for case in EXPECTED["service"]:
+            response = client.post("/v1/search", json=case["request"])
+            assert response.status_code == 200, response.text
+            results = response.json()["results"]
+            assert {h["explain"]["method"] for h in results} <= {"none"}, case["request"]
+            assert results or "sort" in case["request"], case["request"]  # a sort cuts at "weak"
