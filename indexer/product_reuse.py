@@ -34,6 +34,7 @@ from indexer.incremental import digest_and_stat
 from indexer.report import BuildReport, mismatch_note
 from indexer.sources import SourceItem
 from store.errors import IndexFormatError
+from store.hybrid import FusionModel
 from store.layout import MANIFEST_FILE, index_dir
 from store.manifest import IndexManifest
 from store.product_reuse import StoredProductVectors, TextKey
@@ -261,6 +262,10 @@ def taken_over_calibration(reuse: ProductReuse | None, info: ProductInfo) -> Pro
         return None
     if parent.calibration_code != CALIBRATION_CODE or parent.text_encoder != info.text_encoder:
         return None  # fitted by other calibration code, or on queries another acquirer embedded
+    try:
+        FusionModel.from_dict(parent.fusion)
+    except IndexFormatError:  # served by reciprocal rank until calibrated again: not carried forward
+        return None
     # Rows not carried over from a distinct row of CURRENT's (encoded here, or a second copy of one
     # carried row), or CURRENT's rows not carried over (changed or removed): a changed row is both, once.
     photos = max(reuse.photos_encoded + reuse.photos_reused, parent.photos) - reuse.photos_carried

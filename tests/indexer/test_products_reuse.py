@@ -522,3 +522,31 @@ def test_photos_added_by_add_are_reused_by_the_next_build(
     assert a.keys() == b.keys()
     for name in a:
         assert a[name].tobytes() == b[name].tobytes(), name
+
+
+def test_a_parent_fusion_that_cannot_be_parsed_is_not_taken_over() -> None:
+    """A rebuild within the recalibration share takes CURRENT's fusion over, unless it cannot be parsed (a
+    hand-edited version, served by reciprocal rank): then it calibrates again rather than carry it forward."""
+    from types import SimpleNamespace
+
+    from indexer.fusion_calibration import CALIBRATION_CODE
+    from indexer.product_reuse import ProductReuse, taken_over_calibration
+    from store.products import ProductInfo
+
+    good = {
+        "method": "rrf",
+        "languages": [],
+        "hybrid": {"other": {"weights": []}},
+        "text": {"other": {"weights": []}},
+    }
+    info = ProductInfo(
+        fields=["title"], text_languages=["en"], language_counts={"en": 100}, photos=100, texts=100,
+        calibration_code=CALIBRATION_CODE,
+    )  # fmt: skip
+    for fusion, taken in ((good, True), ({**good, "hybrid": ["not", "a", "table"]}, False)):
+        parent = ProductInfo(**{**info.__dict__, "fusion": fusion})
+        reuse = ProductReuse(
+            SimpleNamespace(info=parent),  # type: ignore[arg-type]
+            parent_version="v1", photos_reused=100, texts_reused=100, photos_carried=100, texts_carried=100,
+        )  # fmt: skip
+        assert (taken_over_calibration(reuse, info) is not None) is taken
