@@ -22,7 +22,8 @@ from model.metrics import mrv, mrv_std, recall_at_k
 from model.runtime import Encoder
 from monitoring.consistency import consistency_report
 from monitoring.probe_set import Probe
-from store.hybrid import FusionModel, HybridQuery, gather
+from store.errors import IndexFormatError
+from store.hybrid import OTHER, FusionModel, HybridQuery, gather, rrf
 from store.lexical import analyze
 from store.reader import SearchableIndex
 
@@ -75,13 +76,16 @@ def _hybrid_searcher(index: SearchableIndex, encoder: Encoder, model: str | None
     if not has_text_channels(index):
         raise ProbeError(f"mode {mode!r} needs a version built with text fields (--text-fields)")
     channels = index.products  # type: ignore[attr-defined]
-    fusion = FusionModel.from_dict(channels.info.fusion)
+    try:
+        fusion = FusionModel.from_dict(channels.info.fusion) if channels.info.fusion else None
+    except IndexFormatError:  # as the service ranks it (``service.search.hybrid.HybridRanker.fusion``)
+        fusion = None
     live = index.live_mask() if hasattr(index, "live_mask") else None
     version = index.manifest.version
 
     def search(lang: str, text: str, depth: int) -> Answer:
         embed = encoder.encode_text([text], languages=[lang]).embeds[0]
-        group = fusion.group_of([lang])
+        group = fusion.group_of([lang]) if fusion is not None else OTHER
         cands = gather(
             channels,
             HybridQuery(embed, analyze(text, lang), group),
@@ -89,7 +93,8 @@ def _hybrid_searcher(index: SearchableIndex, encoder: Encoder, model: str | None
             live,
             use_image=mode != "text",
         )
-        order = np.argsort(-fusion.score(cands, mode, group), kind="stable")[:depth]
+        scores = fusion.score(cands, mode, group) if fusion is not None else rrf(cands, mode)
+        order = np.argsort(-scores, kind="stable")[:depth]
         rows = [int(cands.rows[i]) for i in order]
         return Answer([item["id"] for item in index.items(rows)], version, model)
 

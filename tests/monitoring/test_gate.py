@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -17,7 +18,9 @@ from monitoring.gate import GateThresholds, evaluate_gate, quality_gate
 from monitoring.history import SqliteHistory
 from monitoring.probe import has_text_channels, index_searcher, run_probes
 from monitoring.probe_set import probes_from_captions
+from store.hybrid import OTHER, HybridQuery, gather, rrf
 from store.layout import MANIFEST_FILE
+from store.lexical import analyze
 from store.manifest import IndexManifest
 from store.opening import open_version
 from store.verify import verify_version
@@ -182,6 +185,15 @@ def test_gate_probes_a_product_version_in_hybrid_mode(
     with open_version(settings.index_root, "products", report.version) as version:
         assert has_text_channels(version)
         want = run_probes(probes, index_searcher(version, encoder, mode="hybrid"), depth=settings.probe_depth)
+        # A stored fusion that cannot be parsed: probed as the service ranks it, by reciprocal rank.
+        channels = version.products
+        channels.info.fusion = {**channels.info.fusion, "hybrid": ["not", "a", "table"]}
+        text = records[0].captions["en"][0]
+        got = index_searcher(version, encoder, mode="hybrid")("en", text, 10)
+        embed = encoder.encode_text([text], languages=["en"]).embeds[0]
+        cands = gather(channels, HybridQuery(embed, analyze(text, "en"), OTHER), 10, version.live_mask())
+        order = np.argsort(-rrf(cands, "hybrid"), kind="stable")[:10]
+        assert got.ids == [item["id"] for item in version.items([int(cands.rows[i]) for i in order])]
     assert run_["mrv"] == want["mrv"] and run_["per_language"].keys() == want["per_language"].keys()
     for lang, measured in want["per_language"].items():
         quality = {k: v for k, v in measured.items() if not k.startswith("latency")}
