@@ -28,6 +28,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_IMAGE_BASE = "/v1/images"
 
+# What ``on_load`` raises on a version's own data (a malformed match calibration): the version is broken,
+# tried again at its next publish. Anything else (MemoryError, an ONNX/CUDA runtime error) may pass: tried
+# again at the next poll, as shards out of reach are (``IndexUnreachableError``, a data error by its class).
+_DATA_ERRORS = (ValueError, KeyError, TypeError, IndexFormatError)
+
 
 def image_base_of(name: str, default: str) -> str:
     """Where the images of served index ``name`` are served, ``default`` being the service's default index."""
@@ -120,10 +125,11 @@ class IndexHolder:
         # The last try to load found no version to serve that waiting could bring (none published, or
         # CURRENT's cannot be opened): tried again only when CURRENT changes (``loading``).
         self._gave_up = False
-        # When the first try that found the shards out of reach (nothing served) began: a failing try ending
-        # ``give_up_after_s`` (None: never) after it gives up too (``loading`` False), so shard deployments
-        # that never come up do not hold a process out of traffic for good; the poller still tries, and
-        # serves the version once they do. Time, not tries: one try on Ray may wait its open timeout.
+        # When the first try that found the shards out of reach, or failed to load on an error that may pass
+        # (``_DATA_ERRORS``), began (nothing served): a failing try ending ``give_up_after_s`` (None: never)
+        # after it gives up too (``loading`` False), so shard deployments that never come up do not hold a
+        # process out of traffic for good; the poller still tries, and serves the version once they do.
+        # Time, not tries: one try on Ray may wait its open timeout.
         self.give_up_after_s = give_up_after_s
         self._clock = clock
         self._unreachable_since: float | None = None
@@ -150,9 +156,9 @@ class IndexHolder:
     @property
     def loading(self) -> bool:
         """No version served yet, and one may still load without a new publish: not tried yet, or the last
-        try failed on shards out of reach (the poller tries again) for less than ``give_up_after_s``. False
-        once a version is served, or when none is published or the one CURRENT names failed to open (broken
-        files, another model)."""
+        try failed on shards out of reach or on a load error that may pass (the poller tries again) for less
+        than ``give_up_after_s``. False once a version is served, or when none is published or the one
+        CURRENT names failed to open (broken files, another model)."""
         return self._served is None and not self._gave_up
 
     @contextmanager
@@ -239,10 +245,12 @@ class IndexHolder:
                 return False
             if published is None:
                 return False
-            if served is not None and served.version == published:
-                # CURRENT names the served version (republished): an override ends, so the CURRENT it was
-                # made over, published again later, is followed.
+            if published != self._overridden:
+                # CURRENT names another version (a publish, the served one republished): the override ends
+                # whether or not that version loads, so the CURRENT it was made over, published again
+                # later (`ccrk index rollback`), is followed.
                 self._overridden = None
+            if served is not None and served.version == published:
                 return False
             if published == self._failed_version or published == self._overridden:
                 return False
@@ -278,8 +286,18 @@ class IndexHolder:
         if served is not None and served.version == target:
             return None
         began = self._clock()
+        published = None
+        if explicit:
+            # Read before the open and load (seconds): a version published meanwhile is a new publish that
+            # the poller follows, not the CURRENT this override is made over.
+            try:
+                published = self._last_published = self.published_version()
+            except OSError:  # unread: the CURRENT last read, the one the rollback was asked over
+                published = self._last_published
+        # The version CURRENT names is served as published (as a poll serves it), even one the gate refused.
+        gated = explicit and not force and target != published
         try:
-            if explicit and not force and version_refused(self.root, self.name, target):
+            if gated and version_refused(self.root, self.name, target):
                 raise ReloadFailedError(
                     f"version {target!r} of index {self.name!r} was refused by the quality gate; "
                     "add force=true to serve it anyway"
@@ -291,11 +309,13 @@ class IndexHolder:
         try:
             self._on_load(fresh)
         except Exception as exc:
-            # Work on the version's own data (the runtime calibrating its match labels): a version it fails
-            # on is refused as a broken one, whatever the error (a 409 at the admin route, not a 500; the
-            # traceback logged, as it may be a bug), and the index opened for it is closed.
+            # Work on the version's own data (the runtime calibrating its match labels): a data error refuses
+            # the version as a broken one, another error is tried again (``_DATA_ERRORS``); either way a 409
+            # at the admin route, not a 500, the traceback logged (it may be a bug), and the index opened
+            # for it closed.
             _close_logged(index)
-            raise self._failed(target, "load", began, exc, trace=True) from exc
+            passing = not isinstance(exc, _DATA_ERRORS)
+            raise self._failed(target, "load", began, exc, passing=passing, trace=True) from exc
         with self._lock:
             old, self._served = self._served, fresh
             close_old = False
@@ -307,30 +327,34 @@ class IndexHolder:
         self._gave_up = False
         self._unreachable_since = self._unreachable_version = None
         self._unread_since = self._unread = None  # served: a failed read no longer holds anything back
-        published = None
-        if explicit:
-            try:
-                published = self._last_published = self.published_version()
-            except OSError:  # unread: the CURRENT last read, the one the rollback was asked over
-                published = self._last_published
         self._overridden = published if published != target else None
         if close_old and old is not None:
-            old.index.close()
+            _close_logged(old.index)  # swapped already: a failed close must not skip on_swap
         log.info("serving index %s version %s (%d items)", self.name, fresh.version, len(index))
-        self._on_swap(fresh)
+        try:
+            self._on_swap(fresh)
+        except Exception:  # the swap happened: not a failed reload (the admin route's 500)
+            log.exception("after swapping in version %s of index %s", fresh.version, self.name)
         return fresh
 
     def _failed(
-        self, target: str, verb: str, began: float, exc: Exception, *, trace: bool = False
+        self,
+        target: str,
+        verb: str,
+        began: float,
+        exc: Exception,
+        *,
+        passing: bool = False,
+        trace: bool = False,
     ) -> ReloadFailedError:
         """Record that ``target`` could not be opened or loaded (the old version keeps serving) and return
-        the error to raise. Shards out of reach may come back (tried again at the next poll); broken files
-        or data do not (tried again at the next publish)."""
+        the error to raise. Shards out of reach, or an error that may pass (``passing``), may come back
+        (tried again at the next poll); broken files or data do not (tried again at the next publish)."""
         served = self._served
-        unreachable = isinstance(exc, IndexUnreachableError)
-        self._failed_version = None if unreachable else target
+        again = passing or isinstance(exc, IndexUnreachableError)
+        self._failed_version = None if again else target
         if (
-            unreachable
+            again
             and served is None
             and (self._unreachable_since is None or self._unreachable_version != target)
         ):

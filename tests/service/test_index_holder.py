@@ -537,14 +537,171 @@ def test_a_poll_serves_a_gate_refused_version_published_as_current(
     explicit version without ``force``."""
     good = write_version(tmp_path, catalogue, rows=list(range(30)))
     refused = write_version(tmp_path, catalogue, rows=list(range(10)), publish=False)
-    manifest_path = index_dir(tmp_path, INDEX_NAME) / refused / MANIFEST_FILE
-    manifest = IndexManifest.load(manifest_path)
-    manifest.build_params = {**manifest.build_params, "quality_gate": {"passed": False, "reasons": ["test"]}}
-    manifest.save(manifest_path)
+    _refuse(tmp_path, refused)
     holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None)
     try:
         assert holder.reload() is not None and holder.served.version == good
         publish_version(tmp_path, INDEX_NAME, refused)
         assert holder.check() is True and holder.served.version == refused
+    finally:
+        holder.close()
+
+
+def _refuse(root: Path, version: str) -> None:
+    """Record in ``version``'s manifest that the quality gate refused it."""
+    manifest_path = index_dir(root, INDEX_NAME) / version / MANIFEST_FILE
+    manifest = IndexManifest.load(manifest_path)
+    manifest.build_params = {**manifest.build_params, "quality_gate": {"passed": False, "reasons": ["test"]}}
+    manifest.save(manifest_path)
+
+
+def test_a_load_error_that_may_pass_is_tried_again_at_the_next_poll(
+    tmp_path: Path, catalogue: Catalogue
+) -> None:
+    """An ``on_load`` failing on something other than the version's data (a MemoryError, an ONNX/CUDA
+    runtime error while the runtime calibrates match labels) is tried again at the next poll, as shards out
+    of reach are: it refused the version for good, which held the index back (readiness 503) from the start
+    until a new publish. With nothing served it gives up after ``give_up_after_s``; the poller still tries."""
+    first = write_version(tmp_path, catalogue, rows=list(range(20)))
+    errors: list[Exception] = [MemoryError()]
+    loads: list[str] = []
+
+    def on_load(served: Served) -> None:
+        loads.append(served.version)
+        if errors:
+            raise errors.pop(0)
+
+    now = [0.0]
+    holder = waiting_holder(tmp_path, now, on_load=on_load)
+    try:
+        with pytest.raises(ReloadFailedError, match=first):
+            holder.reload()  # the start's try
+        assert holder.loading and holder.served is None
+        now[0] = 10.0
+        assert holder.check() is True and holder.served.version == first and loads == [first, first]
+        second = write_version(tmp_path, catalogue, rows=list(range(30)))
+        errors.append(RuntimeError("CUDA error: out of memory"))
+        assert holder.check() is False and holder.served.version == first
+        assert holder.check() is True and holder.served.version == second
+        errors.append(RuntimeError("CUDA error: out of memory"))
+        with pytest.raises(ReloadFailedError):
+            holder.reload(first)  # an admin rollback: the same
+        assert holder.reload(first) is not None and holder.served.version == first
+    finally:
+        holder.close()
+
+    errors.extend(RuntimeError("CUDA error: out of memory") for _ in range(3))
+    stuck = waiting_holder(tmp_path, now, on_load=on_load)
+    try:
+        with pytest.raises(ReloadFailedError):
+            stuck.reload()  # began at 10 s
+        now[0] = 309.0
+        assert stuck.check() is False and stuck.loading
+        now[0] = 310.0
+        assert stuck.check() is False and not stuck.loading  # waited 300 s: given up
+        assert stuck.check() is True and stuck.served.version == second  # the poller still tries
+    finally:
+        stuck.close()
+
+
+def test_a_publish_that_fails_to_load_ends_an_override(tmp_path: Path, catalogue: Catalogue) -> None:
+    """An admin rollback lasts until CURRENT names another version, whether or not that one loads: the
+    CURRENT the rollback was made over, republished after a broken publish (`ccrk index rollback`), is
+    served. It was skipped at every poll as the override's, and the rolled-back version stayed served."""
+    first = write_version(tmp_path, catalogue, rows=list(range(20)))
+    second = write_version(tmp_path, catalogue, rows=list(range(30)))
+    third = write_version(tmp_path, catalogue, rows=list(range(40)), publish=False)
+
+    def on_load(served: Served) -> None:
+        if served.version == third:
+            raise KeyError("default")  # broken data: refused for good
+
+    holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None, on_load=on_load)
+    try:
+        assert holder.reload() is not None and holder.served.version == second
+        assert holder.reload(first) is not None and holder.served.version == first
+        publish_version(tmp_path, INDEX_NAME, third)
+        assert holder.check() is False and holder.served.version == first
+        publish_version(tmp_path, INDEX_NAME, second)
+        assert holder.check() is True and holder.served.version == second
+    finally:
+        holder.close()
+
+
+def test_a_publish_during_an_admin_rollback_is_followed(tmp_path: Path, catalogue: Catalogue) -> None:
+    """A version published while an admin rollback opens and loads is a new publish, served at the next
+    poll: the rollback overrides the CURRENT read before its load. Read after it, the new version was taken
+    for the one overridden and never served."""
+    zero = write_version(tmp_path, catalogue, rows=list(range(10)))
+    first = write_version(tmp_path, catalogue, rows=list(range(20)))
+    newer = write_version(tmp_path, catalogue, rows=list(range(30)), publish=False)
+
+    def opener(root: Path, name: str, version: str | None = None, **kwargs: object) -> IndexVersion:
+        if version == zero:
+            publish_version(root, name, newer)  # lands while the rollback loads
+        return IndexVersion.open(root, name, version)
+
+    holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None, opener=opener)
+    try:
+        assert holder.reload() is not None and holder.served.version == first
+        assert holder.reload(zero) is not None and holder.served.version == zero
+        assert holder.check() is True and holder.served.version == newer
+    finally:
+        holder.close()
+
+
+def test_a_swap_stands_when_closing_the_old_version_or_on_swap_fails(
+    tmp_path: Path, catalogue: Catalogue
+) -> None:
+    """After the swap, a failing close of the old version (logged) does not skip ``on_swap`` (metrics,
+    monitor, huge pages), and a failing ``on_swap`` (logged) does not make the reload fail (the admin
+    route's 500): the new version is served either way."""
+    first = write_version(tmp_path, catalogue, rows=list(range(20)))
+    second = write_version(tmp_path, catalogue, rows=list(range(30)))
+    third = write_version(tmp_path, catalogue, rows=list(range(40)))
+    swapped: list[str] = []
+
+    def on_swap(served: Served) -> None:
+        swapped.append(served.version)
+        if served.version == third:
+            raise RuntimeError("monitor broke")
+
+    holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None, on_swap=on_swap)
+    try:
+        assert holder.reload(first) is not None
+        old = holder.served.index
+        real_close = old.close
+
+        def failing_close() -> None:
+            real_close()
+            raise OSError("munmap failed")
+
+        old.close = failing_close  # type: ignore[method-assign]
+        assert holder.reload(second) is not None and holder.served.version == second
+        assert swapped == [first, second]
+        assert holder.reload() is not None and holder.served.version == third
+        assert swapped == [first, second, third] and holder.last_error is None
+    finally:
+        holder.close()
+
+
+def test_an_admin_reload_of_the_published_version_passes_the_gate(
+    tmp_path: Path, catalogue: Catalogue
+) -> None:
+    """A refused version published as CURRENT (`ccrk index rollback --to V --force`) is served by an admin
+    reload naming it, as by a plain reload or a poll; another refused version still needs ``force``."""
+    good = write_version(tmp_path, catalogue, rows=list(range(30)))
+    refused = write_version(tmp_path, catalogue, rows=list(range(10)), publish=False)
+    other = write_version(tmp_path, catalogue, rows=list(range(15)), publish=False)
+    _refuse(tmp_path, refused)
+    _refuse(tmp_path, other)
+    holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None)
+    try:
+        assert holder.reload() is not None and holder.served.version == good
+        publish_version(tmp_path, INDEX_NAME, refused)
+        assert holder.reload(refused) is not None and holder.served.version == refused
+        with pytest.raises(ReloadFailedError, match="quality gate"):
+            holder.reload(other)
+        assert holder.reload(other, force=True) is not None and holder.served.version == other
     finally:
         holder.close()
