@@ -248,6 +248,20 @@ def inputs_key(
     return digest.hexdigest()[:16]
 
 
+def fusion_usable(fusion: dict | None) -> bool:
+    """Whether a parent's stored fusion may be carried forward: none (nothing calibrated), or one that
+    parses. One that does not is served by reciprocal rank (``service.search.hybrid``) until a build
+    calibrates again: a rebuild must not carry it forward, whether it takes the channels over whole or only
+    the calibration."""
+    if not fusion:
+        return True
+    try:
+        FusionModel.from_dict(fusion)
+    except IndexFormatError:
+        return False
+    return True
+
+
 def taken_over_calibration(reuse: ProductReuse | None, info: ProductInfo) -> ProductInfo | None:
     """CURRENT's channel info when its fusion calibration may be taken over by a version of ``info``'s
     fields and languages: the same ones, and the photo and text rows changed since it was calibrated
@@ -262,9 +276,7 @@ def taken_over_calibration(reuse: ProductReuse | None, info: ProductInfo) -> Pro
         return None
     if parent.calibration_code != CALIBRATION_CODE or parent.text_encoder != info.text_encoder:
         return None  # fitted by other calibration code, or on queries another acquirer embedded
-    try:
-        FusionModel.from_dict(parent.fusion)
-    except IndexFormatError:  # served by reciprocal rank until calibrated again: not carried forward
+    if not fusion_usable(parent.fusion):
         return None
     # Rows not carried over from a distinct row of CURRENT's (encoded here, or a second copy of one
     # carried row), or CURRENT's rows not carried over (changed or removed): a changed row is both, once.

@@ -39,6 +39,7 @@ from indexer.product_reuse import (
     RECALIBRATE_SHARE,
     FirstPhotos,
     ProductReuse,
+    fusion_usable,
     inputs_key,
     report_products,
     reused_texts,
@@ -321,7 +322,12 @@ def write_and_calibrate(
     ``linked_checksums``): tuning and calibrating again would find what they hold."""
     info.inputs_key = inputs_key(info, photos, texts, products, target_recall, catalogue_order)
     parent = reuse.stored if reuse is not None else None
-    if parent is not None and parent.info.inputs_key == info.inputs_key and photos.digests is not None:
+    if (
+        parent is not None
+        and parent.info.inputs_key == info.inputs_key
+        and photos.digests is not None
+        and fusion_usable(parent.info.fusion)
+    ):
         assert reuse is not None
         try:
             link_channels(parent.path, stage, {} if linked is None else linked)

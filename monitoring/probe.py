@@ -48,9 +48,11 @@ SearchFn = Callable[[str, str, int], Answer]  # (lang, text, depth) -> answer
 
 
 def has_text_channels(index: SearchableIndex) -> bool:
-    """Whether a version holds searched text fields (``store.products``): hybrid search applies."""
+    """Whether a version holds searched text fields (``store.products``): hybrid search applies, as the
+    service's default mode says (``store.products.default_mode``), fused as calibrated or, with nothing
+    usable calibrated, by reciprocal rank."""
     products = getattr(index, "products", None)
-    return bool(products is not None and products.info.texts and products.info.fusion)
+    return bool(products is not None and products.info.texts)
 
 
 def index_searcher(

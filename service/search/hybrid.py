@@ -101,6 +101,14 @@ class HybridPage:
     match_score: float | None = None  # what ``label`` reads (None: nothing labelled)
 
 
+def stored_languages(fusion: Any) -> list[str]:
+    """The catalogue languages a stored fusion names, read leniently: where it cannot be parsed (searched by
+    reciprocal rank), an uncertain query is still read for the shop's languages, as with a fusion fitted
+    by reciprocal rank (``indexer.fusion_calibration``: too little text)."""
+    languages = fusion.get("languages") if isinstance(fusion, dict) else None
+    return [x for x in languages if isinstance(x, str)] if isinstance(languages, list) else []
+
+
 def label_of(score: float, params: GroupParams | None) -> MatchLabel | None:
     """A match score's label by a group's thresholds (``indexer.match_calibration.MatchThresholds``); None
     where nothing was calibrated."""
@@ -195,7 +203,7 @@ class HybridRanker:
         fusion = self.fusion(channels)
         lang = language.code if language.code != "und" else None
         certain = is_certain(language)
-        catalogue = fusion.languages if fusion else []
+        catalogue = fusion.languages if fusion else stored_languages(channels.info.fusion)
         readings = [analyze(text, lang)] if certain else readings_of(text, [lang, *catalogue])
         terms = union_of(readings)
         group = fusion.group_of([lang]) if fusion else OTHER
@@ -270,7 +278,9 @@ class HybridRanker:
             items,
             offset,
             params,
-            fusion,
+            # How the scores were fused: the photos' cosines alone in image mode, reciprocal rank where
+            # nothing usable was calibrated.
+            fusion.method if fusion else ("none" if mode == "image" else "rrf"),
             group,
             explain,
             served.image_base,
@@ -328,7 +338,7 @@ class HybridRanker:
         items: list[dict[str, Any]],
         offset: int,
         params: GroupParams | None,
-        fusion: FusionModel | None,
+        method: str,
         group: str,
         explain: bool,
         image_base: str,
@@ -360,7 +370,7 @@ class HybridRanker:
                 lexical = texts.get(int(cands.lexical[i]))
                 hit.explain = HitExplanation(
                     fused=score,
-                    method=fusion.method if fusion else "none",
+                    method=method,
                     group=group,
                     channels={
                         name: ChannelScore(

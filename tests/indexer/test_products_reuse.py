@@ -524,29 +524,43 @@ def test_photos_added_by_add_are_reused_by_the_next_build(
         assert a[name].tobytes() == b[name].tobytes(), name
 
 
-def test_a_parent_fusion_that_cannot_be_parsed_is_not_taken_over() -> None:
-    """A rebuild within the recalibration share takes CURRENT's fusion over, unless it cannot be parsed (a
-    hand-edited version, served by reciprocal rank): then it calibrates again rather than carry it forward."""
-    from types import SimpleNamespace
+def _break_fusion(folder: Path) -> dict[str, Any]:
+    """The version's stored fusion made unparseable as a builder's bug would write it (its checksum
+    recorded); returns the good one."""
+    from store.layout import MANIFEST_FILE, sha256_file
+    from store.manifest import IndexManifest
 
-    from indexer.fusion_calibration import CALIBRATION_CODE
-    from indexer.product_reuse import ProductReuse, taken_over_calibration
-    from store.products import ProductInfo
+    info = json.loads((folder / PRODUCTS_FILE).read_text(encoding="utf-8"))
+    good = info["fusion"]
+    info["fusion"] = {**good, "hybrid": ["not", "a", "table"]}
+    (folder / PRODUCTS_FILE).write_text(json.dumps(info), encoding="utf-8")
+    recorded = IndexManifest.load(folder / MANIFEST_FILE)
+    recorded.checksums[PRODUCTS_FILE] = sha256_file(folder / PRODUCTS_FILE)
+    recorded.save(folder / MANIFEST_FILE)
+    return good
 
-    good = {
-        "method": "rrf",
-        "languages": [],
-        "hybrid": {"other": {"weights": []}},
-        "text": {"other": {"weights": []}},
-    }
-    info = ProductInfo(
-        fields=["title"], text_languages=["en"], language_counts={"en": 100}, photos=100, texts=100,
-        calibration_code=CALIBRATION_CODE,
-    )  # fmt: skip
-    for fusion, taken in ((good, True), ({**good, "hybrid": ["not", "a", "table"]}, False)):
-        parent = ProductInfo(**{**info.__dict__, "fusion": fusion})
-        reuse = ProductReuse(
-            SimpleNamespace(info=parent),  # type: ignore[arg-type]
-            parent_version="v1", photos_reused=100, texts_reused=100, photos_carried=100, texts_carried=100,
-        )  # fmt: skip
-        assert (taken_over_calibration(reuse, info) is not None) is taken
+
+def test_a_parent_fusion_that_cannot_be_parsed_is_not_carried_forward(
+    product_settings: Settings, catalogue: Path, tmp_path: Path
+) -> None:
+    """A parent whose stored fusion cannot be parsed (served by reciprocal rank) is neither linked whole by
+    a rebuild of the same photos and values nor has its calibration taken over after a small change: the
+    rebuild calibrates again, and its version verifies."""
+    settings = product_settings
+    manifest, rows = _shop(catalogue, tmp_path)
+    first = build("shop", [manifest], settings=settings)
+    good = _break_fusion(_vdir(settings, first.version))
+    assert verify_version(settings.index_root, "shop", first.version) != []
+    _touch(rows)  # the same photos and values (else nothing is built at all: "already published")
+    again = build("shop", [manifest], settings=settings)
+    assert not any(note.startswith(TAKEN_OVER) for note in again.notes), again.notes
+    fresh = json.loads((_vdir(settings, again.version) / PRODUCTS_FILE).read_text(encoding="utf-8"))
+    assert fresh["fusion"] == good and fresh["calibrated_in"] == "", again.notes
+    assert verify_version(settings.index_root, "shop", again.version) == []
+    _break_fusion(_vdir(settings, again.version))
+    rows[8]["title"] = "a brand new title for product eight"  # 1 of 72 rows: within the 5 % taken over
+    changed = build("shop", [_write(manifest.parent, rows)], settings=settings)
+    assert not any(note.startswith(TAKEN_OVER) for note in changed.notes), changed.notes
+    info = json.loads((_vdir(settings, changed.version) / PRODUCTS_FILE).read_text(encoding="utf-8"))
+    assert info["calibrated_in"] == "" and isinstance(info["fusion"]["hybrid"], dict)
+    assert verify_version(settings.index_root, "shop", changed.version) == []

@@ -194,6 +194,9 @@ def test_gate_probes_a_product_version_in_hybrid_mode(
         cands = gather(channels, HybridQuery(embed, analyze(text, "en"), OTHER), 10, version.live_mask())
         order = np.argsort(-rrf(cands, "hybrid"), kind="stable")[:10]
         assert got.ids == [item["id"] for item in version.items([int(cands.rows[i]) for i in order])]
+        channels.info.fusion = {}  # nothing calibrated: searched (and probed) by reciprocal rank too
+        assert has_text_channels(version)
+        assert index_searcher(version, encoder, mode="hybrid")("en", text, 10).ids == got.ids
     assert run_["mrv"] == want["mrv"] and run_["per_language"].keys() == want["per_language"].keys()
     for lang, measured in want["per_language"].items():
         quality = {k: v for k, v in measured.items() if not k.startswith("latency")}

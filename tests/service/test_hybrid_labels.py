@@ -204,9 +204,30 @@ def test_a_stored_fusion_that_cannot_be_parsed_is_searched_by_reciprocal_rank(
             assert [h.id for h in page.hits] == [f"i{r}" for r in range(N)]
             if mode == "hybrid":
                 assert [h.score for h in page.hits] == pytest.approx(rrf_scores)
-            assert {h.explain.method for h in page.hits if h.explain} == {"none"}
+            assert {h.explain.method for h in page.hits if h.explain} == {"rrf"}
             if mode == "text":
                 assert page.label is None and page.thresholds is None
             else:
                 assert page.label == "none" and page.thresholds.none_below == 0.99  # type: ignore[union-attr]
     assert caplog.text.count("fused by reciprocal rank") == len(MALFORMED_FUSIONS)
+
+
+def test_a_fusion_that_cannot_be_parsed_still_reads_an_uncertain_query_for_the_shops_languages(
+    ask: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Searched by reciprocal rank, a version whose fusion cannot be parsed still analyses a query of
+    uncertain language for each language the shop writes in (as one fitted by reciprocal rank does), read
+    leniently from what it stores."""
+    asked: list[list[str | None]] = []
+    real = hybrid.readings_of
+
+    def readings_of(text: str, languages: list[str | None]) -> list[list[str]]:
+        asked.append(list(languages))
+        return real(text, languages)
+
+    monkeypatch.setattr(hybrid, "readings_of", readings_of)
+    stored = {**_fusion(english=0.0, other=0.0).to_dict(), "languages": ["de", "sv", 3]}
+    stored["hybrid"] = ["not", "a", "table"]
+    _search(hybrid.HybridRanker(), _channels(stored), UNSURE, "hybrid")
+    assert asked == [["en", "de", "sv"]]
+    assert hybrid.stored_languages(["de"]) == hybrid.stored_languages({"languages": "de"}) == []

@@ -123,5 +123,6 @@ def test_a_version_whose_stored_fusion_cannot_be_parsed_verifies_with_it_named_a
             response = client.post("/v1/search", json=case["request"])
             assert response.status_code == 200, response.text
             results = response.json()["results"]
-            assert {h["explain"]["method"] for h in results} <= {"none"}, case["request"]
+            fused = "none" if case["request"].get("mode") == "image" else "rrf"
+            assert {h["explain"]["method"] for h in results} <= {fused}, case["request"]
             assert results or "sort" in case["request"], case["request"]  # a sort cuts at "weak"
