@@ -32,6 +32,10 @@ DEFAULT_IMAGE_BASE = "/v1/images"
 # tried again at its next publish. Anything else (MemoryError, an ONNX/CUDA runtime error) may pass: tried
 # again at the next poll, as shards out of reach are (``IndexUnreachableError``, a data error by its class).
 _DATA_ERRORS = (ValueError, KeyError, TypeError, IndexFormatError)
+# Tries of one version whose load failed on an error that may pass before it is refused as a broken one
+# until its next publish: an error of its own data outside ``_DATA_ERRORS`` (IndexError, a faiss
+# RuntimeError) would otherwise reopen and recalibrate it (seconds of CPU) at every poll, for good.
+LOAD_TRIES = 3
 
 
 def image_base_of(name: str, default: str) -> str:
@@ -148,6 +152,8 @@ class IndexHolder:
         # The version CURRENT named at its last successful read: the one a rollback is taken to be made over
         # when CURRENT cannot be read just then (else the next poll that reads it undoes the rollback).
         self._last_published: str | None = None
+        # The version whose load last failed on an error that may pass, and how many times in a row.
+        self._passing: tuple[str, int] | None = None
 
     @property
     def served(self) -> Served | None:
@@ -283,19 +289,25 @@ class IndexHolder:
         against the quality gate, an override of CURRENT) or read from CURRENT (a publish: served as
         published, as at the start, also a refused version published with ``--force``)."""
         served = self._served
-        if served is not None and served.version == target:
-            return None
         began = self._clock()
-        published = None
+        published, read = None, False
         if explicit:
             # Read before the open and load (seconds): a version published meanwhile is a new publish that
             # the poller follows, not the CURRENT this override is made over.
             try:
                 published = self._last_published = self.published_version()
+                read = True
             except OSError:  # unread: the CURRENT last read, the one the rollback was asked over
                 published = self._last_published
-        # The version CURRENT names is served as published (as a poll serves it), even one the gate refused.
-        gated = explicit and not force and target != published
+        if served is not None and served.version == target:
+            if explicit and published is not None and published != target:
+                self._overridden = published  # kept over a CURRENT the poller has not swapped in yet
+            return None
+        # The version CURRENT names is served as published (as a poll serves it), even one the gate refused;
+        # only as read now: a CURRENT last read earlier may have moved on.
+        gated = explicit and not force and not (read and target == published)
+        # An admin's try of a version CURRENT does not name changes nothing of how CURRENT's is waited for.
+        follows = not explicit or target == published
         try:
             if gated and version_refused(self.root, self.name, target):
                 raise ReloadFailedError(
@@ -304,7 +316,7 @@ class IndexHolder:
                 )
             index = self._open(self.root, self.name, target, expect_fingerprint=self.expect_fingerprint)
         except (OSError, IndexFormatError, ValueError) as exc:
-            raise self._failed(target, "open", began, exc) from exc
+            raise self._failed(target, "open", began, exc, follows=follows) from exc
         fresh = Served(index, image_base=self.image_base)
         try:
             self._on_load(fresh)
@@ -315,7 +327,8 @@ class IndexHolder:
             # for it closed.
             _close_logged(index)
             passing = not isinstance(exc, _DATA_ERRORS)
-            raise self._failed(target, "load", began, exc, passing=passing, trace=True) from exc
+            failure = self._failed(target, "load", began, exc, passing=passing, follows=follows, trace=True)
+            raise failure from exc
         with self._lock:
             old, self._served = self._served, fresh
             close_old = False
@@ -324,6 +337,7 @@ class IndexHolder:
                 close_old = old.leases == 0
         self.last_error = None
         self._failed_version = None
+        self._passing = None
         self._gave_up = False
         self._unreachable_since = self._unreachable_version = None
         self._unread_since = self._unread = None  # served: a failed read no longer holds anything back
@@ -345,24 +359,32 @@ class IndexHolder:
         exc: Exception,
         *,
         passing: bool = False,
+        follows: bool = True,
         trace: bool = False,
     ) -> ReloadFailedError:
         """Record that ``target`` could not be opened or loaded (the old version keeps serving) and return
-        the error to raise. Shards out of reach, or an error that may pass (``passing``), may come back
-        (tried again at the next poll); broken files or data do not (tried again at the next publish)."""
+        the error to raise. Shards out of reach, or an error that may pass (``passing``, ``LOAD_TRIES``
+        times in a row), may come back (tried again at the next poll); broken files or data do not (tried
+        again at the next publish). ``follows`` False (an admin's try of a version CURRENT does not name):
+        only the error is recorded, not how CURRENT's version is waited for."""
         served = self._served
-        again = passing or isinstance(exc, IndexUnreachableError)
-        self._failed_version = None if again else target
-        if (
-            again
-            and served is None
-            and (self._unreachable_since is None or self._unreachable_version != target)
-        ):
-            # A new publish (its shards may just be starting) gets its own wait, even after the last
-            # version's gave up.
-            self._unreachable_since, self._unreachable_version = began, target
-        self._gave_up = self._failed_version is not None or self._waited(self._unreachable_since)
         message = f"cannot {verb} version {target!r} of index {self.name!r}: {exc}"
+        if follows:
+            if passing:
+                tries = self._passing[1] + 1 if self._passing and self._passing[0] == target else 1
+                self._passing = (target, tries)
+                passing = tries < LOAD_TRIES
+            again = passing or isinstance(exc, IndexUnreachableError)
+            self._failed_version = None if again else target
+            if (
+                again
+                and served is None
+                and (self._unreachable_since is None or self._unreachable_version != target)
+            ):
+                # A new publish (its shards may just be starting) gets its own wait, even after the last
+                # version's gave up.
+                self._unreachable_since, self._unreachable_version = began, target
+            self._gave_up = self._failed_version is not None or self._waited(self._unreachable_since)
         self.last_error = message
         log.error("%s; still serving %s", message, served.version if served else "nothing", exc_info=trace)
         self._on_failure(message)

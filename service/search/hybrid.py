@@ -101,12 +101,17 @@ class HybridPage:
     match_score: float | None = None  # what ``label`` reads (None: nothing labelled)
 
 
-def stored_languages(fusion: Any) -> list[str]:
-    """The catalogue languages a stored fusion names, read leniently: where it cannot be parsed (searched by
-    reciprocal rank), an uncertain query is still read for the shop's languages, as with a fusion fitted
-    by reciprocal rank (``indexer.fusion_calibration``: too little text)."""
+def stored_languages(info: Any) -> list[str]:
+    """The catalogue languages a version's stored fusion names, read leniently, among those its text values
+    are in: where the fusion cannot be parsed (searched by reciprocal rank), an uncertain query is still
+    read for the shop's languages, as with a fusion fitted by reciprocal rank (``indexer.fusion_calibration``:
+    too little text), and a damaged list adds no reading the text could match."""
+    fusion = info.fusion
     languages = fusion.get("languages") if isinstance(fusion, dict) else None
-    return [x for x in languages if isinstance(x, str)] if isinstance(languages, list) else []
+    if not isinstance(languages, list):
+        return []
+    written = set(getattr(info, "language_counts", None) or {})
+    return [x for x in languages if isinstance(x, str) and x in written]
 
 
 def label_of(score: float, params: GroupParams | None) -> MatchLabel | None:
@@ -203,7 +208,7 @@ class HybridRanker:
         fusion = self.fusion(channels)
         lang = language.code if language.code != "und" else None
         certain = is_certain(language)
-        catalogue = fusion.languages if fusion else stored_languages(channels.info.fusion)
+        catalogue = fusion.languages if fusion else stored_languages(channels.info)
         readings = [analyze(text, lang)] if certain else readings_of(text, [lang, *catalogue])
         terms = union_of(readings)
         group = fusion.group_of([lang]) if fusion else OTHER
@@ -278,8 +283,8 @@ class HybridRanker:
             items,
             offset,
             params,
-            # How the scores were fused: the photos' cosines alone in image mode, reciprocal rank where
-            # nothing usable was calibrated.
+            # The version's fusion method (as since it was first written, image mode included), else how the
+            # scores were fused: the photos' cosines alone in image mode, reciprocal rank otherwise.
             fusion.method if fusion else ("none" if mode == "image" else "rrf"),
             group,
             explain,

@@ -226,8 +226,11 @@ def test_a_fusion_that_cannot_be_parsed_still_reads_an_uncertain_query_for_the_s
         return real(text, languages)
 
     monkeypatch.setattr(hybrid, "readings_of", readings_of)
-    stored = {**_fusion(english=0.0, other=0.0).to_dict(), "languages": ["de", "sv", 3]}
+    stored = {**_fusion(english=0.0, other=0.0).to_dict(), "languages": ["de", "sv", 3, "xx"]}
     stored["hybrid"] = ["not", "a", "table"]
-    _search(hybrid.HybridRanker(), _channels(stored), UNSURE, "hybrid")
+    channels = _channels(stored)
+    channels.info.language_counts = {"en": 5, "de": 3, "sv": 2}  # "xx": no text value is in it
+    _search(hybrid.HybridRanker(), channels, UNSURE, "hybrid")
     assert asked == [["en", "de", "sv"]]
-    assert hybrid.stored_languages(["de"]) == hybrid.stored_languages({"languages": "de"}) == []
+    for damaged in (["de"], {"languages": "de"}):
+        assert hybrid.stored_languages(SimpleNamespace(fusion=damaged, language_counts={"de": 1})) == []
