@@ -205,8 +205,10 @@ def calibrate(
     rng = np.random.default_rng(SEED)
     catalogue = catalogue_languages(languages)
     queries = pseudo_queries(texts, products, rng, catalogue_order)
-    if len(queries) < 10:
-        return Calibration(_default_model(catalogue), {"pseudo_queries": len(queries), "method": "rrf"})
+    if len(queries) < 10:  # too little text to calibrate on: reciprocal rank, no fused match labels
+        return Calibration(
+            FusionModel.reciprocal_rank(catalogue), {"pseudo_queries": len(queries), "method": "rrf"}
+        )
     acquired = set(encoder.acquired_languages)
     embeds = np.zeros((len(queries), encoder.config.embed_dim), np.float32)
     for lo in range(0, len(queries), 64):
@@ -265,7 +267,7 @@ def calibrate(
         report["held_out"].setdefault(method, {})["mean"] = round(sum(s * n for s, n in scores) / total, 4)
     chosen = fitted[best_method]
     if OTHER not in chosen["hybrid"]:
-        return Calibration(_default_model(catalogue), {**report, "method": "rrf"})
+        return Calibration(FusionModel.reciprocal_rank(catalogue), {**report, "method": "rrf"})
     written = {lang for lang in texts.langs if lang != "und"}
     if len(written) <= 1 and best_method != "rrf":
         # One language written: a foreign query's match to the shop's text cannot be simulated (every
@@ -342,9 +344,3 @@ def choose_method(out_of_fold: dict[str, np.ndarray], query_of: np.ndarray) -> s
         if means[method] >= means[best] - error:
             return method
     return best
-
-
-def _default_model(catalogue: list[str]) -> FusionModel:
-    """Too little text to calibrate on: reciprocal-rank fusion, no fused match labels."""
-    params = {OTHER: GroupParams(weights=[])}
-    return FusionModel("rrf", params, dict(params), catalogue)

@@ -253,13 +253,7 @@ def fusion_usable(fusion: dict | None) -> bool:
     parses. One that does not is served by reciprocal rank (``service.search.hybrid``) until a build
     calibrates again: a rebuild must not carry it forward, whether it takes the channels over whole or only
     the calibration."""
-    if not fusion:
-        return True
-    try:
-        FusionModel.from_dict(fusion)
-    except IndexFormatError:
-        return False
-    return True
+    return FusionModel.stored(fusion).problem is None
 
 
 def taken_over_calibration(reuse: ProductReuse | None, info: ProductInfo) -> ProductInfo | None:

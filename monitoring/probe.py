@@ -22,8 +22,7 @@ from model.metrics import mrv, mrv_std, recall_at_k
 from model.runtime import Encoder
 from monitoring.consistency import consistency_report
 from monitoring.probe_set import Probe
-from store.errors import IndexFormatError
-from store.hybrid import OTHER, FusionModel, HybridQuery, gather, rrf
+from store.hybrid import FusionModel, HybridQuery, gather
 from store.lexical import analyze
 from store.reader import SearchableIndex
 
@@ -78,16 +77,15 @@ def _hybrid_searcher(index: SearchableIndex, encoder: Encoder, model: str | None
     if not has_text_channels(index):
         raise ProbeError(f"mode {mode!r} needs a version built with text fields (--text-fields)")
     channels = index.products  # type: ignore[attr-defined]
-    try:
-        fusion = FusionModel.from_dict(channels.info.fusion) if channels.info.fusion else None
-    except IndexFormatError:  # as the service ranks it (``service.search.hybrid.HybridRanker.fusion``)
-        fusion = None
+    # As the service ranks it (``service.search.hybrid.HybridRanker.fusion``): reciprocal rank in place of a
+    # missing or unparseable stored fusion.
+    fusion = FusionModel.stored(channels.info.fusion).model
     live = index.live_mask() if hasattr(index, "live_mask") else None
     version = index.manifest.version
 
     def search(lang: str, text: str, depth: int) -> Answer:
         embed = encoder.encode_text([text], languages=[lang]).embeds[0]
-        group = fusion.group_of([lang]) if fusion is not None else OTHER
+        group = fusion.group_of([lang])
         cands = gather(
             channels,
             HybridQuery(embed, analyze(text, lang), group),
@@ -95,7 +93,7 @@ def _hybrid_searcher(index: SearchableIndex, encoder: Encoder, model: str | None
             live,
             use_image=mode != "text",
         )
-        scores = fusion.score(cands, mode, group) if fusion is not None else rrf(cands, mode)
+        scores = fusion.score(cands, mode, group)
         order = np.argsort(-scores, kind="stable")[:depth]
         rows = [int(cands.rows[i]) for i in order]
         return Answer([item["id"] for item in index.items(rows)], version, model)

@@ -71,7 +71,7 @@ class MatchJudge:
             return None
         try:
             return MatchCalibration.from_dict(recorded)
-        except (KeyError, TypeError, ValueError) as exc:
+        except ValueError as exc:  # all that ``from_dict`` raises on what is not a calibration
             log.warning(
                 "version %s: unreadable match calibration (%s); measuring it afresh", served.version, exc
             )

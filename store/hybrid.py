@@ -264,6 +264,29 @@ class FusionModel:
                     raise IndexFormatError(f"products.json: fusion {mode}/{group}: {problem}")
         return model
 
+    @classmethod
+    def reciprocal_rank(cls, languages: Sequence[str] = ()) -> FusionModel:
+        """Reciprocal-rank fusion, nothing fitted: one ``other`` group without weights or match model, so no
+        fused match labels. What a build with too little text to calibrate on stores
+        (``indexer.fusion_calibration``), and what a search uses in place of a stored fusion that is missing
+        or cannot be parsed (``stored``); ``languages``: the catalogue's, as an uncertain query is read."""
+        params = {OTHER: GroupParams(weights=[])}
+        return cls("rrf", params, dict(params), list(languages))
+
+    @classmethod
+    def stored(cls, data: Any, languages_fallback: Sequence[str] = ()) -> StoredFusion:
+        """The fusion a version's searches use, from what its ``products.json`` stores: the stored model, or
+        where there is none (nothing calibrated) or it cannot be parsed, ``reciprocal_rank`` over
+        ``languages_fallback`` with the problem named. Not refused: a version whose photos and text still
+        search is better served than none (``service.search.hybrid.HybridRanker.fusion``), and ``ccrk index
+        verify`` names the problem (``store.verify``)."""
+        if not data:
+            return StoredFusion(cls.reciprocal_rank(languages_fallback), stand_in=True)
+        try:
+            return StoredFusion(cls.from_dict(data))
+        except IndexFormatError as exc:
+            return StoredFusion(cls.reciprocal_rank(languages_fallback), str(exc), stand_in=True)
+
     def group_of(self, languages: Sequence[str | None]) -> str:
         """The group of a query read as ``languages`` (most likely first): the first of them the catalogue
         is written in, else ``other``."""
@@ -279,6 +302,15 @@ class FusionModel:
     def score(self, candidates: Candidates, mode: str, group: str) -> np.ndarray:
         """The fused score of every candidate (higher is better)."""
         return fuse(self.method, candidates, self.params(mode, group), mode)
+
+
+@dataclass(frozen=True)
+class StoredFusion:
+    """A version's fusion as searched (``FusionModel.stored``)."""
+
+    model: FusionModel
+    problem: str | None = None  # why the stored model is not used: it cannot be parsed (None: no problem)
+    stand_in: bool = False  # ``model`` is reciprocal rank in place of a missing or unparseable stored one
 
 
 MATCH_FEATURES = ("image", "text", "lexical")  # raw, comparable across queries (no per-query scaling)

@@ -135,11 +135,10 @@ def _fusion_problems(path: Path) -> list[str]:
         return []
     try:
         fusion = ProductInfo.load(path / PRODUCTS_FILE).fusion
-        if fusion:
-            FusionModel.from_dict(fusion)
     except IndexFormatError as exc:
         return [str(exc)]
-    return []
+    problem = FusionModel.stored(fusion).problem
+    return [problem] if problem is not None else []
 
 
 def verify_version(

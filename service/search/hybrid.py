@@ -34,7 +34,6 @@ from service.schemas import (
     SortBy,
 )
 from service.search.responses import image_url
-from store.errors import IndexFormatError
 from store.hybrid import (
     CANDIDATES,
     CHANNELS,
@@ -44,10 +43,10 @@ from store.hybrid import (
     FusionModel,
     GroupParams,
     HybridQuery,
+    StoredFusion,
     gather,
     match_scores,
     query_match_score,
-    rrf,
 )
 from store.lexical import analyze, readings_of, union_of
 from store.products import ProductChannels
@@ -94,7 +93,7 @@ def allowed_mask(served: Served, rows: np.ndarray | None) -> np.ndarray | None:
 class HybridPage:
     hits: list[SearchHit]
     label: MatchLabel | None
-    thresholds: GroupParams | None
+    thresholds: GroupParams | None  # what the labels read (None: nothing is labelled)
     search_s: float
     rerank_s: float = 0.0
     reranked: int = 0  # products the fusion encoder scored; 0 when not re-ranked
@@ -146,19 +145,17 @@ class HybridRanker:
 
     def __init__(self) -> None:
         # Each served version's fusion model, parsed once (not on every query); dropped with the version.
-        self._models: weakref.WeakKeyDictionary[ProductChannels, FusionModel | None] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._models: weakref.WeakKeyDictionary[ProductChannels, StoredFusion] = weakref.WeakKeyDictionary()
         self._parsing = threading.Lock()  # one parse, and one warning, per version
 
-    def fusion(self, channels: ProductChannels) -> FusionModel | None:
-        """The version's fusion model; None where nothing was calibrated (too little text) or where the
-        stored model cannot be parsed (a damaged or hand-edited ``products.json``). Such a version is searched
-        as one with too little text: its channels fused by reciprocal rank, without fused match labels, and
-        a warning logged once. Not refused at load: replicas started after the publish would then serve no
-        version of the index at all (every search 503) while older ones kept the previous version, and a
-        version whose photos and text still search is better served than none. ``ccrk index verify`` names
-        the problem."""
+    def fusion(self, channels: ProductChannels) -> StoredFusion:
+        """The version's fusion (``FusionModel.stored``): the stored model, or reciprocal rank in its place
+        where none was stored or it cannot be parsed (a damaged or hand-edited ``products.json``; a warning
+        logged once). Such a version is searched as one with too little text: its channels fused by
+        reciprocal rank, without fused match labels. Not refused at load: replicas started after the publish
+        would then serve no version of the index at all (every search 503) while older ones kept the
+        previous version, and a version whose photos and text still search is better served than none.
+        ``ccrk index verify`` names the problem."""
         try:
             return self._models[channels]
         except KeyError:
@@ -166,18 +163,15 @@ class HybridRanker:
         with self._parsing:
             if channels in self._models:
                 return self._models[channels]
-            data = channels.info.fusion
-            try:
-                model = FusionModel.from_dict(data) if data else None
-            except IndexFormatError as exc:
+            stored = FusionModel.stored(channels.info.fusion, stored_languages(channels.info))
+            if stored.problem is not None:
                 log.warning(
                     "%s: %s; its products are fused by reciprocal rank, without fused match labels",
                     channels.path,
-                    exc,
+                    stored.problem,
                 )
-                model = None
-            self._models[channels] = model
-            return model
+            self._models[channels] = stored
+            return stored
 
     def text(
         self,
@@ -205,13 +199,14 @@ class HybridRanker:
         strong_from of the dual encoder's cosine): labels where nothing was calibrated for the fused score
         (image mode, a catalogue with too little text), read on the best photo's cosine."""
         start = time.perf_counter()
-        fusion = self.fusion(channels)
+        stored = self.fusion(channels)
+        fusion = stored.model
         lang = language.code if language.code != "und" else None
         certain = is_certain(language)
-        catalogue = fusion.languages if fusion else stored_languages(channels.info)
-        readings = [analyze(text, lang)] if certain else readings_of(text, [lang, *catalogue])
+        readings = [analyze(text, lang)] if certain else readings_of(text, [lang, *fusion.languages])
         terms = union_of(readings)
-        group = fusion.group_of([lang]) if fusion else OTHER
+        # A stand-in's only group is ``other``, as its explanations say (its languages: what is read for).
+        group = OTHER if stored.stand_in else fusion.group_of([lang])
         mask = allowed_mask(served, allowed_rows)
         cands = gather(
             channels,
@@ -223,8 +218,6 @@ class HybridRanker:
         )
         if mode == "image":  # the photos' cosines
             scores, params = cands.features[:, 0].copy(), None
-        elif fusion is None:  # nothing calibrated (too little text): reciprocal-rank fusion
-            scores, params = rrf(cands, mode), None
         else:
             scores, params = fusion.score(cands, mode, group), fusion.params(mode, group)
         order = np.argsort(-scores, kind="stable")
@@ -248,7 +241,7 @@ class HybridRanker:
         else:
             quality = match_scores(cands, params, mode, scores) if params is not None else scores
         top = query_match_score(cands, quality, order, params)
-        if not certain and fusion is not None and mode != "image" and group != OTHER:
+        if not certain and mode != "image" and group != OTHER:
             params, quality, top = self._uncertain_labels(
                 fusion, cands, mode, group, order, params, quality, top
             )
@@ -283,15 +276,16 @@ class HybridRanker:
             items,
             offset,
             params,
-            # The version's fusion method (as since it was first written, image mode included), else how the
-            # scores were fused: the photos' cosines alone in image mode, reciprocal rank otherwise.
-            fusion.method if fusion else ("none" if mode == "image" else "rrf"),
+            # The version's fusion method (as since it was first written, image mode included); a stand-in's,
+            # how the scores were fused: the photos' cosines alone in image mode, reciprocal rank otherwise.
+            "none" if stored.stand_in and mode == "image" else fusion.method,
             group,
             explain,
             served.image_base,
         )
         label = label_of(top, params) if top is not None else None
-        return HybridPage(hits, label, params, search_s, rerank_s, head, top if label is not None else None)
+        labelled = params if params is not None and params.none_below is not None else None
+        return HybridPage(hits, label, labelled, search_s, rerank_s, head, top if label is not None else None)
 
     @staticmethod
     def _uncertain_labels(

@@ -210,7 +210,7 @@ class SearchPipeline:
                 hits=judged.hits,
                 label=judged.label,
                 thresholds=MatchThresholdsInfo(**vars(judged.thresholds)),
-                match_score=judged.score if judged.label is not None else None,
+                match_score=judged.score,  # None exactly where nothing is labelled (no top score)
                 language=language,
                 ranked=ranked,
                 encode_s=encode_s,

@@ -130,7 +130,8 @@ class ResponseBuilder:
         encode_s: float,
         start: float,
     ) -> SearchResponse:
-        """A products / hybrid search answer (``service.search.hybrid``)."""
+        """A products / hybrid search answer (``service.search.hybrid``): ``match_score`` is what ``label``
+        reads, None where nothing is labelled (``HybridPage.match_score``), so only with thresholds."""
         thresholds = None
         if params is not None and params.none_below is not None:
             # No strong_from (a hand-edited version): nothing is labelled strong (``hybrid.label_of``).
@@ -148,7 +149,7 @@ class ResponseBuilder:
             cached=False,
             match=label,
             match_thresholds=thresholds,
-            match_score=match_score if thresholds is not None else None,
+            match_score=match_score,
         )
 
     def visual(

@@ -234,3 +234,35 @@ def test_a_fusion_that_cannot_be_parsed_still_reads_an_uncertain_query_for_the_s
     assert asked == [["en", "de", "sv"]]
     for damaged in (["de"], {"languages": "de"}):
         assert hybrid.stored_languages(SimpleNamespace(fusion=damaged, language_counts={"de": 1})) == []
+
+
+def test_a_stand_in_ranks_and_labels_as_a_stored_reciprocal_rank_fusion_and_explains_itself_apart(
+    ask: Any,
+) -> None:
+    """Reciprocal rank in place of a fusion that cannot be parsed (``store.hybrid.FusionModel.stored``)
+    ranks and labels as the one a build stores with too little text, and explains itself as it always did:
+    group ``other`` whatever the query's language (it has no other), method ``none`` in image mode (the
+    photos' cosines alone), where a stored one names the query's language and its own method."""
+    built = FusionModel.reciprocal_rank(["en"]).to_dict()
+    damaged = {**built, "hybrid": ["not", "a", "table"]}
+    for mode in ("hybrid", "text", "image"):
+        pages = []
+        for stored in (built, damaged):
+            channels = _channels(stored)
+            channels.info.language_counts = {"en": 3}
+            pages.append(_search(hybrid.HybridRanker(), channels, HINTED, mode, explain=True))
+        own, stand_in = pages
+        assert [(h.id, h.score, h.match) for h in stand_in.hits] == [
+            (h.id, h.score, h.match) for h in own.hits
+        ]
+        assert (stand_in.label, stand_in.thresholds, stand_in.match_score) == (
+            own.label,
+            own.thresholds,
+            own.match_score,
+        )
+        assert {h.explain.group for h in own.hits if h.explain} == {"en"}
+        assert {h.explain.group for h in stand_in.hits if h.explain} == {OTHER}
+        assert {h.explain.method for h in own.hits if h.explain} == {"rrf"}
+        assert {h.explain.method for h in stand_in.hits if h.explain} == {
+            "none" if mode == "image" else "rrf"
+        }
