@@ -57,11 +57,20 @@ class MatchThresholds:
         manifest) would fail, or mislabel, every search compared with it."""
         if isinstance(data, Mapping):
             values = (data.get("none_below"), data.get("strong_from"))
-            if all(
-                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values
-            ):
+            if all(_is_finite(v) for v in values):
                 return cls(float(values[0]), float(values[1]))
         raise ValueError(f"not match thresholds: {data!r:.80}")
+
+
+def _is_finite(value: object) -> bool:
+    """A finite number that a float holds: JSON reads a long integer as an int no float holds, whose
+    OverflowError escaped the ValueError a reader catches."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 @dataclass

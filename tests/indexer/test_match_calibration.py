@@ -68,6 +68,7 @@ def test_without_captions_strong_means_above_all_noise() -> None:
         {"default": {"none_below": "0.5", "strong_from": 0.8}},
         {"default": {"none_below": float("nan"), "strong_from": 0.8}},
         {"default": {"none_below": True, "strong_from": 0.8}},
+        {"default": {"none_below": 10**400, "strong_from": 0.8}},  # JSON reads it as an int no float holds
         {"default": {"none_below": 0.5, "strong_from": 0.8}, "per_language": ["en"]},
         {"default": {"none_below": 0.5, "strong_from": 0.8}, "per_language": {"en": 0.5}},
         {"default": {"none_below": 0.5, "strong_from": 0.8}, "measured": "ab"},
