@@ -114,6 +114,15 @@ class ReloadFailedError(ServiceError):
     error_type = "reload_failed"
 
 
+class ReloadOutOfMemoryError(ReloadFailedError):
+    """A reload ran out of memory opening or loading the new version: the server's state, not surely the
+    version's (tried again, ``service.index_holder.LOAD_TRIES``), so a 503, not a 409; the old one keeps
+    serving."""
+
+    status_code = 503
+    error_type = "reload_out_of_memory"
+
+
 # Characters of a rejected value echoed back in a validation error (a 500 kB query is not worth returning).
 ECHO_CHARS = 200
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from service.errors import IndexUnavailableError, ReloadFailedError
+from service.errors import IndexUnavailableError, ReloadFailedError, ReloadOutOfMemoryError
 from store.errors import IndexFormatError, IndexUnreachableError
 from store.opening import OpenedIndex, open_version
 from store.versions import current_version, version_refused
@@ -34,7 +34,8 @@ DEFAULT_IMAGE_BASE = "/v1/images"
 
 # What ``on_load`` raises on a version's own data (a malformed match calibration): the version is broken,
 # tried again at its next publish. Anything else (MemoryError, an ONNX/CUDA runtime error) may pass: tried
-# again at the next poll, as shards out of reach are (``IndexUnreachableError``, a data error by its class).
+# again at the next poll, as shards out of reach are (``IndexUnreachableError``, a data error by its class);
+# so is a MemoryError out of the open (the admin route's 503, ``ReloadOutOfMemoryError``).
 _DATA_ERRORS = (ValueError, KeyError, TypeError, IndexFormatError)
 # Tries of one version whose load failed on an error that may pass before it is refused as a broken one
 # until its next publish: an error of its own data outside ``_DATA_ERRORS`` (IndexError, a faiss
@@ -321,6 +322,8 @@ class IndexHolder:
             index = self._open(self.root, self.name, target, expect_fingerprint=self.expect_fingerprint)
         except (OSError, IndexFormatError, ValueError) as exc:
             raise self._failed(target, "open", began, exc, follows=follows) from exc
+        except MemoryError as exc:  # reading a large array or graph: maybe the files, maybe the server
+            raise self._failed(target, "open", began, exc, passing=True, follows=follows) from exc
         fresh = Served(index, image_base=self.image_base)
         try:
             self._on_load(fresh)
@@ -372,7 +375,9 @@ class IndexHolder:
         again at the next publish). ``follows`` False (an admin's try of a version CURRENT does not name):
         only the error is recorded, not how CURRENT's version is waited for."""
         served = self._served
-        message = f"cannot {verb} version {target!r} of index {self.name!r}: {exc}"
+        memory = isinstance(exc, MemoryError)  # the server's state as much as the version's: a 503, not 409
+        reason = (f"out of memory ({exc})" if str(exc) else "out of memory") if memory else exc
+        message = f"cannot {verb} version {target!r} of index {self.name!r}: {reason}"
         if follows:
             if passing:
                 tries = self._passing[1] + 1 if self._passing and self._passing[0] == target else 1
@@ -392,7 +397,7 @@ class IndexHolder:
         self.last_error = message
         log.error("%s; still serving %s", message, served.version if served else "nothing", exc_info=trace)
         self._on_failure(message)
-        return ReloadFailedError(message)
+        return ReloadOutOfMemoryError(message) if memory else ReloadFailedError(message)
 
     def close(self) -> None:
         with self._lock:

@@ -44,6 +44,7 @@ from store.layout import (
     EMBEDDINGS_FILE,
     IMAGE_DIGESTS_FILE,
     IMAGE_STATS_FILE,
+    MANIFEST_FILE,
     RERANK_FILE,
     RERANK_SCALES_FILE,
     ROW_DIGESTS_FILE,
@@ -185,6 +186,19 @@ class KnownDigests(Protocol):
     def rows_by_stat(self) -> dict[bytes, int]: ...
 
 
+def _check_recorded(path: Path, sha256: str) -> None:
+    """IndexFormatError unless segment manifest ``path`` is the one its version's manifest records: a
+    segment changed since the version was published (its files and its manifest sealed afresh) would have
+    its files linked, and its checksums recorded as good, into the next version; a build reuses nothing of
+    it instead (``indexer.incremental``: everything encoded again)."""
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise IndexFormatError(f"cannot read {path}: {exc}") from exc
+    if digest != sha256:
+        raise IndexFormatError(f"{path}: sha256 differs from the version's manifest")
+
+
 class StoredVectors:
     """The reusable rows of one installed version, read-only: which row holds the vectors of an image with
     a given content digest, those rows' stored bytes, and their check against the stored row checksums.
@@ -233,7 +247,8 @@ class StoredVectors:
     @classmethod
     def open(cls, path: Path, manifest: IndexManifest, key: str) -> StoredVectors | None:
         """The version at ``path`` when its vectors were stored under reuse key ``key`` with digests;
-        else None (nothing of it is reusable)."""
+        else None (nothing of it is reusable). IndexFormatError when a segment's manifest is not the one
+        the version's manifest records (the segment changed since it was published)."""
         if manifest.build_params.get(REUSE_KEY) != key:
             return None
         folders = [Path(path)]
@@ -244,6 +259,8 @@ class StoredVectors:
             if not sharding.segmented:
                 return None
             folders = [Path(path) / s.dir for s in sharding.shards]
+            for folder, entry in zip(folders, sharding.shards, strict=True):
+                _check_recorded(folder / MANIFEST_FILE, entry.manifest_sha256)
         for folder in folders:
             if not (folder / IMAGE_DIGESTS_FILE).is_file() or not (folder / ROW_DIGESTS_FILE).is_file():
                 return None

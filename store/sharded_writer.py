@@ -35,6 +35,17 @@ from store.writer import (
 )
 
 
+def _recorded_digest(shard_dir: Path) -> str:
+    """The sha256 of shard ``shard_dir``'s manifest that the manifest of the sharded version holding it
+    records (IndexFormatError when that cannot be read; VersionWriteError when it names no such shard)."""
+    version = IndexManifest.load(shard_dir.parent / MANIFEST_FILE)
+    if version.is_sharded:
+        for entry in Sharding.from_dict(version.sharding).shards:
+            if entry.dir == shard_dir.name:
+                return entry.manifest_sha256
+    raise VersionWriteError(f"internal: {shard_dir} is not a shard of the sharded version {shard_dir.parent}")
+
+
 class ShardStage(StagedFiles):
     """One shard's folder inside a sharded version's stage: written like a version (``StagedFiles``),
     finished by ``seal``."""
@@ -90,14 +101,24 @@ class ShardedVersionWriter(StagedVersion):
 
     def link_shard(self, index: int, parent_shard_dir: Path) -> None:
         """Shard ``index`` taken over unchanged from a parent version: every file of its folder (manifest
-        included) hard-linked (copied across filesystems). A copy is checked as
-        ``store.writer.link_version_files`` checks one, against the checksums the shard's manifest records
-        (the manifest's own copy against the bytes read): one that does not match (the parent's file
-        rotted) raises VersionWriteError naming the file, and nothing of the shard is left staged."""
+        included) hard-linked (copied across filesystems). Its manifest must be the one the parent version's
+        manifest records (``manifest_sha256``): a shard changed since the parent was published (rewritten and
+        sealed afresh, its manifest replaced) raises VersionWriteError, else the new version would record the
+        changed shard as good; the caller's build fails and nothing is published. A copy is checked as
+        ``store.writer.link_version_files`` checks one, against the checksums the shard's manifest records:
+        one that does not match (the parent's file rotted) raises VersionWriteError naming the file. Either
+        way nothing of the shard is left staged."""
         path = self._shard_dir(index)
         folder = Path(parent_shard_dir)
+        recorded = _recorded_digest(folder)
         layout = Sharding([ShardEntry(folder.name, 0, 0, "")])
         manifest, digest = load_shard_manifest(folder.parent, layout, 0)  # unreadable: IndexFormatError
+        if digest != recorded:
+            raise VersionWriteError(
+                f"{folder / MANIFEST_FILE}: sha256 {digest} is not the {recorded} the manifest of version "
+                f"{folder.parent.name} records for it (the shard changed since that version was published); "
+                "not taken over"
+            )
         names = [p.name for p in sorted(folder.iterdir()) if p.is_file() and not p.name.startswith(".")]
         path.mkdir()
         try:
@@ -105,7 +126,7 @@ class ShardedVersionWriter(StagedVersion):
                 folder,
                 path,
                 names,
-                {**manifest.checksums, MANIFEST_FILE: digest},
+                {**manifest.checksums, MANIFEST_FILE: recorded},
                 {},
                 error=VersionWriteError,
             )

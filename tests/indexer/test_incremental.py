@@ -490,6 +490,42 @@ def test_add_delete_and_metadata_on_a_segmented_version(
     assert verify_version(settings.index_root, "shop") == []
 
 
+def test_a_segment_changed_since_its_version_was_published_is_not_taken_over(
+    settings: Settings, catalogue: Path, tmp_path: Path
+) -> None:
+    """A segment of CURRENT rewritten and sealed afresh since CURRENT was published (its files and its own
+    manifest agreeing, not the sha256 CURRENT's manifest records for it): the next build's segment plan
+    linked its files into the new version, their checksums recorded as good, and published it. The build
+    reuses nothing of CURRENT instead (everything encoded again, the reason noted), publishing a version
+    whose files share nothing with the changed segment and that verifies clean."""
+    from store.layout import MANIFEST_FILE, sha256_file
+    from store.manifest import IndexManifest
+
+    manifest, rows = _shop(catalogue, tmp_path)
+    shop = manifest.parent
+    build("shop", [_write(shop, rows[:36])], settings=settings)
+    write_photo(shop / rows[0]["image"], 31337, (64, 64), fmt="PNG")
+    assert build("shop", [_write(shop, rows[:36])], settings=settings).index_shards == 2  # segmented
+    parent = index_dir(settings.index_root, "shop") / str(current_version(settings.index_root, "shop"))
+    shard = parent / "shard-001"
+    changed = shard / INDEX_FILE
+    data = bytearray(changed.read_bytes())
+    data[-1] ^= 0xFF
+    changed.write_bytes(bytes(data))
+    sealed = IndexManifest.load(shard / MANIFEST_FILE)
+    sealed.checksums = {**sealed.checksums, INDEX_FILE: sha256_file(changed)}
+    sealed.save(shard / MANIFEST_FILE)
+    write_photo(shop / rows[5]["image"], 4242, (64, 64), fmt="PNG")
+    report = build("shop", [_write(shop, rows[:36])], settings=settings)
+    assert report.published and report.items_encoded == 36 and report.items_reused == 0
+    assert any("shard-001/manifest.json: sha256 differs" in note for note in report.notes), report.notes
+    published = index_dir(settings.index_root, "shop") / str(current_version(settings.index_root, "shop"))
+    assert published != parent
+    inodes = {p.stat().st_ino for p in published.rglob("*") if p.is_file()}
+    assert changed.stat().st_ino not in inodes
+    assert verify_version(settings.index_root, "shop") == []
+
+
 def test_kill_9_mid_segment_build_then_rerun_publishes_the_same(settings: Settings, tmp_path: Path) -> None:
     """The small-change path (a new segment) resumes after kill -9 like any build: 6 of 48 photos changed,
     encoded one per shard; killed after 2 shards; the re-run publishes a segmented version equal to a

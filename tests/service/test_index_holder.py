@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.errors import ReloadFailedError
+from service.errors import ReloadFailedError, ReloadOutOfMemoryError
 from service.index_holder import IndexHolder, Served
 from store.errors import IndexFormatError, IndexUnreachableError
 from store.layout import CURRENT_FILE, MANIFEST_FILE, index_dir
@@ -634,6 +634,53 @@ def test_a_load_error_that_may_pass_refuses_the_version_after_load_tries(
         assert holder.check() is False  # the same name in CURRENT: still refused until another publish
         third = write_version(tmp_path, catalogue, rows=list(range(40)))
         assert holder.check() is True and holder.served.version == third
+    finally:
+        holder.close()
+
+
+def test_running_out_of_memory_opening_a_version_may_pass(
+    tmp_path: Path, catalogue: Catalogue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A MemoryError out of a version's open (faiss or np.load reading a large graph or array, a huge
+    damaged file among them) is a ReloadOutOfMemoryError naming the version (the admin route's 503; it
+    escaped as itself: a 500 there, and out of the start's try, which catches ReloadFailedError), the old
+    version still served. Not surely the files' fault: tried again at the next poll, as a load error that
+    may pass, and refused after ``LOAD_TRIES`` tries in a row until its next publish."""
+    import faiss
+
+    from service.index_holder import LOAD_TRIES
+
+    short: set[str] = set()  # versions whose index read runs out of memory
+    reads: list[str] = []
+    real_read = faiss.read_index
+
+    def read_index(path: str, *args: Any) -> Any:
+        version = Path(path).parent.name
+        reads.append(version)
+        if version in short:
+            raise MemoryError("std::bad_alloc")  # what faiss's bindings raise for a failed allocation
+        return real_read(path, *args)
+
+    monkeypatch.setattr(faiss, "read_index", read_index)
+    first = write_version(tmp_path, catalogue, rows=list(range(20)))
+    short.add(first)
+    now = [0.0]
+    holder = waiting_holder(tmp_path, now)
+    try:
+        with pytest.raises(ReloadOutOfMemoryError, match=f"{first}.*out of memory \\(std::bad_alloc\\)"):
+            holder.reload()  # the start's try
+        assert holder.loading and holder.served is None and first in (holder.last_error or "")
+        short.clear()
+        assert holder.check() is True and holder.served.version == first
+        second = write_version(tmp_path, catalogue, rows=list(range(30)))
+        short.add(second)
+        for _ in range(LOAD_TRIES + 2):
+            assert holder.check() is False and holder.served.version == first
+        assert reads.count(second) == LOAD_TRIES  # then refused until its next publish
+        with pytest.raises(ReloadOutOfMemoryError, match=second):
+            holder.reload()  # an admin may still try it
+        short.clear()
+        assert holder.reload() is not None and holder.served.version == second
     finally:
         holder.close()
 

@@ -212,6 +212,39 @@ def test_a_version_whose_load_fails_answers_409_and_a_malformed_calibration_is_m
         assert runtime.holder.served.version == text and good in (runtime.holder.last_error or "")
 
 
+def test_running_out_of_memory_opening_a_version_answers_503_naming_it(
+    tmp_path: Path, catalogue: Catalogue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An admin reload whose open of the version runs out of memory (np.load of a huge array, a damaged
+    file's header among them) answers a 503 naming the version, not a 500 (the MemoryError escaped the
+    holder); the old version keeps serving, and the same version loads once memory allows."""
+    import numpy as np
+
+    good = write_version(tmp_path, catalogue, rows=list(range(30)))
+    big = write_version(tmp_path, catalogue, rows=list(range(20)), publish=False)
+    short = [True]
+    real_load = np.load
+
+    def load(file: object, *args: object, **kwargs: object) -> object:
+        if short[0] and isinstance(file, Path) and file.parent.name == big:
+            raise MemoryError("Unable to allocate 7.28 TiB for an array with shape (1000000000000,)")
+        return real_load(file, *args, **kwargs)
+
+    monkeypatch.setattr(np, "load", load)
+    key = {"x-api-key": "test-admin-key"}
+    with LiveServer(make_settings(tmp_path)) as live, live.client() as client:
+        response = client.post("/v1/admin/reload", headers=key, params={"version": big})
+        assert response.status_code == 503, response.text
+        (error,) = response.json()["detail"]
+        assert error["type"] == "reload_out_of_memory" and big in error["msg"]
+        assert "out of memory (Unable to allocate" in error["msg"]
+        assert live.app.state.runtime.holder.served.version == good
+        assert client.post("/v1/search", json={"query": "a blue striped mug"}).status_code == 200
+        short[0] = False
+        response = client.post("/v1/admin/reload", headers=key, params={"version": big})
+        assert response.status_code == 200 and response.json()["version"] == big, response.text
+
+
 def test_the_local_lru_serves_while_redis_is_down() -> None:
     """With Redis gone the cache keeps working in-process (uncached, a loaded service fell behind); once
     Redis answers again after the retry window, entries go there."""

@@ -271,6 +271,47 @@ def test_a_shard_copied_across_filesystems_is_checked_against_its_manifest(
         writer.shard(1)  # the caller may write it afresh
 
 
+def test_a_shard_changed_since_its_version_was_published_is_not_linked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``link_shard`` checks the shard's manifest against the sha256 the parent version's manifest records
+    for it, not against the bytes it read: a shard rewritten and sealed afresh since the parent was
+    published (its files and its manifest agreeing, so each copy checked out) was taken over, and the new
+    version recorded the changed shard as good. Hard-linked or copied, it raises VersionWriteError naming
+    the manifest, nothing of the shard is left staged, and nothing is published."""
+    from store.layout import sha256_file
+
+    embeds = grid_vectors(30, 8, np.random.default_rng(4))
+    first = write_rows(tmp_path, NAME, embeds, _ids(30), shard_count=2)
+    parent = tmp_path / NAME / first
+    shard = parent / "shard-001"
+    changed = shard / INDEX_FILE
+    data = bytearray(changed.read_bytes())
+    data[-1] ^= 0xFF
+    changed.write_bytes(bytes(data))
+    manifest = IndexManifest.load(shard / MANIFEST_FILE)
+    manifest.checksums = {**manifest.checksums, INDEX_FILE: sha256_file(changed)}  # sealed afresh
+    manifest.save(shard / MANIFEST_FILE)
+    assert "shard-001/manifest.json: checksum mismatch" in verify_version(tmp_path, NAME)  # the parent's
+
+    def cross_device(src: object, dst: object) -> None:
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+
+    for copies in (False, True):
+        if copies:
+            monkeypatch.setattr(os, "link", cross_device)
+        changed_error = pytest.raises(VersionWriteError, match="changed since that version was published")
+        with changed_error as caught, ShardedVersionWriter(tmp_path, NAME, 2) as writer:
+            writer.link_shard(0, parent / "shard-000")
+            try:
+                writer.link_shard(1, shard)
+            finally:
+                assert not (writer.stage / "shard-001").exists()
+        assert str(shard / MANIFEST_FILE) in str(caught.value)
+        assert list_versions(tmp_path, NAME) == [first] and current_version(tmp_path, NAME) == first
+        assert not any((tmp_path / NAME / ".builds").iterdir())
+
+
 def test_a_field_only_some_shards_carry_filters_the_others_out(tmp_path: Path) -> None:
     embeds = grid_vectors(24, 8, np.random.default_rng(5))
     ids = _ids(24)

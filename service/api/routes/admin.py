@@ -26,6 +26,10 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"])
             "description": "The version could not be loaded, or the quality gate refused it (use force); "
             "the old one keeps serving."
         },
+        503: {
+            "description": "The server ran out of memory opening or loading the version (tried again at the "
+            "next poll); the old one keeps serving."
+        },
     },
 )
 async def reload(
