@@ -110,7 +110,7 @@ class ProductInfo:
         language_counts: text values per language.
         photos, texts: row counts of the photo and text arrays.
         visual_dim: width of ``photo_visual.npy``; 0 when the cross-modal embeddings serve image queries.
-        fusion: the calibrated fusion (``store.fusion.FusionModel.to_dict()``), empty before calibration.
+        fusion: the calibrated fusion (``store.hybrid.FusionModel.to_dict()``), empty before calibration.
         calibration: what the calibration measured (held-out scores of every method tried, query counts).
         search_params: per graph index file, the efSearch its walks use and the product-level recall it
             was measured at (``indexer.channel_tuning``); a graph without one walks at ``HNSW_EF_SEARCH``.
