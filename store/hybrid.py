@@ -23,13 +23,14 @@ has parameters per language group: a language the catalogue's text is written in
 matches are language-bound: a query in a language the shop never wrote in gets the weights fitted for that
 case). Nothing here is tuned by hand: ``indexer.fusion_calibration`` fits and chooses them per version.
 
-About 420 lines, kept in one module: the candidates' features, the fusion that reads them and the checks
+About 440 lines, kept in one module: the candidates' features, the fusion that reads them and the checks
 of a stored fusion's parameters against those features must change together (a feature added in one and
 not the others would be read by a model fitted without it).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -243,9 +244,9 @@ class FusionModel:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FusionModel:
         """The model ``to_dict`` wrote (``products.json``'s ``fusion``), checked: IndexFormatError for
-        anything a search would fail on (a hand-edited or damaged file): a value of the wrong type, a mode
-        without an ``other`` group, a group's parameters that name an unknown feature or do not fit the
-        features they name."""
+        anything a search would fail on (a hand-edited or damaged file): a value of the wrong type, a number
+        that is not finite or that no float holds, a mode without an ``other`` group, a group's parameters
+        that name an unknown feature or do not fit the features they name."""
         try:
             if not isinstance(data, dict):
                 raise TypeError(f"a {type(data).__name__}, not an object")
@@ -321,25 +322,34 @@ MATCH_FEATURES = ("image", "text", "lexical")  # raw, comparable across queries 
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float)
+    """A finite number a float64 holds. JSON reads NaN and Infinity, and a long integer as an int no float
+    holds: fusing raised OverflowError (``np.asarray(..., np.float64)``) or scored NaN, and a NaN threshold
+    failed the answer's ``MatchThresholdsInfo``, a 500 at every search of the version."""
+    if not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond a float's range
+        return False
 
 
 def _types_problem(params: GroupParams) -> str | None:
-    """A group's stored value not of its field's type (None: none), which a search would fail on."""
+    """A group's stored value not of its field's type, or a number that is not finite (None: none), which a
+    search would fail on."""
     for name in ("weights", "mean", "std", "match"):
         values = getattr(params, name)
         if not isinstance(values, list) or not all(_is_number(v) for v in values):
-            return f"{name} {values!r} is not a list of numbers"
+            return f"{name} {values!r:.120} is not a list of numbers (finite, as a float holds them)"
     for name in ("features", "match_features"):
         values = getattr(params, name)
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
             return f"{name} {values!r} is not a list of names"
     if not _is_number(params.bias):
-        return f"bias {params.bias!r} is not a number"
+        return f"bias {params.bias!r:.120} is not a number (finite, as a float holds it)"
     for name in ("none_below", "strong_from"):
         value = getattr(params, name)
         if value is not None and not _is_number(value):
-            return f"{name} {value!r} is not a number"
+            return f"{name} {value!r:.120} is not a number (finite, as a float holds it)"
     if not isinstance(params.match_over, str):
         return f"match_over {params.match_over!r} is not a name"
     return None

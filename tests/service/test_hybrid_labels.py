@@ -16,6 +16,7 @@ from service.schemas import LanguageInfo
 from service.search import hybrid
 from store.hybrid import FEATURES, MATCH_FEATURES, OTHER, Candidates, FusionModel, GroupParams
 from tests.store.test_products import MALFORMED_FUSIONS
+from tests.store.test_stored_fusion import NOT_FINITE_FUSIONS
 
 N = 4
 UNSURE = LanguageInfo(code="en", confidence=0.2, source="detected", supported=True)
@@ -266,3 +267,34 @@ def test_a_stand_in_ranks_and_labels_as_a_stored_reciprocal_rank_fusion_and_expl
         assert {h.explain.method for h in stand_in.hits if h.explain} == {
             "none" if mode == "image" else "rrf"
         }
+
+
+def test_a_stored_number_that_is_not_finite_is_searched_by_reciprocal_rank_and_answers(ask: Any) -> None:
+    """A stored fusion holding a NaN, an infinity or an int no float holds (weights, mean, std, match
+    weights, bias, thresholds) is searched by reciprocal rank, its answer built and encoded as the route
+    answers it: it parsed, then every hybrid and text search failed (OverflowError fusing: a 500) or read
+    NaN scores and thresholds."""
+    from service.schemas import SearchResponse
+    from service.search.responses import ResponseBuilder
+
+    ranker = hybrid.HybridRanker()
+    builder = ResponseBuilder("m")
+    rrf_scores = [1 / (61 + r) * 3 for r in range(N)]  # every channel ranks candidate r r-th
+    for stored, _ in NOT_FINITE_FUSIONS:
+        channels = _channels(stored)
+        for mode in ("hybrid", "text"):
+            page = _search(ranker, channels, HINTED, mode, explain=True)
+            assert [h.id for h in page.hits] == [f"i{r}" for r in range(N)]
+            assert {h.explain.method for h in page.hits if h.explain} == {"rrf"}
+            if mode == "hybrid":
+                assert [h.score for h in page.hits] == pytest.approx(rrf_scores)
+                # Labelled by the photos' cosines, as a version without fused match labels.
+                assert page.thresholds is not None and page.thresholds.none_below == 0.99
+            else:
+                assert page.label is None and page.thresholds is None
+            served = SimpleNamespace(version="v1")
+            response = builder.hybrid(
+                served, page.hits, label=page.label, params=page.thresholds, match_score=page.match_score,  # type: ignore[arg-type]
+                search_s=0.0, mode=mode, language=HINTED, encode_s=0.0, start=0.0,
+            )  # fmt: skip
+            assert SearchResponse.model_validate_json(response.model_dump_json()) == response

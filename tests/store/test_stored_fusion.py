@@ -47,6 +47,65 @@ def test_a_stored_fusion_that_cannot_be_parsed_is_replaced_by_reciprocal_rank_na
     assert stored.problem.startswith("products.json: ")  # the format error's text, as verify names it
 
 
+def _full_group(width: int) -> dict[str, object]:
+    """A group's parameters with every numeric field stored (legacy features: ``width`` of them)."""
+    return {
+        "weights": [0.25] * width,
+        "bias": 0.1,
+        "mean": [0.5] * width,
+        "std": [0.2] * width,
+        "none_below": 0.3,
+        "strong_from": 0.7,
+        "match": [0.5] * (width - 1) + [-1.0],  # the match features (mode text: without the image), a bias
+    }
+
+
+FULL = {
+    "method": "logistic",
+    "languages": ["en"],
+    "hybrid": {"en": _full_group(4), OTHER: _full_group(4)},
+    "text": {"en": _full_group(3), OTHER: _full_group(3)},
+}
+
+
+def _spoiled(field: str, value: object) -> dict[str, object]:
+    """``FULL`` with ``field`` of the text mode's ``other`` group (its first value, for a list) ``value``."""
+    group = dict(_full_group(3))
+    group[field] = [value, *group[field][1:]] if isinstance(group[field], list) else value  # type: ignore[index]
+    return {**FULL, "text": {**FULL["text"], OTHER: group}}  # type: ignore[dict-item]
+
+
+# Numbers JSON reads that no search can use: NaN and infinities (``json.loads`` reads NaN, Infinity), and
+# an integer too long for a float. They passed the parse, then every search of the version failed (500):
+# OverflowError fusing, NaN scores and thresholds.
+NOT_FINITE = [10**400, float("nan"), float("inf"), -float("inf")]
+NOT_FINITE_FUSIONS = [
+    (_spoiled(field, value), field)
+    for field in ("weights", "bias", "mean", "std", "match", "none_below", "strong_from")
+    for value in NOT_FINITE
+]
+
+
+def test_a_full_stored_fusion_parses() -> None:
+    """The base of ``NOT_FINITE_FUSIONS`` is sound: each of them is refused for its one spoiled value."""
+    assert FusionModel.stored(FULL) == StoredFusion(FusionModel.from_dict(FULL))
+
+
+@pytest.mark.parametrize(("data", "field"), NOT_FINITE_FUSIONS)
+def test_a_stored_number_that_is_not_finite_or_no_float_holds_is_replaced_by_reciprocal_rank(
+    data: dict[str, object], field: str
+) -> None:
+    """A weight, mean, std, match weight, bias or threshold that is NaN, infinite, or an int beyond a
+    float's range (a hand-edited or damaged ``products.json``) is a problem named by the parse (what ``ccrk
+    index verify`` reports, and what keeps a rebuild from carrying it forward): the version is searched by
+    reciprocal rank. It passed, and every search of the version failed."""
+    stored = FusionModel.stored(data, ["en"])
+    assert stored.stand_in and stored.model == FusionModel.reciprocal_rank(["en"])
+    assert stored.problem is not None and stored.problem.startswith(f"products.json: fusion text/{OTHER}: ")
+    assert f"{field} " in stored.problem and "finite" in stored.problem
+    assert len(stored.problem) < 300  # a 401-digit int is not echoed whole
+
+
 @pytest.mark.parametrize("data", [{}, None])
 def test_no_stored_fusion_is_reciprocal_rank_without_a_problem(data: object) -> None:
     stored = FusionModel.stored(data, ["sv"])
