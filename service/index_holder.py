@@ -33,13 +33,17 @@ log = logging.getLogger(__name__)
 DEFAULT_IMAGE_BASE = "/v1/images"
 
 # What ``on_load`` raises on a version's own data (a malformed match calibration): the version is broken,
-# tried again at its next publish. Anything else (MemoryError, an ONNX/CUDA runtime error) may pass: tried
-# again at the next poll, as shards out of reach are (``IndexUnreachableError``, a data error by its class);
-# so is a MemoryError out of the open (the admin route's 503, ``ReloadOutOfMemoryError``).
+# tried again at its next publish. Anything else (MemoryError, an ONNX/CUDA runtime error) may pass: not
+# refused, so the poller tries it again at its next poll while CURRENT names it, as shards out of reach are
+# (``IndexUnreachableError``, a data error by its class); so is a MemoryError out of the open (the admin
+# route's 503, ``ReloadOutOfMemoryError``).
 _DATA_ERRORS = (ValueError, KeyError, TypeError, IndexFormatError)
 # Tries of one version whose load failed on an error that may pass before it is refused as a broken one
 # until its next publish: an error of its own data outside ``_DATA_ERRORS`` (IndexError, a faiss
-# RuntimeError) would otherwise reopen and recalibrate it (seconds of CPU) at every poll, for good.
+# RuntimeError) would otherwise reopen and recalibrate it (seconds of CPU) at every poll, for good. A
+# MemoryError does not count: it is the server's state as much as the version's, and a version refused for
+# a passing shortage left the default index unready (/readyz 503) for good while /healthz stayed ok, so
+# nothing restarted the replica; it is tried at every poll instead.
 LOAD_TRIES = 3
 
 
@@ -157,7 +161,8 @@ class IndexHolder:
         # The version CURRENT named at its last successful read: the one a rollback is taken to be made over
         # when CURRENT cannot be read just then (else the next poll that reads it undoes the rollback).
         self._last_published: str | None = None
-        # The version whose load last failed on an error that may pass, and how many times in a row.
+        # The version whose load last failed on an error that may pass, and how many times in a row (a
+        # MemoryError is not counted, ``LOAD_TRIES``).
         self._passing: tuple[str, int] | None = None
 
     @property
@@ -329,9 +334,9 @@ class IndexHolder:
             self._on_load(fresh)
         except Exception as exc:
             # Work on the version's own data (the runtime calibrating its match labels): a data error refuses
-            # the version as a broken one, another error is tried again (``_DATA_ERRORS``); either way a 409
-            # at the admin route, not a 500, the traceback logged (it may be a bug), and the index opened
-            # for it closed.
+            # the version as a broken one, another error is tried again (``_DATA_ERRORS``); a 409 at the
+            # admin route (a MemoryError: a 503, ``ReloadOutOfMemoryError``), not a 500, the traceback
+            # logged (it may be a bug), and the index opened for it closed.
             _close_logged(index)
             passing = not isinstance(exc, _DATA_ERRORS)
             failure = self._failed(target, "load", began, exc, passing=passing, follows=follows, trace=True)
@@ -370,16 +375,17 @@ class IndexHolder:
         trace: bool = False,
     ) -> ReloadFailedError:
         """Record that ``target`` could not be opened or loaded (the old version keeps serving) and return
-        the error to raise. Shards out of reach, or an error that may pass (``passing``, ``LOAD_TRIES``
-        times in a row), may come back (tried again at the next poll); broken files or data do not (tried
-        again at the next publish). ``follows`` False (an admin's try of a version CURRENT does not name):
-        only the error is recorded, not how CURRENT's version is waited for."""
+        the error to raise. Shards out of reach, a MemoryError (however often), or another error that may
+        pass (``passing``, fewer than ``LOAD_TRIES`` times in a row) may come back (tried again at the next
+        poll); broken files or data do not (tried again at the next publish). ``follows`` False (an admin's
+        try of a version CURRENT does not name): only the error is recorded, not how CURRENT's version is
+        waited for (the poller does not try that version)."""
         served = self._served
         memory = isinstance(exc, MemoryError)  # the server's state as much as the version's: a 503, not 409
         reason = (f"out of memory ({exc})" if str(exc) else "out of memory") if memory else exc
         message = f"cannot {verb} version {target!r} of index {self.name!r}: {reason}"
         if follows:
-            if passing:
+            if passing and not memory:  # a MemoryError never refuses the version (``LOAD_TRIES``)
                 tries = self._passing[1] + 1 if self._passing and self._passing[0] == target else 1
                 self._passing = (target, tries)
                 passing = tries < LOAD_TRIES

@@ -574,7 +574,7 @@ def test_a_load_error_that_may_pass_is_tried_again_at_the_next_poll(
     now = [0.0]
     holder = waiting_holder(tmp_path, now, on_load=on_load)
     try:
-        with pytest.raises(ReloadFailedError, match=first):
+        with pytest.raises(ReloadOutOfMemoryError, match=first):  # the MemoryError: a 503 at the admin route
             holder.reload()  # the start's try
         assert holder.loading and holder.served is None
         now[0] = 10.0
@@ -584,8 +584,9 @@ def test_a_load_error_that_may_pass_is_tried_again_at_the_next_poll(
         assert holder.check() is False and holder.served.version == first
         assert holder.check() is True and holder.served.version == second
         errors.append(RuntimeError("CUDA error: out of memory"))
-        with pytest.raises(ReloadFailedError):
+        with pytest.raises(ReloadFailedError) as raised:
             holder.reload(first)  # an admin rollback: the same
+        assert type(raised.value) is ReloadFailedError  # a CUDA RuntimeError: a 409, not out of memory
         assert holder.reload(first) is not None and holder.served.version == first
     finally:
         holder.close()
@@ -593,8 +594,9 @@ def test_a_load_error_that_may_pass_is_tried_again_at_the_next_poll(
     errors.extend(RuntimeError("CUDA error: out of memory") for _ in range(2))
     stuck = waiting_holder(tmp_path, now, on_load=on_load)
     try:
-        with pytest.raises(ReloadFailedError):
+        with pytest.raises(ReloadFailedError) as raised:
             stuck.reload()  # began at 10 s
+        assert type(raised.value) is ReloadFailedError
         now[0] = 309.0
         assert stuck.check() is False and stuck.loading
         now[0] = 310.0
@@ -644,8 +646,8 @@ def test_running_out_of_memory_opening_a_version_may_pass(
     """A MemoryError out of a version's open (faiss or np.load reading a large graph or array, a huge
     damaged file among them) is a ReloadOutOfMemoryError naming the version (the admin route's 503; it
     escaped as itself: a 500 there, and out of the start's try, which catches ReloadFailedError), the old
-    version still served. Not surely the files' fault: tried again at the next poll, as a load error that
-    may pass, and refused after ``LOAD_TRIES`` tries in a row until its next publish."""
+    version still served. Not surely the files' fault: tried again at every poll, however often it failed
+    (``test_running_out_of_memory_never_refuses_a_version``)."""
     import faiss
 
     from service.index_holder import LOAD_TRIES
@@ -676,11 +678,66 @@ def test_running_out_of_memory_opening_a_version_may_pass(
         short.add(second)
         for _ in range(LOAD_TRIES + 2):
             assert holder.check() is False and holder.served.version == first
-        assert reads.count(second) == LOAD_TRIES  # then refused until its next publish
+        assert reads.count(second) == LOAD_TRIES + 2  # tried at every poll, not refused after LOAD_TRIES
         with pytest.raises(ReloadOutOfMemoryError, match=second):
-            holder.reload()  # an admin may still try it
+            holder.reload()  # an admin may try it too
         short.clear()
-        assert holder.reload() is not None and holder.served.version == second
+        assert holder.check() is True and holder.served.version == second
+    finally:
+        holder.close()
+
+
+def test_running_out_of_memory_never_refuses_a_version(
+    tmp_path: Path, catalogue: Catalogue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A MemoryError, opening a version or in ``on_load``, does not count toward ``LOAD_TRIES``: with
+    nothing served it counted, the version was refused until its next publish after the third in a row, and
+    the default index stayed unready (/readyz 503) for good while /healthz stayed ok, so nothing restarted
+    the replica. Tried at every poll instead, however often, and served once memory allows; an error of
+    another kind still counts its own tries."""
+    import faiss
+
+    from service.index_holder import LOAD_TRIES
+
+    short = [True]  # the index read runs out of memory
+    real_read = faiss.read_index
+
+    def read_index(path: str, *args: Any) -> Any:
+        if short[0]:
+            raise MemoryError("std::bad_alloc")
+        return real_read(path, *args)
+
+    monkeypatch.setattr(faiss, "read_index", read_index)
+    errors: list[Exception] = []
+    loads: list[str] = []
+
+    def on_load(served: Served) -> None:
+        loads.append(served.version)
+        if errors:
+            raise errors.pop(0)
+
+    first = write_version(tmp_path, catalogue, rows=list(range(20)))
+    now = [0.0]
+    holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None, on_load=on_load, clock=lambda: now[0])
+    try:
+        with pytest.raises(ReloadOutOfMemoryError, match=first):
+            holder.reload()  # the start's try
+        for _ in range(LOAD_TRIES + 2):  # the open runs out of memory at every poll
+            now[0] += 5.0
+            assert holder.check() is False and holder.served is None and holder.loading
+        short[0] = False
+        errors.extend(MemoryError() for _ in range(LOAD_TRIES + 2))  # then the calibration does
+        for _ in range(LOAD_TRIES + 2):
+            assert holder.check() is False and holder.served is None and holder.loading
+        assert loads == [first] * (LOAD_TRIES + 2)
+        assert holder.check() is True and holder.served.version == first and holder.last_error is None
+        # Another error that may pass, between MemoryErrors, still refuses after LOAD_TRIES of its own.
+        second = write_version(tmp_path, catalogue, rows=list(range(30)))
+        errors.extend([IndexError("list index out of range"), MemoryError()] * (LOAD_TRIES - 1))
+        errors.append(IndexError("list index out of range"))
+        for _ in range(2 * LOAD_TRIES + 2):
+            assert holder.check() is False and holder.served.version == first
+        assert not errors and loads.count(second) == 2 * LOAD_TRIES - 1  # then refused until its next publish
     finally:
         holder.close()
 
