@@ -116,11 +116,18 @@ class ReloadFailedError(ServiceError):
 
 class ReloadOutOfMemoryError(ReloadFailedError):
     """A reload ran out of memory opening or loading the new version: the server's state, not surely the
-    version's (tried again, ``service.index_holder.LOAD_TRIES``), so a 503, not a 409; the old one keeps
-    serving."""
+    version's, so a 503, not a 409, and never a reason to refuse the version
+    (``service.index_holder.LOAD_TRIES``): the poller tries the version CURRENT names again at each poll, a
+    version CURRENT does not name is tried only when asked again. The old one keeps serving.
+    ``retry_after_s``: its ``Retry-After``, the index poll interval (the admin route sets it from the
+    settings; None: no header)."""
 
     status_code = 503
     error_type = "reload_out_of_memory"
+
+    def __init__(self, message: str, *, loc: tuple[str | int, ...] = ()) -> None:
+        super().__init__(message, loc=loc)
+        self.retry_after_s: int | None = None
 
 
 # Characters of a rejected value echoed back in a validation error (a 500 kB query is not worth returning).
@@ -201,6 +208,8 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, ServiceError)
         headers = {"WWW-Authenticate": "ApiKey"} if isinstance(exc, UnauthorizedError) else None
         if isinstance(exc, BusyError):
+            headers = {"Retry-After": str(exc.retry_after_s)}
+        if isinstance(exc, ReloadOutOfMemoryError) and exc.retry_after_s is not None:
             headers = {"Retry-After": str(exc.retry_after_s)}
         if isinstance(exc, RateLimitedError):
             headers = exc.headers

@@ -217,7 +217,8 @@ def test_running_out_of_memory_opening_a_version_answers_503_naming_it(
 ) -> None:
     """An admin reload whose open of the version runs out of memory (np.load of a huge array, a damaged
     file's header among them) answers a 503 naming the version, not a 500 (the MemoryError escaped the
-    holder); the old version keeps serving, and the same version loads once memory allows."""
+    holder), with a Retry-After of the index poll interval (rounded up: whole seconds); the old version keeps
+    serving, and the same version loads once memory allows."""
     import numpy as np
 
     good = write_version(tmp_path, catalogue, rows=list(range(30)))
@@ -232,9 +233,10 @@ def test_running_out_of_memory_opening_a_version_answers_503_naming_it(
 
     monkeypatch.setattr(np, "load", load)
     key = {"x-api-key": "test-admin-key"}
-    with LiveServer(make_settings(tmp_path)) as live, live.client() as client:
+    with LiveServer(make_settings(tmp_path, index_poll_s=7.5)) as live, live.client() as client:
         response = client.post("/v1/admin/reload", headers=key, params={"version": big})
         assert response.status_code == 503, response.text
+        assert response.headers["retry-after"] == "8"
         (error,) = response.json()["detail"]
         assert error["type"] == "reload_out_of_memory" and big in error["msg"]
         assert "out of memory (Unable to allocate" in error["msg"]

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Query
 
 from service.api.deps import AdminDep, RuntimeDep
-from service.errors import ReloadFailedError, ScopeError
+from service.errors import ReloadFailedError, ReloadOutOfMemoryError, ScopeError
 from service.schemas import ReloadResponse
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
@@ -27,8 +28,9 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"])
             "the old one keeps serving."
         },
         503: {
-            "description": "The server ran out of memory opening or loading the version (tried again at the "
-            "next poll); the old one keeps serving."
+            "description": "The server ran out of memory opening or loading the version; the old one keeps "
+            "serving. Never refused for that: the poller tries the version CURRENT names again at each poll "
+            "(Retry-After: CCRK_INDEX_POLL_S, rounded up), another version only when asked again."
         },
     },
 )
@@ -63,7 +65,12 @@ async def reload(
         raise ScopeError(f"this API key may not administer index {target!r}", loc=("query", "index"))
     holder = runtime.holder if index is None else runtime.catalogue_holder(index, loc=("query", "index"))
     previous = holder.served.version if holder.served is not None else None
-    fresh = await anyio.to_thread.run_sync(holder.reload, version, force)
+    try:
+        fresh = await anyio.to_thread.run_sync(holder.reload, version, force)
+    except ReloadOutOfMemoryError as exc:
+        # Memory may be free by then; the poller tries CURRENT's version again within one interval.
+        exc.retry_after_s = max(1, math.ceil(runtime.settings.index_poll_s))
+        raise
     # Not ``previous`` when nothing was loaded: the background poller may have swapped the same version in
     # while this call waited for the load lock.
     served = holder.served
