@@ -28,7 +28,7 @@ from PIL import Image
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings
 from model.runtime import EncodedImages, Encoder, load_encoder
 from service.app import create_app
-from store.layout import FORMAT_VERSION
+from store.layout import FORMAT_VERSION, INDEX_FILE, MANIFEST_FILE, sha256_file
 from store.manifest import IndexManifest, model_fingerprint, model_name_of
 from store.writer import VersionWriter
 from synthetic.catalogue import CatalogueRecord, load_split
@@ -201,3 +201,17 @@ def server(tmp_path_factory: pytest.TempPathFactory, index_root: Path) -> Iterat
     history = tmp_path_factory.mktemp("history") / "monitoring.sqlite"
     with LiveServer(make_settings(index_root, history_db=history)) as live:
         yield live
+
+
+def reseal_changed_shard(shard: Path) -> Path:
+    """Flip the last byte of a published shard's index file and seal its manifest afresh over it: a shard
+    changed since its version was published, whose own manifest still agrees with its files (only the
+    version's recorded digest of that manifest tells). Returns the changed file."""
+    changed = shard / INDEX_FILE
+    data = bytearray(changed.read_bytes())
+    data[-1] ^= 0xFF
+    changed.write_bytes(bytes(data))
+    manifest = IndexManifest.load(shard / MANIFEST_FILE)
+    manifest.checksums = {**manifest.checksums, INDEX_FILE: sha256_file(changed)}
+    manifest.save(shard / MANIFEST_FILE)
+    return changed

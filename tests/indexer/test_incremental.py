@@ -498,8 +498,7 @@ def test_a_segment_changed_since_its_version_was_published_is_not_taken_over(
     linked its files into the new version, their checksums recorded as good, and published it. The build
     reuses nothing of CURRENT instead (everything encoded again, the reason noted), publishing a version
     whose files share nothing with the changed segment and that verifies clean."""
-    from store.layout import MANIFEST_FILE, sha256_file
-    from store.manifest import IndexManifest
+    from tests.fixtures import reseal_changed_shard
 
     manifest, rows = _shop(catalogue, tmp_path)
     shop = manifest.parent
@@ -507,14 +506,7 @@ def test_a_segment_changed_since_its_version_was_published_is_not_taken_over(
     write_photo(shop / rows[0]["image"], 31337, (64, 64), fmt="PNG")
     assert build("shop", [_write(shop, rows[:36])], settings=settings).index_shards == 2  # segmented
     parent = index_dir(settings.index_root, "shop") / str(current_version(settings.index_root, "shop"))
-    shard = parent / "shard-001"
-    changed = shard / INDEX_FILE
-    data = bytearray(changed.read_bytes())
-    data[-1] ^= 0xFF
-    changed.write_bytes(bytes(data))
-    sealed = IndexManifest.load(shard / MANIFEST_FILE)
-    sealed.checksums = {**sealed.checksums, INDEX_FILE: sha256_file(changed)}
-    sealed.save(shard / MANIFEST_FILE)
+    changed = reseal_changed_shard(parent / "shard-001")
     write_photo(shop / rows[5]["image"], 4242, (64, 64), fmt="PNG")
     report = build("shop", [_write(shop, rows[:36])], settings=settings)
     assert report.published and report.items_encoded == 36 and report.items_reused == 0

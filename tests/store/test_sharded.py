@@ -279,19 +279,13 @@ def test_a_shard_changed_since_its_version_was_published_is_not_linked(
     published (its files and its manifest agreeing, so each copy checked out) was taken over, and the new
     version recorded the changed shard as good. Hard-linked or copied, it raises VersionWriteError naming
     the manifest, nothing of the shard is left staged, and nothing is published."""
-    from store.layout import sha256_file
+    from tests.fixtures import reseal_changed_shard
 
     embeds = grid_vectors(30, 8, np.random.default_rng(4))
     first = write_rows(tmp_path, NAME, embeds, _ids(30), shard_count=2)
     parent = tmp_path / NAME / first
     shard = parent / "shard-001"
-    changed = shard / INDEX_FILE
-    data = bytearray(changed.read_bytes())
-    data[-1] ^= 0xFF
-    changed.write_bytes(bytes(data))
-    manifest = IndexManifest.load(shard / MANIFEST_FILE)
-    manifest.checksums = {**manifest.checksums, INDEX_FILE: sha256_file(changed)}  # sealed afresh
-    manifest.save(shard / MANIFEST_FILE)
+    reseal_changed_shard(shard)
     assert "shard-001/manifest.json: checksum mismatch" in verify_version(tmp_path, NAME)  # the parent's
 
     def cross_device(src: object, dst: object) -> None:
