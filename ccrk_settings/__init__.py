@@ -313,7 +313,9 @@ class Settings(BaseSettings):
         " once per process; more get 429 with Retry-After at once. 0: no cap.",
     )
     cors_origins: list[str] = Field(default_factory=list, description="Allowed CORS origins.")
-    index_poll_s: float = Field(5.0, gt=0.0, description="How often the service looks for a new CURRENT.")
+    index_poll_s: float = Field(
+        5.0, gt=0.0, allow_inf_nan=False, description="How often the service looks for a new CURRENT."
+    )
     max_upload_mb: int = Field(10, ge=1, description="Largest image accepted by /v1/search/image.")
     http_header_timeout_s: float = Field(
         10.0, gt=0.0, description="A connection must send its request head within this (else closed)."

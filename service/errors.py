@@ -116,9 +116,10 @@ class ReloadFailedError(ServiceError):
 
 class ReloadOutOfMemoryError(ReloadFailedError):
     """A reload ran out of memory opening or loading the new version: the server's state, not surely the
-    version's, so a 503, not a 409, and never a reason to refuse the version
-    (``service.index_holder.LOAD_TRIES``): the poller tries the version CURRENT names again at each poll, a
-    version CURRENT does not name is tried only when asked again. The old one keeps serving.
+    version's, so a 503, not a 409. The poller tries the version CURRENT names again at each poll (with
+    nothing served, however often it failed; with another version served, ``LOAD_TRIES`` times in a row,
+    ``service.index_holder``); a version CURRENT does not name is tried only when asked again. The old one
+    keeps serving.
     ``retry_after_s``: its ``Retry-After``, the index poll interval (the admin route sets it from the
     settings; None: no header)."""
 

@@ -5,7 +5,7 @@ new ``CURRENT`` (seen by the poller, or asked for by ``/v1/admin/reload``) is op
 while the old version keeps answering; the swap is one reference assignment under a lock. The old version
 is closed when its last lease is returned (on a thread of its own), so no request ever sees a closed index.
 
-About 400 lines, kept in one module: the lease counts, the swap and the poller's state (failed, overridden,
+About 420 lines, kept in one module: the lease counts, the swap and the poller's state (failed, overridden,
 unreachable and unread versions, the give-up waits) are one state machine under two locks, and splitting it
 would put its transitions out of sight of each other.
 """
@@ -41,9 +41,10 @@ _DATA_ERRORS = (ValueError, KeyError, TypeError, IndexFormatError)
 # Tries of one version whose load failed on an error that may pass before it is refused as a broken one
 # until its next publish: an error of its own data outside ``_DATA_ERRORS`` (IndexError, a faiss
 # RuntimeError) would otherwise reopen and recalibrate it (seconds of CPU) at every poll, for good. A
-# MemoryError does not count: it is the server's state as much as the version's, and a version refused for
-# a passing shortage left the default index unready (/readyz 503) for good while /healthz stayed ok, so
-# nothing restarted the replica; it is tried at every poll instead.
+# MemoryError counts only while another version is served: it is the server's state as much as the
+# version's, and with nothing served a version refused for a passing shortage left the index unready
+# (/readyz 503) for good while /healthz stayed ok, so nothing restarted the replica; with one served,
+# reopening a version too large to hold beside it at every poll took CPU and memory from its searches.
 LOAD_TRIES = 3
 
 
@@ -162,7 +163,7 @@ class IndexHolder:
         # when CURRENT cannot be read just then (else the next poll that reads it undoes the rollback).
         self._last_published: str | None = None
         # The version whose load last failed on an error that may pass, and how many times in a row (a
-        # MemoryError is not counted, ``LOAD_TRIES``).
+        # MemoryError counts only while another version is served, ``LOAD_TRIES``).
         self._passing: tuple[str, int] | None = None
 
     @property
@@ -375,17 +376,19 @@ class IndexHolder:
         trace: bool = False,
     ) -> ReloadFailedError:
         """Record that ``target`` could not be opened or loaded (the old version keeps serving) and return
-        the error to raise. Shards out of reach, a MemoryError (however often), or another error that may
-        pass (``passing``, fewer than ``LOAD_TRIES`` times in a row) may come back (tried again at the next
-        poll); broken files or data do not (tried again at the next publish). ``follows`` False (an admin's
-        try of a version CURRENT does not name): only the error is recorded, not how CURRENT's version is
-        waited for (the poller does not try that version)."""
+        the error to raise. Shards out of reach, a MemoryError with nothing served (however often), or
+        another error that may pass (``passing``, fewer than ``LOAD_TRIES`` times in a row) may come back
+        (tried again at the next poll); broken files or data do not (tried again at the next publish).
+        ``follows`` False (an admin's try of a version CURRENT does not name): only the error is recorded,
+        not how CURRENT's version is waited for (the poller does not try that version)."""
         served = self._served
         memory = isinstance(exc, MemoryError)  # the server's state as much as the version's: a 503, not 409
         reason = (f"out of memory ({exc})" if str(exc) else "out of memory") if memory else exc
         message = f"cannot {verb} version {target!r} of index {self.name!r}: {reason}"
         if follows:
-            if passing and not memory:  # a MemoryError never refuses the version (``LOAD_TRIES``)
+            if passing and not (
+                memory and served is None
+            ):  # ``LOAD_TRIES``: a MemoryError, only while served
                 tries = self._passing[1] + 1 if self._passing and self._passing[0] == target else 1
                 self._passing = (target, tries)
                 passing = tries < LOAD_TRIES

@@ -324,8 +324,9 @@ MATCH_FEATURES = ("image", "text", "lexical")  # raw, comparable across queries 
 def _is_number(value: Any) -> bool:
     """A finite number a float64 holds. JSON reads NaN and Infinity, and a long integer as an int no float
     holds: fusing raised OverflowError (``np.asarray(..., np.float64)``) or scored NaN, and a NaN threshold
-    failed the answer's ``MatchThresholdsInfo``, a 500 at every search of the version."""
-    if not isinstance(value, int | float):
+    failed the answer's ``MatchThresholdsInfo``, a 500 at every search of the version. Not a bool (JSON's
+    true/false): a threshold of false read as 0 labelled every answer strong."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return False
     try:
         return math.isfinite(value)
@@ -367,6 +368,8 @@ def _params_problem(method: str, params: GroupParams, mode: str) -> str | None:
         return f"{len(params.weights)} weights for {width} features"
     if params.mean and not len(params.mean) == len(params.std) == width:
         return f"mean/std of {len(params.mean)}/{len(params.std)} values for {width} features"
+    if any(s <= 0 for s in params.std):  # features are divided by it: inf or NaN scores (fits keep it > 1e-6)
+        return f"std {params.std!r:.120} is not all positive"
     if params.match and len(params.match) != len(match_columns(mode, params)) + 1:
         return f"{len(params.match)} match weights for {len(match_columns(mode, params))} features and a bias"
     return None

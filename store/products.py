@@ -333,7 +333,8 @@ class ProductChannels:
             self.text_langs = np.load(self.path / TEXT_LANGS)
             self._term_hashes = TermHashes.open(self.path, int(t_owners.size))
             self.text_sum_norms = self._sum_norms(products)
-        except (OSError, ValueError, RuntimeError) as exc:
+        # TypeError/OverflowError/AttributeError: a hand-edited search_params value (Infinity, "x", a list)
+        except (OSError, ValueError, RuntimeError, TypeError, OverflowError, AttributeError) as exc:
             raise IndexFormatError(f"cannot read the product channels of {self.path}: {exc}") from exc
         if self.text_sum_norms is None and _reads_centroid(self.info.fusion):
             raise IndexFormatError(

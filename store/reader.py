@@ -193,7 +193,17 @@ class IndexVersion:
         self._hnsw = isinstance(self._index, faiss.IndexHNSW)
         self._flat = isinstance(self._index, faiss.IndexFlat)
         self._plain_params: dict[int, Any] = {}  # ``_walk_params``, by efSearch
-        self.set_search_params(manifest.search_params or {})
+        try:
+            self.set_search_params(manifest.search_params or {})
+        except (
+            TypeError,
+            ValueError,
+            OverflowError,
+            AttributeError,
+        ) as exc:  # hand-edited: Infinity, "x", []
+            raise IndexFormatError(
+                f"{self.path}: unusable search_params {manifest.search_params!r:.200}: {exc}"
+            ) from exc
 
     def set_search_params(self, params: dict[str, Any]) -> None:
         """Apply search parameters (efSearch, nprobe, rescore_factor); the manifest's are applied at open.

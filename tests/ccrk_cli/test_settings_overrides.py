@@ -65,6 +65,18 @@ def test_an_invalid_environment_value_is_named_by_its_variable(monkeypatch: pyte
     assert str(caught.value) == "CCRK_PROBE_DEPTH: Input should be greater than or equal to 10 (got '5')"
 
 
+@pytest.mark.usefixtures("clean_settings")
+@pytest.mark.parametrize("value", ["inf", "nan"])
+def test_an_index_poll_interval_that_is_not_finite_is_named(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """``index_poll_s`` (> 0) took inf, and the admin route's Retry-After, its ceiling, then raised
+    OverflowError: a 500."""
+    monkeypatch.setenv("CCRK_INDEX_POLL_S", value)
+    with pytest.raises(SettingsError, match="CCRK_INDEX_POLL_S"):
+        settings_with({"index_name": "shop"})
+
+
 def test_a_name_that_is_no_setting_is_a_type_error() -> None:
     """The model ignores unknown keys, so a caller's misspelt override would otherwise vanish."""
     with pytest.raises(TypeError, match="index_nmae"):

@@ -160,3 +160,20 @@ def test_an_opened_version_is_a_searchable_index(tmp_path: Path) -> None:
         assert isinstance(idx, SearchableIndex)
         assert idx.version == idx.manifest.version and len(idx) == 29
         assert idx.rerank_rows == idx.metadata_rows == idx.total_rows == 30
+
+
+@pytest.mark.parametrize(
+    ("factory", "params"),
+    [
+        ("Flat", {"rescore_factor": float("inf")}),
+        ("HNSW16,Flat", {"efSearch": [64]}),
+        ("Flat", {"rescore_factor": "x"}),
+    ],
+)
+def test_unusable_search_params_are_a_format_error(tmp_path: Path, factory: str, params: dict) -> None:
+    """A hand-edited manifest's search parameter that no int holds (Infinity, a list, a word) is a format
+    error naming them: OverflowError and TypeError escaped the open, a 500 at the admin route and a reopen
+    at every poll."""
+    write_version(tmp_path, "shop", n=64, factory=factory, search_params=params)
+    with pytest.raises(IndexFormatError, match="unusable search_params"):
+        IndexVersion.open(tmp_path, "shop")

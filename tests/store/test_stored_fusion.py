@@ -77,8 +77,9 @@ def _spoiled(field: str, value: object) -> dict[str, object]:
 
 # Numbers JSON reads that no search can use: NaN and infinities (``json.loads`` reads NaN, Infinity), and
 # an integer too long for a float. They passed the parse, then every search of the version failed (500):
-# OverflowError fusing, NaN scores and thresholds.
-NOT_FINITE = [10**400, float("nan"), float("inf"), -float("inf")]
+# OverflowError fusing, NaN scores and thresholds. And a bool (JSON's true/false), which Python counts as an
+# int: a threshold of false read as 0 labelled every answer strong.
+NOT_FINITE = [10**400, float("nan"), float("inf"), -float("inf"), False]
 NOT_FINITE_FUSIONS = [
     (_spoiled(field, value), field)
     for field in ("weights", "bias", "mean", "std", "match", "none_below", "strong_from")
@@ -135,3 +136,12 @@ def test_reciprocal_rank_fuses_by_rank_without_match_labels() -> None:
     assert ranks.shape[1] == len(CHANNELS)
     for mode in ("hybrid", "text"):
         np.testing.assert_array_equal(model.score(cands, mode, "en"), rrf(cands, mode))
+
+
+@pytest.mark.parametrize("std", [0.0, -0.2])
+def test_a_stored_std_that_is_not_positive_is_replaced_by_reciprocal_rank(std: float) -> None:
+    """Features are divided by each group's std: one of 0 or below scored inf or NaN (fits keep it above
+    1e-6, so only a hand edit gets here)."""
+    stored = FusionModel.stored(_spoiled("std", std), ["en"])
+    assert stored.stand_in and stored.problem is not None and "std " in stored.problem
+    assert "positive" in stored.problem

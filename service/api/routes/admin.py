@@ -29,8 +29,9 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"])
         },
         503: {
             "description": "The server ran out of memory opening or loading the version; the old one keeps "
-            "serving. Never refused for that: the poller tries the version CURRENT names again at each poll "
-            "(Retry-After: CCRK_INDEX_POLL_S, rounded up), another version only when asked again."
+            "serving. The poller tries the version CURRENT names again at the next poll (Retry-After: "
+            "CCRK_INDEX_POLL_S, rounded up; with another version served, up to 3 times in a row), another "
+            "version only when asked again."
         },
     },
 )
