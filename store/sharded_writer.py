@@ -21,7 +21,7 @@ from pathlib import Path
 
 from store.errors import VersionWriteError
 from store.files import names_full_disk
-from store.layout import FORMAT_VERSION, MANIFEST_FILE, SHARDED_FORMAT_VERSION, file_checksums
+from store.layout import CURRENT_FILE, FORMAT_VERSION, MANIFEST_FILE, SHARDED_FORMAT_VERSION, file_checksums
 from store.manifest import IndexManifest
 from store.products import has_product_channels
 from store.sharded import load_shard_manifest
@@ -35,10 +35,16 @@ from store.writer import (
 )
 
 
-def _recorded_digest(shard_dir: Path) -> str:
+def _recorded_digest(shard_dir: Path) -> str | None:
     """The sha256 of shard ``shard_dir``'s manifest that the manifest of the sharded version holding it
-    records (IndexFormatError when that cannot be read; VersionWriteError when it names no such shard)."""
-    version = IndexManifest.load(shard_dir.parent / MANIFEST_FILE)
+    records (IndexFormatError when that cannot be read; VersionWriteError when it names no such shard).
+    None where ``shard_dir`` is a whole unsharded version taken over as the first segment (a version's
+    folder, beside CURRENT: nothing records its manifest's digest, and its files are checked against its
+    own checksums as any version's are)."""
+    holder = shard_dir.parent / MANIFEST_FILE
+    if not holder.exists() and (shard_dir.parent / CURRENT_FILE).exists():
+        return None
+    version = IndexManifest.load(holder)
     if version.is_sharded:
         for entry in Sharding.from_dict(version.sharding).shards:
             if entry.dir == shard_dir.name:
@@ -113,7 +119,7 @@ class ShardedVersionWriter(StagedVersion):
         recorded = _recorded_digest(folder)
         layout = Sharding([ShardEntry(folder.name, 0, 0, "")])
         manifest, digest = load_shard_manifest(folder.parent, layout, 0)  # unreadable: IndexFormatError
-        if digest != recorded:
+        if recorded is not None and digest != recorded:
             raise VersionWriteError(
                 f"{folder / MANIFEST_FILE}: sha256 {digest} is not the {recorded} the manifest of version "
                 f"{folder.parent.name} records for it (the shard changed since that version was published); "
@@ -126,7 +132,7 @@ class ShardedVersionWriter(StagedVersion):
                 folder,
                 path,
                 names,
-                {**manifest.checksums, MANIFEST_FILE: recorded},
+                {**manifest.checksums, MANIFEST_FILE: recorded or digest},
                 {},
                 error=VersionWriteError,
             )
