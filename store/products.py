@@ -333,8 +333,7 @@ class ProductChannels:
             self.text_langs = np.load(self.path / TEXT_LANGS)
             self._term_hashes = TermHashes.open(self.path, int(t_owners.size))
             self.text_sum_norms = self._sum_norms(products)
-        # TypeError/OverflowError/AttributeError: a hand-edited search_params value (Infinity, "x", a list)
-        except (OSError, ValueError, RuntimeError, TypeError, OverflowError, AttributeError) as exc:
+        except (OSError, ValueError, RuntimeError) as exc:
             raise IndexFormatError(f"cannot read the product channels of {self.path}: {exc}") from exc
         if self.text_sum_norms is None and _reads_centroid(self.info.fusion):
             raise IndexFormatError(
@@ -378,7 +377,12 @@ class ProductChannels:
         if index.ntotal != rows:
             raise IndexFormatError(f"{path} holds {index.ntotal} vectors, expected {rows}")
         if isinstance(index, faiss.IndexHNSW):
-            index.hnsw.efSearch = int(self.info.search_params.get(name, {}).get("efSearch", HNSW_EF_SEARCH))
+            try:
+                index.hnsw.efSearch = int(
+                    self.info.search_params.get(name, {}).get("efSearch", HNSW_EF_SEARCH)
+                )
+            except (TypeError, ValueError, OverflowError, AttributeError) as exc:  # hand-edited: Infinity, []
+                raise IndexFormatError(f"{self.path}: unusable search_params for {name}: {exc}") from exc
         return index
 
     def close(self) -> None:

@@ -108,9 +108,10 @@ class ShardedVersionWriter(StagedVersion):
     def link_shard(self, index: int, parent_shard_dir: Path) -> None:
         """Shard ``index`` taken over unchanged from a parent version: every file of its folder (manifest
         included) hard-linked (copied across filesystems). Its manifest must be the one the parent version's
-        manifest records (``manifest_sha256``): a shard changed since the parent was published (rewritten and
-        sealed afresh, its manifest replaced) raises VersionWriteError, else the new version would record the
-        changed shard as good; the caller's build fails and nothing is published. A copy is checked as
+        manifest records (``manifest_sha256``; a whole unsharded version taken over as the first segment
+        has no such record, ``_recorded_digest``): a shard changed since the parent was published (rewritten
+        and sealed afresh, its manifest replaced) raises VersionWriteError, else the new version would record
+        the changed shard as good; the caller's build fails and nothing is published. A copy is checked as
         ``store.writer.link_version_files`` checks one, against the checksums the shard's manifest records:
         one that does not match (the parent's file rotted) raises VersionWriteError naming the file. Either
         way nothing of the shard is left staged."""
@@ -132,7 +133,7 @@ class ShardedVersionWriter(StagedVersion):
                 folder,
                 path,
                 names,
-                {**manifest.checksums, MANIFEST_FILE: recorded or digest},
+                {**manifest.checksums, MANIFEST_FILE: digest},
                 {},
                 error=VersionWriteError,
             )

@@ -322,3 +322,21 @@ def test_a_field_only_some_shards_carry_filters_the_others_out(tmp_path: Path) -
         _, found = index.search(embeds[[0, 5]], 24)
         hits = {item["id"] for item in index.items([int(r) for r in found.ravel() if r >= 0])}
         assert hits == set(ids) - {ids[0], ids[5]}  # deleted items never come back
+
+
+def test_a_whole_unsharded_version_is_linked_as_a_first_segment(tmp_path: Path) -> None:
+    """A rebuild of an unsharded CURRENT into segments takes the whole version folder over as its first
+    segment: nothing records that folder's manifest digest (no sharded manifest holds it), so it is linked
+    on its own checksums. Checking it against a recorded one read ``shop/manifest.json``, which does not
+    exist, and every such rebuild failed."""
+    from tests.store.writing import write_version
+
+    version = write_version(tmp_path, NAME, n=40)
+    with ShardedVersionWriter(tmp_path, NAME, 2) as writer:
+        writer.link_shard(0, tmp_path / NAME / version)
+        staged = next(p for p in writer.stage.iterdir() if p.is_dir())
+        assert sorted(p.name for p in staged.iterdir()) == sorted(
+            p.name
+            for p in (tmp_path / NAME / version).iterdir()
+            if p.is_file() and not p.name.startswith(".")
+        )
