@@ -20,7 +20,6 @@ none and not strong).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -29,6 +28,7 @@ import numpy as np
 
 from indexer.ood_queries import kinds_for_language, ood_queries
 from model.runtime import Encoder
+from store.hybrid import is_finite_number
 from store.reader import SearchableIndex
 
 MatchLabel = Literal["strong", "weak", "none"]
@@ -57,20 +57,9 @@ class MatchThresholds:
         manifest) would fail, or mislabel, every search compared with it."""
         if isinstance(data, Mapping):
             values = (data.get("none_below"), data.get("strong_from"))
-            if all(_is_finite(v) for v in values):
+            if all(is_finite_number(v) for v in values):
                 return cls(float(values[0]), float(values[1]))
         raise ValueError(f"not match thresholds: {data!r:.80}")
-
-
-def _is_finite(value: object) -> bool:
-    """A finite number that a float holds: JSON reads a long integer as an int no float holds, whose
-    OverflowError escaped the ValueError a reader catches."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 @dataclass

@@ -321,11 +321,12 @@ class StoredFusion:
 MATCH_FEATURES = ("image", "text", "lexical")  # raw, comparable across queries (no per-query scaling)
 
 
-def _is_number(value: Any) -> bool:
+def is_finite_number(value: Any) -> bool:
     """A finite number a float64 holds. JSON reads NaN and Infinity, and a long integer as an int no float
     holds: fusing raised OverflowError (``np.asarray(..., np.float64)``) or scored NaN, and a NaN threshold
     failed the answer's ``MatchThresholdsInfo``, a 500 at every search of the version. Not a bool (JSON's
-    true/false): a threshold of false read as 0 labelled every answer strong."""
+    true/false): a threshold of false read as 0 labelled every answer strong. Match thresholds are checked
+    by it too (``indexer.match_calibration.MatchThresholds.from_dict``)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
     try:
@@ -339,17 +340,17 @@ def _types_problem(params: GroupParams) -> str | None:
     search would fail on."""
     for name in ("weights", "mean", "std", "match"):
         values = getattr(params, name)
-        if not isinstance(values, list) or not all(_is_number(v) for v in values):
+        if not isinstance(values, list) or not all(is_finite_number(v) for v in values):
             return f"{name} {values!r:.120} is not a list of numbers (finite, as a float holds them)"
     for name in ("features", "match_features"):
         values = getattr(params, name)
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
             return f"{name} {values!r} is not a list of names"
-    if not _is_number(params.bias):
+    if not is_finite_number(params.bias):
         return f"bias {params.bias!r:.120} is not a number (finite, as a float holds it)"
     for name in ("none_below", "strong_from"):
         value = getattr(params, name)
-        if value is not None and not _is_number(value):
+        if value is not None and not is_finite_number(value):
             return f"{name} {value!r:.120} is not a number (finite, as a float holds it)"
     if not isinstance(params.match_over, str):
         return f"match_over {params.match_over!r} is not a name"
