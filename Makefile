@@ -86,8 +86,8 @@ docs-serve: install
 	$(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:$(DOCS_PORT)
 
 # Every GPU path checked on a machine with a CUDA GPU (bench/gpu_check.py: faiss-gpu against the CPU index, the
-# ONNX CUDA provider against the CPU one, 50 steps of CUDA training and a resume, the index and search
-# benchmarks in short modes), in about 8 minutes, ending with one summary line; the figures go to
+# ONNX CUDA provider against the CPU one for the default and the starter models, 50 steps of CUDA training and a
+# resume, the index and search benchmarks in short modes), in about 8 minutes, ending with one summary line; the figures go to
 # bench/results/gpu-check-<date>.json. It first swaps the venv's onnxruntime and faiss-cpu for the CUDA builds
 # pinned in deploy/requirements/gpu.txt. GPU_CHECK_PYTHON=python3 runs it with an interpreter that already
 # has the project's packages and the GPU builds (a GPU image), installing nothing. No GPU: exit 2 at once.

@@ -2,7 +2,7 @@
 
     python bench/gpu_check.py [--out FILE] [--budget-s 480]
 
-Five checks, each independent (one failing or missing does not stop the others), in this order:
+Six checks, each independent (one failing or missing does not stop the others), in this order:
 - ``faiss_gpu``: faiss-gpu builds an exact (Flat) and an IVF index on the GPU through the indexer's own
   ``build_faiss_index``; the GPU's exact answers equal the CPU's (ids, scores within 1e-4) and the IVF
   index built on the GPU keeps the CPU-built one's recall@10 against exact search (within 0.02: k-means on
@@ -10,6 +10,8 @@ Five checks, each independent (one failing or missing does not stop the others),
 - ``onnx_cuda``: ONNX Runtime's CUDA execution provider encodes the default model's texts and images
   within 1e-3 of the CPU provider (the embeddings, absolute), and its hidden states, image tokens and fusion
   scores within 1e-3 of their own scale; with the batch timings of both, and the same with TF32 off.
+- ``starter_cuda``: the starter model, built in the work folder, encodes images on the CUDA provider
+  within 1e-3 of the CPU's: its text-searchable embeddings and its visual (photo search) embeddings.
 - ``cuda_training``: 50 steps of the demo architecture trained on CUDA (AMP) straight, twice, and 25 steps
   then a resumed run to 50 from the checkpoint: the resumed run starts at step 25 and ends at the straight
   run's weights, within 10x the difference between the two straight runs (CUDA's atomic adds make runs
@@ -19,7 +21,7 @@ Five checks, each independent (one failing or missing does not stop the others),
 - ``search_load``: ``bench/search_load.py`` in a short mode with the service's encoder on the GPU (q/s and
   p50, re-ranking off and on).
 
-Prints a table and then one summary line (``gpu-check: PASS 5/5 ...`` or ``gpu-check: FAIL ...``) and
+Prints a table and then one summary line (``gpu-check: PASS 6/6 ...`` or ``gpu-check: FAIL ...``) and
 writes the JSON document to ``--out`` (default ``bench/results/gpu-check-<date>.json``). Without a CUDA GPU
 it stops at once, checks nothing and exits 2. Exit 1 when a check failed.
 """
@@ -242,6 +244,45 @@ def check_onnx_cuda(work: Path, device: str) -> dict[str, Any]:
     return figures
 
 
+def check_starter_cuda(work: Path, device: str) -> dict[str, Any]:
+    """The starter model (``ccrk model build-starter``, built here): its image graph's two outputs, the
+    class-prototype embeddings that text queries search and the visual embeddings that photo queries and
+    "more like this" search, on the CUDA provider within 1e-3 (absolute) of the CPU's."""
+    from PIL import Image
+
+    from model.runtime import load_encoder
+    from model.starter.build import build_starter
+
+    starter = work / "ccrk-starter"
+    if not (starter / "config.json").is_file():
+        build_starter(starter, force=True)
+    records = _catalogue(work / "catalogue", 64)
+    images = [Image.open(work / "catalogue" / rec["image"]).convert("RGB") for rec in records]
+    encoders = {"cpu": load_encoder(starter, device="cpu", threads=4),
+                "gpu": load_encoder(starter, device=device, threads=4)}  # fmt: skip
+    figures: dict[str, Any] = {"images": len(images), "gpu_device": encoders["gpu"].device}
+    outputs: dict[str, dict[str, np.ndarray]] = {}
+    for name, encoder in encoders.items():
+        # Warm-up on the timed batch's shape: the CUDA provider searches cuDNN's convolution algorithms once
+        # per new input shape (EfficientNet is all convolutions), which is not the steady cost.
+        encoder.encode_images(images)
+        t0 = time.perf_counter()
+        out = encoder.encode_images(images)
+        figures[f"{name}_ms"] = {"images": round((time.perf_counter() - t0) * 1e3, 1)}
+        if out.visual is None:
+            raise CheckFailed("the starter's image graph has no visual output", figures)
+        outputs[name] = {"image_embeds": out.embeds, "visual_embeds": out.visual}
+    figures["gpu_max_abs_diff"] = {
+        k: float(np.abs(outputs["cpu"][k] - v).max()) for k, v in outputs["gpu"].items()
+    }
+    if encoders["gpu"].device != device:
+        raise CheckFailed(f"the {device} provider did not start: the session runs on the CPU", figures)
+    bad = [f"{k} {v:.2e}" for k, v in figures["gpu_max_abs_diff"].items() if v > ONNX_TOLERANCE]
+    if bad:
+        raise CheckFailed(f"CUDA output differs from the CPU's: {', '.join(bad)}", figures)
+    return figures
+
+
 def check_cuda_training(work: Path, device: str) -> dict[str, Any]:
     import torch
 
@@ -432,6 +473,7 @@ def main() -> int:
     checks: dict[str, Callable[[], dict[str, Any]]] = {
         "faiss_gpu": check_faiss_gpu,
         "onnx_cuda": lambda: check_onnx_cuda(work, args.device),
+        "starter_cuda": lambda: check_starter_cuda(work, args.device),
         "cuda_training": lambda: check_cuda_training(work, args.device),
         "index_throughput": lambda: check_index_throughput(work, args.device, args),
         "search_load": lambda: check_search_load(work, args.device, args),
