@@ -52,7 +52,14 @@ DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "model" / "pretrain
 class Settings(BaseSettings):
     """Settings shared by the indexer, the service and the probes (env prefix ``CCRK_``)."""
 
-    model_config = SettingsConfigDict(env_prefix="CCRK_", env_file=".env", extra="ignore")
+    # allow_inf_nan=False: every float setting is a duration, rate, share, CPU count or limit, and an inf
+    # from the environment (CCRK_REDIS_TIMEOUT_S=inf) loaded and broke timeouts, rates and Retry-After at
+    # run time, far from its cause; now refused at load, naming the variable (nan failed the bounds already;
+    # this also covers floats added later). No setting needs inf for "no limit": the optional ones (key_rate,
+    # gate_max_mrv) say it by being unset, the others (int8_max_recall_drop) take a large number.
+    model_config = SettingsConfigDict(
+        env_prefix="CCRK_", env_file=".env", extra="ignore", allow_inf_nan=False
+    )
 
     # -- model ------------------------------------------------------------------------------------------
     model_dir: Path = Field(
@@ -313,9 +320,7 @@ class Settings(BaseSettings):
         " once per process; more get 429 with Retry-After at once. 0: no cap.",
     )
     cors_origins: list[str] = Field(default_factory=list, description="Allowed CORS origins.")
-    index_poll_s: float = Field(
-        5.0, gt=0.0, allow_inf_nan=False, description="How often the service looks for a new CURRENT."
-    )
+    index_poll_s: float = Field(5.0, gt=0.0, description="How often the service looks for a new CURRENT.")
     max_upload_mb: int = Field(10, ge=1, description="Largest image accepted by /v1/search/image.")
     http_header_timeout_s: float = Field(
         10.0, gt=0.0, description="A connection must send its request head within this (else closed)."

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from model.runtime import is_out_of_memory
 from service.errors import IndexUnavailableError, ReloadFailedError, ReloadOutOfMemoryError
 from store.errors import IndexFormatError, IndexUnreachableError
 from store.opening import OpenedIndex, open_version
@@ -36,7 +37,10 @@ DEFAULT_IMAGE_BASE = "/v1/images"
 # tried again at its next publish. Anything else (MemoryError, an ONNX/CUDA runtime error) may pass: not
 # refused, so the poller tries it again at its next poll while CURRENT names it, as shards out of reach are
 # (``IndexUnreachableError``, a data error by its class); so is a MemoryError out of the open (the admin
-# route's 503, ``ReloadOutOfMemoryError``).
+# route's 503, ``ReloadOutOfMemoryError``). Out of ``on_load``, "a MemoryError" here and below is any error
+# saying memory ran out, a GPU's too (``model.runtime.is_out_of_memory``: torch's OutOfMemoryError, ONNX
+# Runtime's CUDA allocation failures): they were a version's failure, a 409 counted with nothing served.
+# The open raises only MemoryError itself (the store turns faiss's other errors into IndexFormatError).
 _DATA_ERRORS = (ValueError, KeyError, TypeError, IndexFormatError)
 # Tries of one version whose load failed on an error that may pass before it is refused as a broken one
 # until its next publish: an error of its own data outside ``_DATA_ERRORS`` (IndexError, a faiss
@@ -382,7 +386,7 @@ class IndexHolder:
         ``follows`` False (an admin's try of a version CURRENT does not name): only the error is recorded,
         not how CURRENT's version is waited for (the poller does not try that version)."""
         served = self._served
-        memory = isinstance(exc, MemoryError)  # the server's state as much as the version's: a 503, not 409
+        memory = is_out_of_memory(exc)  # the server's state as much as the version's: a 503, not 409
         reason = (f"out of memory ({exc})" if str(exc) else "out of memory") if memory else exc
         message = f"cannot {verb} version {target!r} of index {self.name!r}: {reason}"
         if follows:

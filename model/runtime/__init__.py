@@ -16,6 +16,7 @@ from model.runtime.base import (
     EncoderError,
     Int8Limits,
     ModelCapabilities,
+    is_out_of_memory,
 )
 from model.starter.config import ARCHITECTURE as CONSE
 
@@ -29,6 +30,7 @@ __all__ = [
     "EncoderError",
     "Int8Limits",
     "ModelCapabilities",
+    "is_out_of_memory",
     "load_encoder",
 ]
 

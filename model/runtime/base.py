@@ -22,6 +22,44 @@ class EncoderError(RuntimeError):
     """A model directory cannot be opened by a runtime, or inputs do not fit it."""
 
 
+# How the runtimes report running out of memory other than by a MemoryError, lower-cased: CUDA ("CUDA
+# failure 2: out of memory", torch's "CUDA out of memory", faiss-gpu's "cudaMalloc error out of memory"),
+# ONNX Runtime's arenas ("BFCArena::AllocateRawInternal ... Failed to allocate memory for requested buffer"),
+# cuDNN and cuBLAS ("CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED"), torch's CPU allocator
+# ("DefaultCPUAllocator: can't allocate memory").
+_OUT_OF_MEMORY_MESSAGES = (
+    "out of memory",
+    "failed to allocate memory",
+    "_status_alloc_failed",
+    "cudaerrormemoryallocation",
+    "can't allocate memory",
+)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` reports that memory ran out (host or GPU): the process's state at that moment, not
+    surely its inputs', so worth trying again later. A ``MemoryError``; torch's ``OutOfMemoryError``
+    (``torch.cuda.OutOfMemoryError``, a RuntimeError), recognised by its class's name and module; and a
+    plain RuntimeError, another torch error or an ONNX Runtime exception
+    (``onnxruntime.capi.onnxruntime_pybind11_state.*``, plain ``Exception`` subclasses) whose message says
+    so. By name, never by importing torch or onnxruntime: a serving process may have neither, and importing
+    torch takes seconds."""
+    if isinstance(exc, MemoryError):
+        return True
+    for cls in type(exc).__mro__:
+        if cls.__name__ == "OutOfMemoryError" and cls.__module__.partition(".")[0] == "torch":
+            return True
+    # Messages are read only on what the runtimes raise: a plain RuntimeError (torch's and faiss's C++
+    # errors), or torch's or ONNX Runtime's own classes. Any other class says what it is by itself: a
+    # ValueError saying "out of memory" is about its input, and the project's own errors (an
+    # IndexFormatError quoting a faiss error, an EncoderError) keep their meaning whatever they quote.
+    module = type(exc).__module__.partition(".")[0]
+    if type(exc) is not RuntimeError and module not in ("torch", "onnxruntime"):
+        return False
+    message = str(exc).lower()
+    return any(text in message for text in _OUT_OF_MEMORY_MESSAGES)
+
+
 @dataclass
 class EncodedTexts:
     """Queries encoded by the text tower.

@@ -5,6 +5,8 @@ variable), whichever CLI took it."""
 from __future__ import annotations
 
 import os
+import types
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +15,7 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from ccrk_cli.main import app
-from ccrk_settings import SettingsError, get_settings, settings_with
+from ccrk_settings import Settings, SettingsError, get_settings, settings_with
 
 runner = CliRunner()
 
@@ -27,6 +29,13 @@ def clean_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[
     get_settings.cache_clear()
     yield
     get_settings.cache_clear()
+
+
+def _types(annotation: object) -> tuple[object, ...]:
+    """``float | None`` as (float, NoneType); a plain type as itself."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return typing.get_args(annotation)
+    return (annotation,)
 
 
 def output(result: object) -> str:
@@ -75,6 +84,38 @@ def test_an_index_poll_interval_that_is_not_finite_is_named(
     monkeypatch.setenv("CCRK_INDEX_POLL_S", value)
     with pytest.raises(SettingsError, match="CCRK_INDEX_POLL_S"):
         settings_with({"index_name": "shop"})
+
+
+FLOAT_SETTINGS = [name for name, field in Settings.model_fields.items() if float in _types(field.annotation)]
+
+
+@pytest.mark.usefixtures("clean_settings")
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan"])
+@pytest.mark.parametrize("name", FLOAT_SETTINGS)
+def test_no_float_setting_takes_a_number_that_is_not_finite(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    """Only index_poll_s refused inf: CCRK_HTTP_HEADER_TIMEOUT_S=inf, CCRK_REDIS_TIMEOUT_S=inf,
+    CCRK_KEY_RATE=inf... loaded, and broke timeouts and rates at run time, far from the cause."""
+    assert len(FLOAT_SETTINGS) >= 30  # the annotation check still finds them (float, float | None)
+    variable = f"CCRK_{name.upper()}"
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as caught:
+        settings_with({"index_name": "shop"})
+    assert str(caught.value).startswith(f"{variable}: "), str(caught.value)
+
+
+@pytest.mark.usefixtures("clean_settings")
+@pytest.mark.parametrize("args", [["config", "show"], ["serve"], ["probe", "run", "--no-store"]])
+def test_each_cli_names_a_variable_that_is_not_finite(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, args: list[str]
+) -> None:
+    monkeypatch.setenv("CCRK_HTTP_HEADER_TIMEOUT_S", "inf")
+    # No model there: were the setting let through, `serve` would stop on that instead of serving.
+    monkeypatch.setenv("CCRK_MODEL_DIR", str(tmp_path / "no-model"))
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "CCRK_HTTP_HEADER_TIMEOUT_S" in output(result) and "finite" in output(result)
 
 
 def test_a_name_that_is_no_setting_is_a_type_error() -> None:

@@ -20,6 +20,9 @@ from store.versions import publish_version
 from tests.fixtures import INDEX_NAME, Catalogue, write_version
 from tests.store.writing import grid_vectors, write_rows
 
+# A CUDA error that may pass and is not about memory (``model.runtime.is_out_of_memory``).
+CUDA_FAILURE = "CUDA error: unspecified launch failure"
+
 
 def waiting_holder(root: Path, now: list[float], **options: Any) -> IndexHolder:
     """A holder of INDEX_NAME under ``root`` that gives up after 300 s of the fake clock ``now[0]``."""
@@ -558,8 +561,8 @@ def _refuse(root: Path, version: str) -> None:
 def test_a_load_error_that_may_pass_is_tried_again_at_the_next_poll(
     tmp_path: Path, catalogue: Catalogue
 ) -> None:
-    """An ``on_load`` failing on something other than the version's data (a MemoryError, an ONNX/CUDA
-    runtime error while the runtime calibrates match labels) is tried again at the next poll, as shards out
+    """An ``on_load`` failing on something other than the version's data (a MemoryError, a CUDA runtime
+    error while the runtime calibrates match labels) is tried again at the next poll, as shards out
     of reach are: it refused the version for good, which held the index back (readiness 503) from the start
     until a new publish. With nothing served it gives up after ``give_up_after_s``; the poller still tries."""
     first = write_version(tmp_path, catalogue, rows=list(range(20)))
@@ -580,18 +583,18 @@ def test_a_load_error_that_may_pass_is_tried_again_at_the_next_poll(
         now[0] = 10.0
         assert holder.check() is True and holder.served.version == first and loads == [first, first]
         second = write_version(tmp_path, catalogue, rows=list(range(30)))
-        errors.append(RuntimeError("CUDA error: out of memory"))
+        errors.append(RuntimeError(CUDA_FAILURE))
         assert holder.check() is False and holder.served.version == first
         assert holder.check() is True and holder.served.version == second
-        errors.append(RuntimeError("CUDA error: out of memory"))
+        errors.append(RuntimeError(CUDA_FAILURE))
         with pytest.raises(ReloadFailedError) as raised:
             holder.reload(first)  # an admin rollback: the same
-        assert type(raised.value) is ReloadFailedError  # a CUDA RuntimeError: a 409, not out of memory
+        assert type(raised.value) is ReloadFailedError  # a CUDA failure not of memory: a 409
         assert holder.reload(first) is not None and holder.served.version == first
     finally:
         holder.close()
 
-    errors.extend(RuntimeError("CUDA error: out of memory") for _ in range(2))
+    errors.extend(RuntimeError(CUDA_FAILURE) for _ in range(2))
     stuck = waiting_holder(tmp_path, now, on_load=on_load)
     try:
         with pytest.raises(ReloadFailedError) as raised:
@@ -742,6 +745,61 @@ def test_running_out_of_memory_never_refuses_a_version(
         for _ in range(2 * LOAD_TRIES):
             assert holder.check() is False and holder.served.version == first
         assert not errors and loads.count(second) == LOAD_TRIES  # then refused until its next publish
+    finally:
+        holder.close()
+
+
+def _gpu_out_of_memory(runtime: str) -> Exception:
+    """What a GPU out of memory raises while the runtime encodes (the match calibration of ``on_load``)."""
+    if runtime == "torch":
+        torch = pytest.importorskip("torch")
+        return torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    ort_state = pytest.importorskip("onnxruntime.capi.onnxruntime_pybind11_state")
+    return ort_state.RuntimeException(
+        "[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned while running MatMul"
+        " node. Status Message: bfc_arena.cc:376 void* onnxruntime::BFCArena::AllocateRawInternal(size_t,"
+        " bool, onnxruntime::Stream*, bool, onnxruntime::WaitNotificationFn) Failed to allocate memory for"
+        " requested buffer of size 939524096"
+    )
+
+
+@pytest.mark.parametrize("runtime", ["torch", "onnxruntime"])
+def test_a_gpu_running_out_of_memory_is_handled_as_a_memory_error(
+    tmp_path: Path, catalogue: Catalogue, runtime: str
+) -> None:
+    """torch's ``OutOfMemoryError`` and ONNX Runtime's CUDA allocation failures out of ``on_load`` are what
+    a MemoryError is on the host: a ReloadOutOfMemoryError (the admin route's 503 with Retry-After), never
+    counted with nothing served, counted toward ``LOAD_TRIES`` with a version served. They were a version's
+    failure (a 409), and with nothing served the third refused the version until its next publish: the index
+    unready (/readyz 503) for good over a GPU that was briefly full."""
+    from service.index_holder import LOAD_TRIES
+
+    errors: list[Exception] = [_gpu_out_of_memory(runtime) for _ in range(LOAD_TRIES + 2)]
+    loads: list[str] = []
+
+    def on_load(served: Served) -> None:
+        loads.append(served.version)
+        if errors:
+            raise errors.pop(0)
+
+    first = write_version(tmp_path, catalogue, rows=list(range(20)))
+    holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None, on_load=on_load)
+    try:
+        with pytest.raises(ReloadOutOfMemoryError, match=f"{first}.*: out of memory \\("):
+            holder.reload()  # the start's try
+        for _ in range(LOAD_TRIES + 1):
+            assert holder.check() is False and holder.served is None and holder.loading
+        assert holder.check() is True and holder.served.version == first
+        assert loads == [first] * (LOAD_TRIES + 3) and holder.last_error is None
+        second = write_version(tmp_path, catalogue, rows=list(range(30)))
+        errors.extend(_gpu_out_of_memory(runtime) for _ in range(LOAD_TRIES + 2))
+        for _ in range(LOAD_TRIES + 2):
+            assert holder.check() is False and holder.served.version == first
+        assert loads.count(second) == LOAD_TRIES  # with one served: counted, then refused until republished
+        with pytest.raises(ReloadOutOfMemoryError, match=second):
+            holder.reload()  # an admin may try it still: a 503 again
+        errors.clear()
+        assert holder.reload().version == second and holder.served.version == second
     finally:
         holder.close()
 

@@ -6,6 +6,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -242,6 +243,40 @@ def test_running_out_of_memory_opening_a_version_answers_503_naming_it(
         assert "out of memory (Unable to allocate" in error["msg"]
         assert live.app.state.runtime.holder.served.version == good
         assert client.post("/v1/search", json={"query": "a blue striped mug"}).status_code == 200
+        short[0] = False
+        response = client.post("/v1/admin/reload", headers=key, params={"version": big})
+        assert response.status_code == 200 and response.json()["version"] == big, response.text
+
+
+def test_a_gpu_running_out_of_memory_loading_a_version_answers_503(
+    tmp_path: Path, catalogue: Catalogue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's CUDA OutOfMemoryError while a version loads (its match calibration encodes queries on the
+    GPU) answers as a MemoryError does: a 503 with Retry-After naming the version, not a 409 (a version's
+    failure); the old version keeps serving, and the same version loads once memory allows."""
+    torch = pytest.importorskip("torch")
+    from service.matching import MatchJudge
+
+    good = write_version(tmp_path, catalogue, rows=list(range(30)))
+    big = write_version(tmp_path, catalogue, rows=list(range(20)), publish=False)
+    short = [True]
+    real_calibration = MatchJudge.calibration
+
+    def calibration(self: MatchJudge, served: Any) -> Any:
+        if short[0] and served.version == big:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real_calibration(self, served)
+
+    monkeypatch.setattr(MatchJudge, "calibration", calibration)
+    key = {"x-api-key": "test-admin-key"}
+    with LiveServer(make_settings(tmp_path, index_poll_s=7.5)) as live, live.client() as client:
+        response = client.post("/v1/admin/reload", headers=key, params={"version": big})
+        assert response.status_code == 503, response.text
+        assert response.headers["retry-after"] == "8"
+        (error,) = response.json()["detail"]
+        assert error["type"] == "reload_out_of_memory" and big in error["msg"]
+        assert "out of memory (CUDA out of memory" in error["msg"]
+        assert live.app.state.runtime.holder.served.version == good
         short[0] = False
         response = client.post("/v1/admin/reload", headers=key, params={"version": big})
         assert response.status_code == 200 and response.json()["version"] == big, response.text
