@@ -69,8 +69,10 @@ train-demo: install
 	$(VENV)/bin/ccrk train --preset demo --data data/synth --output runs/demo-kcl --epochs 8 --batch-size 64 --lr 1e-3 --seed 0
 	$(VENV)/bin/ccrk export onnx --model runs/demo-kcl/model
 
+# The suite on TEST_WORKERS pytest-xdist workers (tests/conftest.py says how they share the machine).
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -101,7 +102,7 @@ def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
 
 
 def _fail(message: str) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {message}", highlight=False)
+    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code=2)
 
 
@@ -381,7 +382,7 @@ def rollback_command(
         report = rollback(name, settings=_settings(index_root=index_root), to=to, force=force)
     console.print(f"{name}: CURRENT is now {report.version} ({report.notes[0]})", highlight=False)
     for note in report.notes[1:]:
-        err_console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+        err_console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
 
 
 @index_app.command("list")
@@ -441,6 +442,6 @@ def verify_command(
         problems = verify_version(settings.index_root, name, chosen, model_dir=model or settings.model_dir)
     if problems:
         for p in problems:
-            err_console.print(f"[red]problem:[/red] {p}", highlight=False)
+            err_console.print(f"[red]problem:[/red] {escape(str(p))}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=1)
     console.print(f"{name}/{chosen}: OK (checksums, counts, model)", highlight=False)

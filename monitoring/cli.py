@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 probe_app = typer.Typer(
@@ -19,7 +20,7 @@ err_console = Console(stderr=True)
 
 
 def _fail(message: str) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {message}", highlight=False)
+    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code=2)
 
 
@@ -147,6 +148,8 @@ def run_command(
             history.add_run(record)
             console.print(f"stored in the history ({history.backend})", highlight=False)
         except HistoryError as exc:
-            err_console.print(f"[yellow]warning:[/yellow] not stored: {exc}", highlight=False)
+            err_console.print(
+                f"[yellow]warning:[/yellow] not stored: {escape(str(exc))}", highlight=False, soft_wrap=True
+            )
         finally:
             history.close()

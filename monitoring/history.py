@@ -198,10 +198,15 @@ class SqliteHistory(HistoryStore):
         except (OSError, sqlite3.Error) as exc:
             raise HistoryError(f"history store {self.path} cannot be opened: {exc}") from None
 
-    def _run(self, what: str, fn: Any) -> Any:
+    def _run(self, what: str, fn: Any, *, read_then_write: bool = False) -> Any:
+        """``fn(connection)`` in one transaction. ``read_then_write``: it takes the write lock first (BEGIN
+        IMMEDIATE), since sqlite3 begins a transaction only at the first write: two processes adding to the
+        same minute's row both read its old counts, and the second write lost the first one's searches."""
         con = self._connect()
         try:
             with con:
+                if read_then_write:
+                    con.execute("BEGIN IMMEDIATE")
                 return fn(con)
         except sqlite3.Error as exc:
             raise HistoryError(f"history store {self.path} cannot {what}: {exc}") from None
@@ -252,7 +257,7 @@ class SqliteHistory(HistoryStore):
                 )
 
         if buckets:
-            self._run("store traffic", write)
+            self._run("store traffic", write, read_then_write=True)
 
     def traffic(self, since: float) -> list[Bucket]:
         rows = self._run(

@@ -1,10 +1,92 @@
-"""Fixtures shared by every test package."""
+"""Fixtures shared by every test package, and how the suite shares the machine between xdist workers.
 
+`make test` runs the suite on two pytest-xdist workers: each test file is one unit of work (its module
+fixtures are built once, on one worker); the files that start Ray clusters or train for real form one unit,
+queued first because it is the longest, so two Ray clusters never run at once. A test marked ``exclusive``
+runs while no test runs on the other worker: a shared/exclusive ``flock`` every test takes around its run.
+"""
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# The files whose tests start Ray clusters or train for real (markers `ray` and `slow`): one group.
+HEAVY_FILES = frozenset(
+    {"tests/indexer/test_ray_build.py", "tests/service/test_ray_serving.py", "tests/model/test_training.py"}
+)
+HEAVY_GROUP = "ray-and-training"
+
+
+def _test_file(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if (item.get_closest_marker("ray") or item.get_closest_marker("slow")) and (
+            _test_file(item.nodeid) not in HEAVY_FILES
+        ):
+            raise pytest.UsageError(f"{item.nodeid} is marked ray or slow: add its file to HEAVY_FILES")
+    # The workers' queue follows collection order (--no-loadscope-reorder): the longest group first.
+    items.sort(key=lambda item: _test_file(item.nodeid) not in HEAVY_FILES)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's scope scheduling with a file as the scope, and the heavy files as one scope.
+
+    (``--dist loadgroup`` with ``xdist_group`` marks would say it too, but pytest-xdist 3.8 renames the
+    items through ``item._nodeid``, which pytest 9 no longer reads: its groups never form.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = _test_file(nodeid)
+            return HEAVY_GROUP if file in HEAVY_FILES else file
+
+    return FileScheduling(config, log)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        # A worker's output is not a terminal: sizes inherited from the caller's would mislead the code under
+        # test that reads them (rich's consoles).
+        for name in ("COLUMNS", "LINES"):
+            os.environ.pop(name, None)
+
+
+@contextmanager
+def _machine_share(item: pytest.Item) -> Iterator[None]:
+    """Shared for an ordinary test, exclusive for one marked ``exclusive``; nothing outside xdist workers.
+
+    A turnstile lock in front keeps an exclusive waiter from starving: a worker takes it before its shared
+    lock, and the exclusive one holds it while it waits for the other worker's test to end."""
+    if not hasattr(item.config, "workerinput"):
+        yield
+        return
+    run_dir = Path(item.config.option.basetemp).parent  # the controller's basetemp, shared by the workers
+    exclusive = item.get_closest_marker("exclusive") is not None
+    with open(run_dir / "turnstile.lock", "a+") as turnstile, open(run_dir / "machine.lock", "a+") as machine:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        if exclusive:
+            fcntl.flock(machine, fcntl.LOCK_EX)
+            yield
+            return
+        fcntl.flock(turnstile, fcntl.LOCK_UN)
+        fcntl.flock(machine, fcntl.LOCK_SH)
+        yield
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    with _machine_share(item):
+        return (yield)
 
 
 @pytest.fixture(scope="session")

@@ -119,6 +119,20 @@ def test_bad_sources_name_the_file(tmp_path: Path) -> None:
     assert "Traceback" not in result.output
 
 
+def test_an_error_names_a_long_bracketed_path_whole(tmp_path: Path) -> None:
+    """A path longer than the console (80 columns when not a terminal) with rich markup in its name: named
+    whole on one line, brackets kept. It was wrapped mid-path, a ``[bold]`` in a name vanished and a ``[/b]``
+    raised rich's MarkupError (a traceback instead of the message)."""
+    folder = tmp_path / ("a-rather-long-folder-name-" * 3) / "shop[/b][bold]"
+    folder.mkdir(parents=True)
+    bad = folder / "rows.csv"
+    bad.write_text("id,title\n1,x\n")
+    code, out = _run("build", "--name", "x", "--index-root", str(tmp_path / "root"), str(bad))
+    assert code == 2, out
+    assert str(bad) in out.replace("\n", "") and str(bad) in out, out
+    assert "Traceback" not in out
+
+
 def test_refused_build_is_marked_and_not_rolled_back_to(
     settings: Settings, catalogue: Path, tmp_path: Path
 ) -> None:

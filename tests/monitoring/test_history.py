@@ -3,6 +3,7 @@ latency histogram's quantiles by hand; alerts and markers from a hand-made histo
 
 from __future__ import annotations
 
+import multiprocessing
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,6 +71,32 @@ def test_traffic_minutes_add_up(store: HistoryStore) -> None:
     assert store.traffic(now + 60) == []
     store.prune(now + DAY + 120)
     assert store.traffic(0) == []
+
+
+def _add_searches(path: str, flushes: int) -> None:
+    """One server process: ``flushes`` flushes of one search each to the same minute of a SQLite history."""
+    store = SqliteHistory(Path(path), retention_s=DAY)
+    for _ in range(flushes):
+        agg = TrafficAggregator()
+        agg.record("de", 5, 0.5, 3.0, now=1_800_000_030.0)
+        store.add_traffic(agg.drain())
+
+
+def test_two_processes_flushing_to_one_sqlite_minute_lose_no_search(tmp_path: Path) -> None:
+    """Server processes flush to the same SQLite history and the same minute's row: every search counted.
+    Both read the row's old counts before either wrote (sqlite3 begins a transaction at the first write),
+    so one write replaced the other's: `ccrk serve --workers 2` stored 23 of 24 searches."""
+    path = tmp_path / "h.sqlite"
+    SqliteHistory(path, retention_s=DAY).traffic(0)  # the schema, before the processes race to make it
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=_add_searches, args=(str(path), 150)) for _ in range(3)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=120)
+        assert process.exitcode == 0
+    (bucket,) = SqliteHistory(path, retention_s=DAY).traffic(0)
+    assert bucket.count == 450 and sum(bucket.latency_hist) == 450
 
 
 def test_latency_quantiles_by_hand() -> None:

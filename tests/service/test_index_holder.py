@@ -3,6 +3,7 @@ bounded, copied), version overrides against the poller, and sharded versions ser
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -558,6 +559,17 @@ def _refuse(root: Path, version: str) -> None:
     manifest.save(manifest_path)
 
 
+def _recording_on_load(loads: list[str], errors: list[Exception]) -> Callable[[Served], None]:
+    """An ``on_load`` that records each version it is given and raises the next of ``errors`` while any."""
+
+    def on_load(served: Served) -> None:
+        loads.append(served.version)
+        if errors:
+            raise errors.pop(0)
+
+    return on_load
+
+
 def test_a_load_error_that_may_pass_is_tried_again_at_the_next_poll(
     tmp_path: Path, catalogue: Catalogue
 ) -> None:
@@ -569,10 +581,7 @@ def test_a_load_error_that_may_pass_is_tried_again_at_the_next_poll(
     errors: list[Exception] = [MemoryError()]
     loads: list[str] = []
 
-    def on_load(served: Served) -> None:
-        loads.append(served.version)
-        if errors:
-            raise errors.pop(0)
+    on_load = _recording_on_load(loads, errors)
 
     now = [0.0]
     holder = waiting_holder(tmp_path, now, on_load=on_load)
@@ -717,10 +726,7 @@ def test_running_out_of_memory_never_refuses_a_version(
     errors: list[Exception] = []
     loads: list[str] = []
 
-    def on_load(served: Served) -> None:
-        loads.append(served.version)
-        if errors:
-            raise errors.pop(0)
+    on_load = _recording_on_load(loads, errors)
 
     first = write_version(tmp_path, catalogue, rows=list(range(20)))
     now = [0.0]
@@ -777,10 +783,7 @@ def test_a_gpu_running_out_of_memory_is_handled_as_a_memory_error(
     errors: list[Exception] = [_gpu_out_of_memory(runtime) for _ in range(LOAD_TRIES + 2)]
     loads: list[str] = []
 
-    def on_load(served: Served) -> None:
-        loads.append(served.version)
-        if errors:
-            raise errors.pop(0)
+    on_load = _recording_on_load(loads, errors)
 
     first = write_version(tmp_path, catalogue, rows=list(range(20)))
     holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None, on_load=on_load)

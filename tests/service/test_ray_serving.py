@@ -417,6 +417,7 @@ def test_an_unsharded_index_published_after_the_start_is_served_by_the_running_i
         assert ready["indexes"][LATE] == current_version(root, LATE)
 
 
+@pytest.mark.exclusive  # a redeploy with searches in flight: their 30 s timeout, not another worker's load
 def test_a_version_with_another_shard_count_is_deployed_again(
     ray_cluster: tuple[str, Any, Settings], sharded_root: tuple[Path, Path], shop: list[dict]
 ) -> None:

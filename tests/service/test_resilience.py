@@ -213,6 +213,24 @@ def test_a_version_whose_load_fails_answers_409_and_a_malformed_calibration_is_m
         assert runtime.holder.served.version == text and good in (runtime.holder.last_error or "")
 
 
+def _reload_answers_503_then_loads(tmp_path: Path, good: str, big: str, short: list[bool], says: str) -> None:
+    """Reloading ``big`` while ``short[0]`` (memory short): a 503 with Retry-After (the poll interval rounded
+    up) whose message has ``says``, ``good`` still served and searched; then, memory back, ``big`` loads."""
+    key = {"x-api-key": "test-admin-key"}
+    with LiveServer(make_settings(tmp_path, index_poll_s=7.5)) as live, live.client() as client:
+        response = client.post("/v1/admin/reload", headers=key, params={"version": big})
+        assert response.status_code == 503, response.text
+        assert response.headers["retry-after"] == "8"
+        (error,) = response.json()["detail"]
+        assert error["type"] == "reload_out_of_memory" and big in error["msg"]
+        assert says in error["msg"]
+        assert live.app.state.runtime.holder.served.version == good
+        assert client.post("/v1/search", json={"query": "a blue striped mug"}).status_code == 200
+        short[0] = False
+        response = client.post("/v1/admin/reload", headers=key, params={"version": big})
+        assert response.status_code == 200 and response.json()["version"] == big, response.text
+
+
 def test_running_out_of_memory_opening_a_version_answers_503_naming_it(
     tmp_path: Path, catalogue: Catalogue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -233,19 +251,7 @@ def test_running_out_of_memory_opening_a_version_answers_503_naming_it(
         return real_load(file, *args, **kwargs)
 
     monkeypatch.setattr(np, "load", load)
-    key = {"x-api-key": "test-admin-key"}
-    with LiveServer(make_settings(tmp_path, index_poll_s=7.5)) as live, live.client() as client:
-        response = client.post("/v1/admin/reload", headers=key, params={"version": big})
-        assert response.status_code == 503, response.text
-        assert response.headers["retry-after"] == "8"
-        (error,) = response.json()["detail"]
-        assert error["type"] == "reload_out_of_memory" and big in error["msg"]
-        assert "out of memory (Unable to allocate" in error["msg"]
-        assert live.app.state.runtime.holder.served.version == good
-        assert client.post("/v1/search", json={"query": "a blue striped mug"}).status_code == 200
-        short[0] = False
-        response = client.post("/v1/admin/reload", headers=key, params={"version": big})
-        assert response.status_code == 200 and response.json()["version"] == big, response.text
+    _reload_answers_503_then_loads(tmp_path, good, big, short, "out of memory (Unable to allocate")
 
 
 def test_a_gpu_running_out_of_memory_loading_a_version_answers_503(
@@ -268,18 +274,7 @@ def test_a_gpu_running_out_of_memory_loading_a_version_answers_503(
         return real_calibration(self, served)
 
     monkeypatch.setattr(MatchJudge, "calibration", calibration)
-    key = {"x-api-key": "test-admin-key"}
-    with LiveServer(make_settings(tmp_path, index_poll_s=7.5)) as live, live.client() as client:
-        response = client.post("/v1/admin/reload", headers=key, params={"version": big})
-        assert response.status_code == 503, response.text
-        assert response.headers["retry-after"] == "8"
-        (error,) = response.json()["detail"]
-        assert error["type"] == "reload_out_of_memory" and big in error["msg"]
-        assert "out of memory (CUDA out of memory" in error["msg"]
-        assert live.app.state.runtime.holder.served.version == good
-        short[0] = False
-        response = client.post("/v1/admin/reload", headers=key, params={"version": big})
-        assert response.status_code == 200 and response.json()["version"] == big, response.text
+    _reload_answers_503_then_loads(tmp_path, good, big, short, "out of memory (CUDA out of memory")
 
 
 def test_the_local_lru_serves_while_redis_is_down() -> None:
