@@ -5,7 +5,7 @@ new ``CURRENT`` (seen by the poller, or asked for by ``/v1/admin/reload``) is op
 while the old version keeps answering; the swap is one reference assignment under a lock. The old version
 is closed when its last lease is returned (on a thread of its own), so no request ever sees a closed index.
 
-About 420 lines, kept in one module: the lease counts, the swap and the poller's state (failed, overridden,
+About 440 lines, kept in one module: the lease counts, the swap and the poller's state (failed, overridden,
 unreachable and unread versions, the give-up waits) are one state machine under two locks, and splitting it
 would put its transitions out of sight of each other.
 """
@@ -45,11 +45,15 @@ _DATA_ERRORS = (ValueError, KeyError, TypeError, IndexFormatError)
 # Tries of one version whose load failed on an error that may pass before it is refused as a broken one
 # until its next publish: an error of its own data outside ``_DATA_ERRORS`` (IndexError, a faiss
 # RuntimeError) would otherwise reopen and recalibrate it (seconds of CPU) at every poll, for good. A
-# MemoryError counts only while another version is served: it is the server's state as much as the
-# version's, and with nothing served a version refused for a passing shortage left the index unready
-# (/readyz 503) for good while /healthz stayed ok, so nothing restarted the replica; with one served,
-# reopening a version too large to hold beside it at every poll took CPU and memory from its searches.
+# MemoryError never counts: it is the server's state as much as the version's. With nothing served, a
+# version refused for a passing shortage left the index unready (/readyz 503) for good while /healthz stayed
+# ok, so nothing restarted the replica: tried at every poll. With one served, a version too large to hold
+# beside it would take CPU and memory from its searches if reopened at every poll, and refusing it after
+# three (as before) kept the old version served until the next publish over a brief spike: it is tried
+# again after a wait that doubles, from ``MEMORY_RETRY_S`` up to ``MEMORY_RETRY_MAX_S``.
 LOAD_TRIES = 3
+MEMORY_RETRY_S = 30.0
+MEMORY_RETRY_MAX_S = 900.0
 
 
 def image_base_of(name: str, default: str) -> str:
@@ -166,9 +170,12 @@ class IndexHolder:
         # The version CURRENT named at its last successful read: the one a rollback is taken to be made over
         # when CURRENT cannot be read just then (else the next poll that reads it undoes the rollback).
         self._last_published: str | None = None
-        # The version whose load last failed on an error that may pass, and how many times in a row (a
-        # MemoryError counts only while another version is served, ``LOAD_TRIES``).
+        # The version whose load last failed on an error that may pass, and how many times in a row (never a
+        # MemoryError, ``LOAD_TRIES``).
         self._passing: tuple[str, int] | None = None
+        # With a version served, the version whose load last ran out of memory, how many times in a row, and
+        # when the poller may try it again (``MEMORY_RETRY_S``).
+        self._memory_wait: tuple[str, int, float] | None = None
 
     @property
     def served(self) -> Served | None:
@@ -275,6 +282,9 @@ class IndexHolder:
                 return False
             if published == self._failed_version or published == self._overridden:
                 return False
+            wait = self._memory_wait
+            if served is not None and wait is not None and wait[0] == published and self._clock() < wait[2]:
+                return False  # it ran out of memory beside the served version: tried again after the wait
             try:
                 return self._load(published, explicit=False) is not None
             except ReloadFailedError:
@@ -355,6 +365,7 @@ class IndexHolder:
         self.last_error = None
         self._failed_version = None
         self._passing = None
+        self._memory_wait = None
         self._gave_up = False
         self._unreachable_since = self._unreachable_version = None
         self._unread_since = self._unread = None  # served: a failed read no longer holds anything back
@@ -380,9 +391,10 @@ class IndexHolder:
         trace: bool = False,
     ) -> ReloadFailedError:
         """Record that ``target`` could not be opened or loaded (the old version keeps serving) and return
-        the error to raise. Shards out of reach, a MemoryError with nothing served (however often), or
-        another error that may pass (``passing``, fewer than ``LOAD_TRIES`` times in a row) may come back
-        (tried again at the next poll); broken files or data do not (tried again at the next publish).
+        the error to raise. Shards out of reach, a MemoryError (however often: at the next poll with
+        nothing served, after ``MEMORY_RETRY_S`` doubling with a version served), or another error that may
+        pass (``passing``, fewer than ``LOAD_TRIES`` times in a row) may come back (tried again at the next
+        poll); broken files or data do not (tried again at the next publish).
         ``follows`` False (an admin's try of a version CURRENT does not name): only the error is recorded,
         not how CURRENT's version is waited for (the poller does not try that version)."""
         served = self._served
@@ -390,9 +402,12 @@ class IndexHolder:
         reason = (f"out of memory ({exc})" if str(exc) else "out of memory") if memory else exc
         message = f"cannot {verb} version {target!r} of index {self.name!r}: {reason}"
         if follows:
-            if passing and not (
-                memory and served is None
-            ):  # ``LOAD_TRIES``: a MemoryError, only while served
+            if memory and served is not None:
+                wait = self._memory_wait
+                times = wait[1] + 1 if wait is not None and wait[0] == target else 1
+                delay = min(MEMORY_RETRY_MAX_S, MEMORY_RETRY_S * 2 ** (times - 1))
+                self._memory_wait = (target, times, self._clock() + delay)
+            elif passing and not memory:  # ``LOAD_TRIES``
                 tries = self._passing[1] + 1 if self._passing and self._passing[0] == target else 1
                 self._passing = (target, tries)
                 passing = tries < LOAD_TRIES

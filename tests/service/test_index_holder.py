@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from service.errors import ReloadFailedError, ReloadOutOfMemoryError
-from service.index_holder import IndexHolder, Served
+from service.index_holder import MEMORY_RETRY_S, IndexHolder, Served
 from store.errors import IndexFormatError, IndexUnreachableError
 from store.layout import CURRENT_FILE, MANIFEST_FILE, index_dir
 from store.manifest import IndexManifest
@@ -690,14 +690,16 @@ def test_running_out_of_memory_opening_a_version_may_pass(
         short.add(second)
         for _ in range(LOAD_TRIES + 2):
             assert holder.check() is False and holder.served.version == first
-        # With a version served, a MemoryError counts: reopening one too large to hold beside it at every
-        # poll took CPU and memory from its searches.
-        assert reads.count(second) == LOAD_TRIES
+        # With a version served, not reopened at every poll (one too large to hold beside it would take CPU
+        # and memory from its searches): after MEMORY_RETRY_S.
+        assert reads.count(second) == 1
         with pytest.raises(ReloadOutOfMemoryError, match=second):
-            holder.reload()  # an admin may try it still
+            holder.reload()  # an admin may try it at any time
         short.clear()
-        assert holder.check() is False and holder.served.version == first  # refused until its next publish
-        assert holder.reload().version == second and holder.served.version == second
+        now[0] += 2 * MEMORY_RETRY_S - 1.0  # the admin's try was the second: a wait twice as long
+        assert holder.check() is False and holder.served.version == first and reads.count(second) == 2
+        now[0] += 1.0
+        assert holder.check() is True and holder.served.version == second
     finally:
         holder.close()
 
@@ -709,7 +711,7 @@ def test_running_out_of_memory_never_refuses_a_version(
     ``LOAD_TRIES``: it counted, the version was refused until its next publish after the third in a row, and
     the default index stayed unready (/readyz 503) for good while /healthz stayed ok, so nothing restarted
     the replica. Tried at every poll instead, however often, and served once memory allows. With a version
-    served, it counts like any error that may pass."""
+    served, tried again after a wait that doubles, never refused."""
     import faiss
 
     from service.index_holder import LOAD_TRIES
@@ -743,14 +745,20 @@ def test_running_out_of_memory_never_refuses_a_version(
             assert holder.check() is False and holder.served is None and holder.loading
         assert loads == [first] * (LOAD_TRIES + 2)
         assert holder.check() is True and holder.served.version == first and holder.last_error is None
-        # A version served: MemoryErrors and other errors that may pass count together.
+        # A version served: a MemoryError is tried again after a wait that doubles (30, 60, 120 s), never
+        # refused; it counted toward LOAD_TRIES, and a spike at three polls kept the old version served
+        # until the next publish.
         second = write_version(tmp_path, catalogue, rows=list(range(30)))
-        errors.extend(
-            IndexError("list index out of range") if i % 2 else MemoryError() for i in range(LOAD_TRIES)
-        )
-        for _ in range(2 * LOAD_TRIES):
+        errors.extend(MemoryError() for _ in range(LOAD_TRIES))
+        for wait in (MEMORY_RETRY_S, 2 * MEMORY_RETRY_S, 4 * MEMORY_RETRY_S):
+            tried = loads.count(second)
             assert holder.check() is False and holder.served.version == first
-        assert not errors and loads.count(second) == LOAD_TRIES  # then refused until its next publish
+            assert loads.count(second) == tried + 1
+            now[0] += wait - 1.0
+            assert holder.check() is False and loads.count(second) == tried + 1  # not yet
+            now[0] += 1.0
+        assert not errors and holder.check() is True and holder.served.version == second
+        assert loads.count(second) == LOAD_TRIES + 1
     finally:
         holder.close()
 
@@ -775,7 +783,7 @@ def test_a_gpu_running_out_of_memory_is_handled_as_a_memory_error(
 ) -> None:
     """torch's ``OutOfMemoryError`` and ONNX Runtime's CUDA allocation failures out of ``on_load`` are what
     a MemoryError is on the host: a ReloadOutOfMemoryError (the admin route's 503 with Retry-After), never
-    counted with nothing served, counted toward ``LOAD_TRIES`` with a version served. They were a version's
+    counted toward ``LOAD_TRIES``, tried again after a wait with a version served. They were a version's
     failure (a 409), and with nothing served the third refused the version until its next publish: the index
     unready (/readyz 503) for good over a GPU that was briefly full."""
     from service.index_holder import LOAD_TRIES
@@ -786,7 +794,8 @@ def test_a_gpu_running_out_of_memory_is_handled_as_a_memory_error(
     on_load = _recording_on_load(loads, errors)
 
     first = write_version(tmp_path, catalogue, rows=list(range(20)))
-    holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None, on_load=on_load)
+    now = [0.0]
+    holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None, on_load=on_load, clock=lambda: now[0])
     try:
         with pytest.raises(ReloadOutOfMemoryError, match=f"{first}.*: out of memory \\("):
             holder.reload()  # the start's try
@@ -798,9 +807,11 @@ def test_a_gpu_running_out_of_memory_is_handled_as_a_memory_error(
         errors.extend(_gpu_out_of_memory(runtime) for _ in range(LOAD_TRIES + 2))
         for _ in range(LOAD_TRIES + 2):
             assert holder.check() is False and holder.served.version == first
-        assert loads.count(second) == LOAD_TRIES  # with one served: counted, then refused until republished
+        assert loads.count(second) == 1  # with one served: tried again after MEMORY_RETRY_S, not at each poll
+        now[0] += MEMORY_RETRY_S
+        assert holder.check() is False and loads.count(second) == 2
         with pytest.raises(ReloadOutOfMemoryError, match=second):
-            holder.reload()  # an admin may try it still: a 503 again
+            holder.reload()  # an admin may try it at any time: a 503 again
         errors.clear()
         assert holder.reload().version == second and holder.served.version == second
     finally:
