@@ -116,10 +116,10 @@ class ReloadFailedError(ServiceError):
 
 class ReloadOutOfMemoryError(ReloadFailedError):
     """A reload ran out of memory opening or loading the new version: the server's state, not surely the
-    version's, so a 503, not a 409. The poller tries the version CURRENT names again at each poll (with
-    nothing served, however often it failed; with another version served, ``LOAD_TRIES`` times in a row,
-    ``service.index_holder``); a version CURRENT does not name is tried only when asked again. The old one
-    keeps serving.
+    version's, so a 503, not a 409. The poller tries the version CURRENT names again, never refusing it
+    (with nothing served at each poll; with another version served after a wait that doubles,
+    ``service.index_holder.MEMORY_RETRY_S``); a version CURRENT does not name is tried only when asked again.
+    The old one keeps serving.
     ``retry_after_s``: its ``Retry-After``, the index poll interval (the admin route sets it from the
     settings; None: no header)."""
 

@@ -29,10 +29,9 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"])
         },
         503: {
             "description": "The server ran out of memory opening or loading the version; the old one keeps "
-            "serving. The poller tries the version CURRENT names again at the next poll (Retry-After: "
-            "CCRK_INDEX_POLL_S, rounded up; with another version served, until 3 tries in a row, admin ones "
-            "included, have failed), another "
-            "version only when asked again."
+            "serving. The poller tries the version CURRENT names again, never refusing it: at the next poll "
+            "(Retry-After: CCRK_INDEX_POLL_S, rounded up), or with another version served after a wait that "
+            "doubles from 30 s to 15 min; another version only when asked again."
         },
     },
 )
@@ -71,7 +70,7 @@ async def reload(
         fresh = await anyio.to_thread.run_sync(holder.reload, version, force)
     except ReloadOutOfMemoryError as exc:
         # Memory may be free by then: the poller tries CURRENT's version again within one interval (with
-        # another version served, until three tries in a row, this one's included, have failed).
+        # another version served, after a wait that doubles; an admin may try again at any time).
         exc.retry_after_s = max(1, math.ceil(runtime.settings.index_poll_s))
         raise
     # Not ``previous`` when nothing was loaded: the background poller may have swapped the same version in
