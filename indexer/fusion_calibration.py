@@ -68,8 +68,9 @@ from store.products import ProductChannels, TextRows
 # The calibration code's version, recorded with a fit (``ProductInfo.calibration_code``): a rebuild takes a
 # parent's calibration over only when it was fitted by the same code. 1: match models with non-negative
 # weights (27 Nov 2026, session 14); 2: the method chosen by cross-validation, the label cut smoothed
-# (session 15). Bump it with any change to what calibrate() fits.
-CALIBRATION_CODE = 2
+# (session 15); 3: a match feature every calibration match holds at its maximum left out of the match model
+# (session 19). Bump it with any change to what calibrate() fits.
+CALIBRATION_CODE = 3
 MAX_QUERIES = 600
 HELD_OUT = 0.3
 FOLDS = 5

@@ -161,6 +161,31 @@ def test_the_match_models_weights_are_never_negative() -> None:
     assert weights.max() > 0.0
 
 
+def test_a_match_feature_every_calibration_match_holds_at_its_maximum_is_left_out() -> None:
+    """Lexical coverage 1 for every match (a catalogue with one text field: relevance is holding every term
+    of the pseudo-query, so each match covers it fully) says how the pseudo-queries were made: the match
+    model leaves it out and reads the cosines, so a shopper's query with a word no title holds is not
+    labelled none on that alone. Where matches cover it partly, the feature stays."""
+    rng = np.random.default_rng(6)
+    no_match = [candidates(rng.uniform(0.0, 0.4, size=(8, len(FEATURES)))) for _ in range(10)]
+    varied = samples(rng)
+    params = fit("weighted", varied, "hybrid")
+    fit_match("weighted", params, varied, "hybrid", no_match)
+    assert params.match_features == list(MATCH_FEATURES) and len(params.match) == 4
+    full = samples(rng)
+    for s in full:
+        s.candidates.features[:, 2] = np.where(s.labels, 1.0, rng.uniform(0.0, 0.6, size=s.labels.size))
+    for mode in ("hybrid", "text"):
+        params = fit("weighted", full, mode)
+        fit_match("weighted", params, full, mode, no_match)
+        assert params.match_features == ["image", "text"]
+        assert len(params.match) == len(match_columns(mode, params)) + 1 == (3 if mode == "hybrid" else 2)
+        # A match's probability no longer falls with its coverage: 0.3 scores as 1.0 does.
+        x = np.array([[0.6, 0.8, 1.0, 1.0, 0.8], [0.6, 0.8, 0.3, 1.0, 0.8]], np.float32)
+        scores = match_scores(candidates(x), params, mode, np.zeros(2, np.float32))
+        assert scores[0] == scores[1] and params.none_below is not None
+
+
 @pytest.mark.parametrize(
     ("stored", "problem"),
     [
