@@ -353,23 +353,27 @@ def _served(model: Path, work: Path, name: str, source: Path, text_fields: list[
 
 
 def _top1_by_mode(client: Any, queries: list[tuple[str, str, str]], modes: tuple[str, ...]) -> dict[str, Any]:
-    """Per mode and language: the share of (lang, query, target id) whose target is first, and R@10; MRV
-    over the languages of each target (top 10)."""
+    """Per mode and language: the share of (lang, query, target id) whose target is first, and R@10; the
+    share labelled ``none`` (every query has its product in the catalogue); MRV over the languages of each
+    target (top 10)."""
     out: dict[str, Any] = {}
     for mode in modes:
         hits: dict[str, list[float]] = defaultdict(list)
         at10: dict[str, list[float]] = defaultdict(list)
+        none: dict[str, list[float]] = defaultdict(list)
         lists: dict[str, dict[str, list[str]]] = defaultdict(dict)
         for lang, text, target in queries:
             body = client.post("/v1/search", json={"query": text, "top_k": 10, "mode": mode}).json()
             ids = [h["id"] for h in body["results"]]
             hits[lang].append(float(bool(ids) and ids[0] == target))
             at10[lang].append(float(target in ids))
+            none[lang].append(float(body.get("match") == "none"))
             lists[target][lang] = ids
         mrv = [consistency_report(by_lang, 10)["mrv"] for by_lang in lists.values() if len(by_lang) > 1]
         out[mode] = {
             "r_at_1": {lang: _mean(v) for lang, v in hits.items()},
             "r_at_10": {lang: _mean(v) for lang, v in at10.items()},
+            "labelled_none": {lang: _mean(v) for lang, v in none.items()},
             "mean_r_at_1": _mean([_mean(v) for v in hits.values()]),
             "mrv": _mean(mrv),
         }
@@ -685,6 +689,7 @@ def print_table(result: dict[str, Any]) -> None:
             for mode, m in result[name]["modes"].items():
                 print(
                     f"{name} {mode}: mean R@1 {m['mean_r_at_1']:.3f}, MRV {m['mrv']:.3f}, R@1 {m['r_at_1']}"
+                    f", labelled none {m['labelled_none']}"
                 )
     for c in result.get("cost", []):
         print(
