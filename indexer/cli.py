@@ -227,7 +227,7 @@ def _summary(report: Any, json_report: Path | None) -> None:
     if len(report.skipped_links) > 20:
         console.print(f"  ... and {len(report.skipped_links) - 20} more links (all in --json-report)")
     for note in report.notes:
-        console.print(f"note: {note}", highlight=False)
+        console.print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
     if json_report is not None:
         data = dataclasses.asdict(report) | {"items_per_second": report.items_per_second}
         json_report.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
@@ -380,7 +380,7 @@ def rollback_command(
 
     with _errors():
         report = rollback(name, settings=_settings(index_root=index_root), to=to, force=force)
-    console.print(f"{name}: CURRENT is now {report.version} ({report.notes[0]})", highlight=False)
+    console.print(f"{name}: CURRENT is now {report.version} ({escape(report.notes[0])})", highlight=False)
     for note in report.notes[1:]:
         err_console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
 

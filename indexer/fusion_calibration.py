@@ -50,7 +50,15 @@ from typing import Any
 
 import numpy as np
 
-from indexer.fusion_fitting import Sample, evaluate, fit, fit_match, r_precisions, thresholds
+from indexer.fusion_fitting import (
+    FIT_MATCH_FEATURES,
+    Sample,
+    evaluate,
+    fit,
+    fit_match,
+    r_precisions,
+    thresholds,
+)
 from indexer.ood_queries import ood_queries
 from model.runtime import Encoder
 from store.hybrid import (
@@ -280,7 +288,7 @@ def calibrate(
             mean=params.mean,
             std=params.std,
             features=params.features,
-            match_features=params.match_features,
+            match_features=list(FIT_MATCH_FEATURES),  # fit_match decides anew which to leave out
             match_over=params.match_over,
         )
         train = [samples[i] for i in groups.get(OTHER, []) if not held[i]]

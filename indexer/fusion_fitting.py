@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from store.hybrid import (
+    CHANNELS,
     FEATURES,
     MATCH_FEATURES,
     Candidates,
@@ -220,15 +221,27 @@ def fit_match(
     that anything less is no match. On the demo catalogue (German titles) every German caption was labelled
     ``none``, its right product first (40 of 40), and so was "ein roter Becher" ("ein" and "Becher" are in
     no title)."""
-    _fit_match_rounds(method, params, samples, mode, no_match)
-    if not params.match:
-        return
-    pos, _ = _top_features(method, params, samples, mode, no_match)
     names = mode_features(params.match_features or list(MATCH_FEATURES), mode)
-    fixed = {name for j, name in enumerate(names) if pos.size and bool((pos[:, j] >= 1.0 - 1e-6).all())}
+    fixed = _fixed_by_construction(samples, names)
     if fixed and len(fixed) < len(names):
         params.match_features = [n for n in params.match_features or MATCH_FEATURES if n not in fixed]
-        _fit_match_rounds(method, params, samples, mode, no_match)
+    _fit_match_rounds(method, params, samples, mode, no_match)
+
+
+def _fixed_by_construction(samples: Sequence[Sample], names: Sequence[str]) -> set[str]:
+    """The match features at their maximum (1) for every relevant candidate their channel found, over all
+    the pseudo-queries: what the making of the pseudo-queries fixed. Every relevant candidate, not the
+    match model's pick among them, so that a model leaning on a feature cannot confirm it."""
+    fixed = set()
+    for name in names:
+        if name not in CHANNELS:
+            continue
+        k, j = CHANNELS.index(name), FEATURES.index(name)
+        found = [s.candidates.features[s.labels & (s.candidates.ranks[:, k] >= 0), j] for s in samples]
+        values = np.concatenate(found) if found else np.zeros(0)
+        if values.size and bool((values >= 1.0 - 1e-6).all()):
+            fixed.add(name)
+    return fixed
 
 
 def _fit_match_rounds(

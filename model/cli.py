@@ -86,7 +86,7 @@ def data_synth(
         raise fail(str(exc)) from exc
     finally:
         bar.close()
-    console.print(f"catalogue written to {out}: {summary}")
+    console.print(f"catalogue written to {out}: {summary}", markup=False)
 
 
 @data_app.command("pairs")
@@ -145,7 +145,7 @@ def pairs_command(
         needs = f"captions in {source!r} and {target!r}" if source else "captions in at least two languages"
         raise fail(f"{split} yields {len(pairs)} pairs: records need {needs}")
     write_pairs_tsv(pairs, out)
-    console.print(f"wrote {len(pairs)} translation pairs to {out}")
+    console.print(f"wrote {len(pairs)} translation pairs to {out}", markup=False)
     if log is not None:
         # pairs_from_catalogue's order: records in order, slots 0.. of those with both languages.
         lines: dict[tuple[str, int], int] = {}
@@ -164,7 +164,7 @@ def pairs_command(
         )
     if captions_out is not None:
         write_records(records, captions_out)
-        console.print(f"wrote the split with noisy {target} captions to {captions_out}")
+        console.print(f"wrote the split with noisy {target} captions to {captions_out}", markup=False)
 
 
 def train_command(
@@ -365,7 +365,7 @@ def convert_official(
         raise fail(str(exc)) from exc
     console.print(report.summary())
     net.save_pretrained(out, tok)
-    console.print(f"model directory written to {out}")
+    console.print(f"model directory written to {out}", markup=False)
 
 
 experiment_app = typer.Typer(help="Controlled comparisons of training objectives.", no_args_is_help=True)
@@ -527,7 +527,7 @@ def export_onnx_command(
     except (CheckpointError, ExportError) as exc:
         raise fail(str(exc)) from exc
     for path in (graphs.text, graphs.image, graphs.fusion, *extra):
-        console.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+        console.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)", markup=False)
 
 
 @export_app.command("int8-cost")
@@ -602,4 +602,6 @@ def build_starter_command(
     except (StarterBuildError, StarterModelError, ExportError) as exc:
         raise fail(str(exc)) from exc
     languages = ", ".join(built.config.languages)
-    console.print(f"starter model written to {built.out} (languages: {languages}; no re-ranking)")
+    console.print(
+        f"starter model written to {built.out} (languages: {languages}; no re-ranking)", markup=False
+    )

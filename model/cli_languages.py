@@ -102,4 +102,6 @@ def add_language_command(
         f"{tok['tokens_per_text_own']:.1f} tokens a text with its own vocabulary "
         f"({tok['vocab_size']}), {tok['tokens_per_text_shared']:.1f} with the model's"
     )
-    console.print(f"model directory with {lang} written to {result.out} (objective {objective})")
+    console.print(
+        f"model directory with {lang} written to {result.out} (objective {objective})", markup=False
+    )

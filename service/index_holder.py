@@ -56,6 +56,13 @@ MEMORY_RETRY_S = 30.0
 MEMORY_RETRY_MAX_S = 900.0
 
 
+def memory_retry_delay(times: int) -> float:
+    """Seconds until a version that ran out of memory ``times`` times in a row beside the served one is tried
+    again: ``MEMORY_RETRY_S`` doubling, at most ``MEMORY_RETRY_MAX_S`` (the exponent capped: 2 ** 1024 is
+    past a float, which ten days of 15-minute tries reach)."""
+    return min(MEMORY_RETRY_MAX_S, MEMORY_RETRY_S * 2.0 ** min(max(times, 1) - 1, 32))
+
+
 def image_base_of(name: str, default: str) -> str:
     """Where the images of served index ``name`` are served, ``default`` being the service's default index."""
     return DEFAULT_IMAGE_BASE if name == default else f"/v1/indexes/{quote(name, safe='')}/images"
@@ -273,6 +280,8 @@ class IndexHolder:
                 return False
             if published is None:
                 return False
+            if self._memory_wait is not None and self._memory_wait[0] != published:
+                self._memory_wait = None  # CURRENT moved on: the version published again later waits afresh
             if published != self._overridden:
                 # CURRENT names another version (a publish, the served one republished): the override ends
                 # whether or not that version loads, so the CURRENT it was made over, published again
@@ -283,7 +292,7 @@ class IndexHolder:
             if published == self._failed_version or published == self._overridden:
                 return False
             wait = self._memory_wait
-            if served is not None and wait is not None and wait[0] == published and self._clock() < wait[2]:
+            if served is not None and wait is not None and self._clock() < wait[2]:
                 return False  # it ran out of memory beside the served version: tried again after the wait
             try:
                 return self._load(published, explicit=False) is not None
@@ -405,8 +414,7 @@ class IndexHolder:
             if memory and served is not None:
                 wait = self._memory_wait
                 times = wait[1] + 1 if wait is not None and wait[0] == target else 1
-                delay = min(MEMORY_RETRY_MAX_S, MEMORY_RETRY_S * 2 ** (times - 1))
-                self._memory_wait = (target, times, self._clock() + delay)
+                self._memory_wait = (target, times, self._clock() + memory_retry_delay(times))
             elif passing and not memory:  # ``LOAD_TRIES``
                 tries = self._passing[1] + 1 if self._passing and self._passing[0] == target else 1
                 self._passing = (target, tries)

@@ -34,16 +34,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             _test_file(item.nodeid) not in HEAVY_FILES
         ):
             raise pytest.UsageError(f"{item.nodeid} is marked ray or slow: add its file to HEAVY_FILES")
-    # The workers' queue follows collection order (--no-loadscope-reorder): the longest group first.
+    # The workers' queue follows collection order (``pytest_xdist_make_scheduler``): the longest group first.
     items.sort(key=lambda item: _test_file(item.nodeid) not in HEAVY_FILES)
 
 
+@pytest.hookimpl(optionalhook=True)  # a plain `pytest` without pytest-xdist still runs
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """xdist's scope scheduling with a file as the scope, and the heavy files as one scope.
+    """xdist's scope scheduling with a file as the scope, and the heavy files as one scope, queued in
+    collection order (not by size: ``--no-loadscope-reorder``), so the heavy one starts first.
 
     (``--dist loadgroup`` with ``xdist_group`` marks would say it too, but pytest-xdist 3.8 renames the
     items through ``item._nodeid``, which pytest 9 no longer reads: its groups never form.)"""
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False
 
     class FileScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:

@@ -48,12 +48,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
         (tests / package).mkdir(parents=True)
     shutil.copy(CONFTEST, tests / "conftest.py")
     (suite / "pytest.ini").write_text(
-        "[pytest]\naddopts = -p no:cacheprovider --import-mode=importlib --no-loadscope-reorder\n"
+        "[pytest]\naddopts = -p no:cacheprovider --import-mode=importlib\n"
         "markers =\n    ray: r\n    slow: s\n    exclusive: e\n"
     )
     # The ordinary files come first in collection: the heavy ones must still be queued first.
     (tests / "indexer" / "test_a_plain.py").write_text(_module("plain", 10, 0.25))
     (tests / "indexer" / "test_b_mixed.py").write_text(_module("mixed", 3, 0.1, exclusive=1))
+    # Two files with more tests than the heavy ones: xdist's default queue (largest first) puts them first.
+    (tests / "indexer" / "test_c_more.py").write_text(_module("more", 6, 0.05))
     ray_marked = _module("cluster", 2, 0.2, marks="pytestmark = pytest.mark.ray")
     (tests / "indexer" / "test_ray_build.py").write_text(ray_marked)
     (tests / "model" / "test_training.py").write_text(
@@ -74,12 +76,13 @@ def test_every_test_ran_once(runs: list[dict]) -> None:
     assert sorted(run["test"] for run in runs) == sorted(
         [f"plain_{n}" for n in range(10)]
         + [f"mixed_{n}" for n in range(3)]
+        + [f"more_{n}" for n in range(6)]
         + ["cluster_0", "cluster_1", "training_0", "training_1"]
     )
 
 
 def test_a_file_stays_on_one_worker(runs: list[dict]) -> None:
-    for stem in ("plain", "mixed"):
+    for stem in ("plain", "mixed", "more"):
         assert len({run["worker"] for run in runs if run["test"].startswith(stem)}) == 1, stem
 
 

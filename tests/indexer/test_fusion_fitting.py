@@ -168,13 +168,21 @@ def test_a_match_feature_every_calibration_match_holds_at_its_maximum_is_left_ou
     labelled none on that alone. Where matches cover it partly, the feature stays."""
     rng = np.random.default_rng(6)
     no_match = [candidates(rng.uniform(0.0, 0.4, size=(8, len(FEATURES)))) for _ in range(10)]
+    lexical = list(MATCH_FEATURES).index("lexical")
     varied = samples(rng)
+    for s in varied:
+        s.candidates.ranks[:, lexical] = np.arange(len(s.candidates))  # every candidate found lexically
     params = fit("weighted", varied, "hybrid")
     fit_match("weighted", params, varied, "hybrid", no_match)
     assert params.match_features == list(MATCH_FEATURES) and len(params.match) == 4
     full = samples(rng)
     for s in full:
         s.candidates.features[:, 2] = np.where(s.labels, 1.0, rng.uniform(0.0, 0.6, size=s.labels.size))
+        s.candidates.ranks[:, lexical] = np.arange(len(s.candidates))
+        # A relevant product the lexical channel did not gather (none of its words among its first ranks)
+        # has no coverage: not evidence against the rule, which reads the ones it found.
+        missed = int(np.flatnonzero(s.labels)[0])
+        s.candidates.features[missed, 2], s.candidates.ranks[missed, lexical] = 0.0, -1
     for mode in ("hybrid", "text"):
         params = fit("weighted", full, mode)
         fit_match("weighted", params, full, mode, no_match)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from service.errors import ReloadFailedError, ReloadOutOfMemoryError
-from service.index_holder import MEMORY_RETRY_S, IndexHolder, Served
+from service.index_holder import MEMORY_RETRY_MAX_S, MEMORY_RETRY_S, IndexHolder, Served, memory_retry_delay
 from store.errors import IndexFormatError, IndexUnreachableError
 from store.layout import CURRENT_FILE, MANIFEST_FILE, index_dir
 from store.manifest import IndexManifest
@@ -759,6 +759,43 @@ def test_running_out_of_memory_never_refuses_a_version(
             now[0] += 1.0
         assert not errors and holder.check() is True and holder.served.version == second
         assert loads.count(second) == LOAD_TRIES + 1
+    finally:
+        holder.close()
+
+
+def test_the_memory_retry_wait_doubles_to_its_cap_and_never_overflows() -> None:
+    """30, 60, 120 ... s up to 15 minutes; the 1,025th try in a row (about ten days of 15-minute tries) is
+    still 15 minutes: ``2 ** 1024`` raised OverflowError inside the holder's failure path."""
+    assert [memory_retry_delay(n) for n in (1, 2, 3)] == [
+        MEMORY_RETRY_S,
+        2 * MEMORY_RETRY_S,
+        4 * MEMORY_RETRY_S,
+    ]
+    assert (
+        memory_retry_delay(6) == memory_retry_delay(1025) == memory_retry_delay(10**6) == MEMORY_RETRY_MAX_S
+    )
+
+
+def test_a_memory_wait_ends_when_current_moves_on(
+    tmp_path: Path, catalogue: Catalogue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A version that ran out of memory beside the served one waits; CURRENT moved back to the served
+    version and then the same version published again: tried at once, not after the old wait."""
+    errors: list[Exception] = []
+    loads: list[str] = []
+    first = write_version(tmp_path, catalogue, rows=list(range(20)))
+    now = [0.0]
+    on_load = _recording_on_load(loads, errors)
+    holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None, on_load=on_load, clock=lambda: now[0])
+    try:
+        assert holder.reload().version == first
+        second = write_version(tmp_path, catalogue, rows=list(range(30)))
+        errors.append(MemoryError())
+        assert holder.check() is False and loads.count(second) == 1  # waits MEMORY_RETRY_S from now
+        publish_version(tmp_path, INDEX_NAME, first)
+        assert holder.check() is False and holder.served.version == first
+        publish_version(tmp_path, INDEX_NAME, second)
+        assert holder.check() is True and holder.served.version == second and loads.count(second) == 2
     finally:
         holder.close()
 
