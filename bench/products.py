@@ -354,26 +354,32 @@ def _served(model: Path, work: Path, name: str, source: Path, text_fields: list[
 
 def _top1_by_mode(client: Any, queries: list[tuple[str, str, str]], modes: tuple[str, ...]) -> dict[str, Any]:
     """Per mode and language: the share of (lang, query, target id) whose target is first, and R@10; the
-    share labelled ``none`` (every query has its product in the catalogue); MRV over the languages of each
-    target (top 10)."""
+    share labelled ``none`` (every query has its product in the catalogue), in all and apart for the queries
+    whose target is first and the others (a label that says ``none`` for the second more than the first
+    tells the shopper something); MRV over the languages of each target (top 10)."""
     out: dict[str, Any] = {}
     for mode in modes:
         hits: dict[str, list[float]] = defaultdict(list)
         at10: dict[str, list[float]] = defaultdict(list)
         none: dict[str, list[float]] = defaultdict(list)
+        none_by_first: dict[bool, dict[str, list[float]]] = {b: defaultdict(list) for b in (True, False)}
         lists: dict[str, dict[str, list[str]]] = defaultdict(dict)
         for lang, text, target in queries:
             body = client.post("/v1/search", json={"query": text, "top_k": 10, "mode": mode}).json()
             ids = [h["id"] for h in body["results"]]
-            hits[lang].append(float(bool(ids) and ids[0] == target))
+            first = bool(ids) and ids[0] == target
+            hits[lang].append(float(first))
             at10[lang].append(float(target in ids))
             none[lang].append(float(body.get("match") == "none"))
+            none_by_first[first][lang].append(none[lang][-1])
             lists[target][lang] = ids
         mrv = [consistency_report(by_lang, 10)["mrv"] for by_lang in lists.values() if len(by_lang) > 1]
         out[mode] = {
             "r_at_1": {lang: _mean(v) for lang, v in hits.items()},
             "r_at_10": {lang: _mean(v) for lang, v in at10.items()},
             "labelled_none": {lang: _mean(v) for lang, v in none.items()},
+            "labelled_none_target_first": {lang: _mean(v) for lang, v in none_by_first[True].items()},
+            "labelled_none_target_not_first": {lang: _mean(v) for lang, v in none_by_first[False].items()},
             "mean_r_at_1": _mean([_mean(v) for v in hits.values()]),
             "mrv": _mean(mrv),
         }

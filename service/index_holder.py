@@ -5,7 +5,7 @@ new ``CURRENT`` (seen by the poller, or asked for by ``/v1/admin/reload``) is op
 while the old version keeps answering; the swap is one reference assignment under a lock. The old version
 is closed when its last lease is returned (on a thread of its own), so no request ever sees a closed index.
 
-About 440 lines, kept in one module: the lease counts, the swap and the poller's state (failed, overridden,
+About 450 lines, kept in one module: the lease counts, the swap and the poller's state (failed, overridden,
 unreachable and unread versions, the give-up waits) are one state machine under two locks, and splitting it
 would put its transitions out of sight of each other.
 """
