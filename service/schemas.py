@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Annotated, Any, Literal
 
@@ -158,6 +159,93 @@ class SortBy(BaseModel):
     order: Literal["asc", "desc"] = "asc"
 
 
+MAX_FACETS = 10  # faceted fields per request
+MAX_FACET_SIZE = 100  # values listed per field
+MAX_FACET_RANGES = 50  # ranges per numeric field
+MAX_FACET_VALUE_CHARS = 256  # a counted text value (a category, a brand; not a description)
+RangeBound = FiniteFloat | None
+
+
+def _facet_of_name(value: object) -> object:
+    """``"brand"`` is short for ``{"field": "brand"}``."""
+    return {"field": value} if isinstance(value, str) else value
+
+
+class FacetSpec(BaseModel):
+    """One faceted field: its top values with their counts, its numeric min/max, and counts per range."""
+
+    model_config = ConfigDict(extra="forbid")
+    field: FieldName = Field(description="A metadata field, e.g. category, brand, price.")
+    size: int = Field(10, ge=1, le=MAX_FACET_SIZE, description="How many of its values to list (most first).")
+    ranges: (
+        Annotated[
+            list[Annotated[list[RangeBound], Field(min_length=2, max_length=2)]],
+            Field(min_length=1, max_length=MAX_FACET_RANGES),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="Numeric ranges [from, to) to count, e.g. [[null, 5], [5, 20], [20, null]]: from "
+        "inclusive, to exclusive, null open; they may not overlap.",
+    )
+
+    @model_validator(mode="after")
+    def _ranges_apart(self) -> FacetSpec:
+        if not self.ranges:
+            return self
+        spans = []
+        for n, (low, high) in enumerate(self.ranges):
+            if low is None and high is None:
+                raise ValueError(f"range {n} has no bound; give from, to or both")
+            if low is not None and high is not None and not low < high:
+                raise ValueError(f"range {n} [{low}, {high}) is empty: from must be below to")
+            spans.append((-math.inf if low is None else low, math.inf if high is None else high, n))
+        spans.sort()
+        for (_, high, a), (low, _, b) in itertools.pairwise(spans):
+            if low < high:
+                raise ValueError(f"ranges {a} and {b} overlap; each value is counted in one range at most")
+        return self
+
+
+FacetRequest = Annotated[FacetSpec, BeforeValidator(_facet_of_name)]
+
+
+def _distinct_facets(facets: list[FacetSpec] | None) -> list[FacetSpec] | None:
+    if facets:
+        seen: set[str] = set()
+        for spec in facets:
+            if spec.field in seen:
+                raise ValueError(f"field {spec.field!r} is faceted twice")
+            seen.add(spec.field)
+    return facets
+
+
+Facets = Annotated[
+    Annotated[list[FacetRequest], Field(max_length=MAX_FACETS)] | None, AfterValidator(_distinct_facets)
+]
+FACETS_DESCRIPTION = (
+    'Facet counts beside the hits: ["category", "brand", {"field": "price", "ranges": [[null, 5], [5, 20], '
+    "[20, null]]}]. Counted over every relevant result (those the min_score cut keeps; with 'auto', those "
+    "not labelled none), not only the page; a filter on a faceted field does not narrow that field's own "
+    f"counts. At most {MAX_FACETS} fields, {MAX_FACET_SIZE} values and {MAX_FACET_RANGES} ranges each."
+)
+
+
+class MaxPer(BaseModel):
+    """At most ``n`` results with the same value of ``field`` on each page (the rest move to later pages)."""
+
+    model_config = ConfigDict(extra="forbid")
+    field: FieldName = Field(description="A metadata field, e.g. brand.")
+    n: int = Field(ge=1, le=MAX_TOP_K, description="Results per value on one page.")
+
+
+MAX_PER_DESCRIPTION = (
+    'Diversity: {"field": "brand", "n": 2} puts at most n results with one value of the field on each page '
+    "of top_k (pages counted from the first result); the others move down to later pages, in order. Results "
+    "without the field are not capped."
+)
+
+
 class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: QueryText = Field(description="The shopper's query, any language.")
@@ -194,6 +282,8 @@ class SearchRequest(BaseModel):
         '{"field": "price", "order": "asc"}: applied after the min_score cut; with min_score '
         "'auto', results labelled 'none' are dropped first. Items without the field come last.",
     )
+    facets: Facets = Field(None, description=FACETS_DESCRIPTION)
+    max_per: MaxPer | None = Field(None, description=MAX_PER_DESCRIPTION)
 
 
 class LanguageInfo(BaseModel):
@@ -260,6 +350,35 @@ class MatchThresholdsInfo(BaseModel):
     )
 
 
+class FacetValueCount(BaseModel):
+    value: str | int | float | bool
+    count: int = Field(description="Relevant results holding this value (a list field: any of its items).")
+
+
+class FacetRangeCount(BaseModel):
+    gte: float | None = Field(description="From (inclusive); null: open. As a filter: {gte, lt}.")
+    lt: float | None = Field(description="To (exclusive); null: open.")
+    count: int
+
+
+class FacetResult(BaseModel):
+    field: str
+    values: list[FacetValueCount] = Field(description="The most frequent values, most first (ties by value).")
+    distinct: int = Field(
+        description="Distinct values among the relevant results (values lists the top size)."
+    )
+    missing: int = Field(description="Relevant results without a countable value of this field.")
+    min: float | None = Field(None, description="The least numeric value (null: none is numeric).")
+    max: float | None = Field(None, description="The greatest numeric value.")
+    ranges: list[FacetRangeCount] | None = Field(
+        None, description="Counts per requested range, in its order."
+    )
+    relevant: int = Field(
+        description="Relevant results counted: the query's, or with a filter on this very field, the query's "
+        "without that filter (disjunctive facets)."
+    )
+
+
 class SearchResponse(BaseModel):
     results: list[SearchHit]
     mode: SearchMode = Field("image", description="What was searched.")
@@ -287,6 +406,7 @@ class SearchResponse(BaseModel):
         "the top-ranked product's photo cosine where labels fall back to the photos'). A front end may draw "
         "its own line on it. None where nothing was labelled.",
     )
+    facets: list[FacetResult] | None = Field(None, description="The requested facets, in request order.")
 
 
 class SimilarRequest(BaseModel):
@@ -297,6 +417,12 @@ class SimilarRequest(BaseModel):
     offset: int = Field(0, ge=0, le=MAX_OFFSET)
     filters: Filters | None = None
     include_self: bool = Field(False, description="Keep the item itself in the results.")
+    facets: Facets = Field(
+        None,
+        description="Facet counts over the first max(50, offset + top_k) similar products (photo similarity "
+        "has no calibrated cut); otherwise as in /v1/search.",
+    )
+    max_per: MaxPer | None = Field(None, description=MAX_PER_DESCRIPTION)
 
 
 class ImageSearchResponse(BaseModel):
@@ -304,6 +430,7 @@ class ImageSearchResponse(BaseModel):
     index_version: str
     model: str
     timings_ms: Timings
+    facets: list[FacetResult] | None = None
 
 
 class ConsistencyRequest(BaseModel):

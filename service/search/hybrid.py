@@ -17,7 +17,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,10 +29,12 @@ from service.schemas import (
     HitExplanation,
     LanguageInfo,
     MatchLabel,
+    MaxPer,
     MinScore,
     SearchHit,
     SortBy,
 )
+from service.search.facets import spread
 from service.search.responses import image_url
 from store.hybrid import (
     CANDIDATES,
@@ -98,6 +100,9 @@ class HybridPage:
     rerank_s: float = 0.0
     reranked: int = 0  # products the fusion encoder scored; 0 when not re-ranked
     match_score: float | None = None  # what ``label`` reads (None: nothing labelled)
+    # Product rows of every result the min_score cut keeps ('auto': those not labelled none), ranked: what
+    # facets count.
+    relevant: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 def stored_languages(info: Any) -> list[str]:
@@ -120,6 +125,24 @@ def label_of(score: float, params: GroupParams | None) -> MatchLabel | None:
         return None
     strong_from = params.strong_from if params.strong_from is not None else math.inf
     return MatchThresholds(params.none_below, strong_from).label(score)
+
+
+def kept_by_cut(
+    order: np.ndarray, quality: np.ndarray, scores: np.ndarray, params: GroupParams | None, cut: MinScore
+) -> np.ndarray:
+    """The candidates of ``order`` a ``min_score`` cut keeps, in order: the labels' rule (``label_of``) on the
+    whole array ("weak" keeps all but none, "strong" only strong; with nothing calibrated "weak" keeps all
+    and "strong" none), a number a floor on the fused score; "auto" keeps all."""
+    if cut in ("weak", "strong") and params is not None and params.none_below is not None:
+        strong_from = params.strong_from if params.strong_from is not None else math.inf
+        q = quality[order]
+        strong = q >= strong_from
+        return order[strong | ~(q < params.none_below)] if cut == "weak" else order[strong]
+    if cut == "strong":  # nothing calibrated: no label is strong
+        return order[:0]
+    if not isinstance(cut, str):
+        return order[scores[order] >= cut]
+    return order
 
 
 def sorted_by_field(pairs: list[tuple[int, dict[str, Any]]], name: str, order: str) -> list[tuple[int, Any]]:
@@ -191,13 +214,17 @@ class HybridRanker:
         rerank: Reranker | None = None,
         rerank_k: int = 128,
         cosine_labels: tuple[float, float] | None = None,
+        max_per: MaxPer | None = None,
+        want_hits: bool = True,
     ) -> HybridPage:
         """One page of products for a text query. ``rerank`` (a CCRk model, re-ranking on): the head of the
         fused order (``rerank_k`` products) is ordered again by reciprocal-rank fusion of the fused order
         and the fusion encoder's re-rank scores of the products' first photos: the fusion encoder still
         re-ranks on top, without overruling the text channels it cannot see. ``cosine_labels`` (none_below,
         strong_from of the dual encoder's cosine): labels where nothing was calibrated for the fused score
-        (image mode, a catalogue with too little text), read on the best photo's cosine."""
+        (image mode, a catalogue with too little text), read on the best photo's cosine. ``max_per``: at most
+        n results per value of a field on each page (``service.search.facets.spread``). ``want_hits``
+        False: only the relevant rows (``HybridPage.relevant``), for another filter's facet counts."""
         start = time.perf_counter()
         stored = self.fusion(channels)
         fusion = stored.model
@@ -246,22 +273,23 @@ class HybridRanker:
                 fusion, cands, mode, group, order, params, quality, top
             )
         cut = "weak" if (sort is not None and min_score == "auto") else min_score
-        ordered = order
-        if cut in ("weak", "strong") and params is not None and params.none_below is not None:
-            # The labels' rule (label_of) on the whole array: "weak" keeps all but none, "strong" only strong.
-            strong_from = params.strong_from if params.strong_from is not None else math.inf
-            q = quality[order]
-            strong = q >= strong_from
-            ordered = order[strong | ~(q < params.none_below)] if cut == "weak" else order[strong]
-        elif cut == "strong":  # nothing calibrated: no label is strong
-            ordered = order[:0]
-        elif not isinstance(cut, str):
-            ordered = order[scores[order] >= cut]
+        ordered = kept_by_cut(order, quality, scores, params, cut)
+        # What facets count: the results the cut keeps, 'auto' counting those not labelled none.
+        relevant = ordered if cut != "auto" else kept_by_cut(order, quality, scores, params, "weak")
+        if not want_hits:
+            return HybridPage([], None, None, time.perf_counter() - start, relevant=cands.rows[relevant])
         chosen = ordered.tolist()
         page = slice(offset, offset + top_k)
-        if sort is not None:  # sorted by a field: every kept candidate's metadata
+        if sort is not None or max_per is not None:  # every kept candidate's metadata
             items = served.items([int(cands.rows[i]) for i in chosen])
-            paired = sorted_by_field(list(zip(chosen, items, strict=True)), sort.field, sort.order)
+            paired = list(zip(chosen, items, strict=True))
+            if sort is not None:
+                paired = sorted_by_field(paired, sort.field, sort.order)
+            if max_per is not None:
+                value = {i: item.get(max_per.field) for i, item in paired}
+                item_of = dict(paired)
+                spread_order = spread([i for i, _ in paired], value.get, max_per, top_k, offset + top_k)
+                paired = [(i, item_of[i]) for i in spread_order]
             chosen, items = [p[0] for p in paired][page], [p[1] for p in paired][page]
         else:  # only the page's
             chosen = chosen[page]
@@ -285,7 +313,16 @@ class HybridRanker:
         )
         label = label_of(top, params) if top is not None else None
         labelled = params if params is not None and params.none_below is not None else None
-        return HybridPage(hits, label, labelled, search_s, rerank_s, head, top if label is not None else None)
+        return HybridPage(
+            hits,
+            label,
+            labelled,
+            search_s,
+            rerank_s,
+            head,
+            top if label is not None else None,
+            relevant=cands.rows[relevant],
+        )
 
     @staticmethod
     def _uncertain_labels(

@@ -28,8 +28,11 @@ from service.index_holder import Served
 from service.language import LanguageDetector
 from service.matching import MatchJudge
 from service.schemas import (
+    MAX_OFFSET,
+    MAX_TOP_K,
     ConsistencyRequest,
     ConsistencyResponse,
+    FacetResult,
     ImageSearchResponse,
     LanguageInfo,
     LanguageResults,
@@ -38,12 +41,14 @@ from service.schemas import (
     SearchResponse,
     SimilarRequest,
 )
+from service.search.facets import check_fields, facet_counts, spread_hits
 from service.search.filters import SearchFilters, allowed_rows
 from service.search.hybrid import HybridRanker, channels_of, is_certain
 from service.search.query import digest, normalise_query
 from service.search.ranking import Ranked, Ranker, RerankPolicyName
 from service.search.responses import ResponseBuilder, since_ms
 from service.uploads import decode_upload
+from store.hybrid import CANDIDATES
 from store.products import ProductChannels, default_mode
 from store.reader import IndexVersion
 from store.sharded import ShardedIndex
@@ -53,6 +58,7 @@ from store.sharded import ShardedIndex
 RESULT_FORMAT = 2
 INLINE_MAX_SHARDS = 4  # local shards or segments a search may walk on the event loop
 INLINE_MAX_RESULTS = 50  # offset + top_k of a search answered on the event loop
+DIVERSITY_DEPTH = MAX_OFFSET + MAX_TOP_K  # the dual encoder's ranking a max_per page may draw from
 
 
 @dataclass
@@ -151,6 +157,8 @@ class SearchPipeline:
         return (
             not rerank
             and not request.filters
+            and not request.facets  # counted over every relevant result: a deeper ranking
+            and request.max_per is None
             and self.cache.backend == "memory"
             and local
             and channels_of(served) is None
@@ -164,6 +172,7 @@ class SearchPipeline:
         language = self.detector.resolve(text, request.lang)
         rerank = self.resolve_rerank(request.rerank, language.code)
         filters = SearchFilters.of(request.filters)
+        check_fields(request.facets, request.max_per, served.index.fields)
         result_key = self._result_key(served, request, text, rerank, filters, language)
         if result_key is not None:
             entry = self.cache.get(RESULT, result_key)
@@ -178,8 +187,9 @@ class SearchPipeline:
         channels = channels_of(served)
         mode = self._mode(channels, request)
         ranked: Ranked | None = None
+        relevant: np.ndarray | None = None  # the products path's relevant rows, which facets count
         if channels is not None and self._products_path(served, channels, mode, request):
-            response = self._products_text(
+            response, relevant = self._products_text(
                 served, channels, request, query, text, language, mode, rerank, allowed, encode_s, start
             )
         else:
@@ -189,11 +199,13 @@ class SearchPipeline:
                     "has none",
                     loc=("body", "sort"),
                 )
+            # Diversity moves results down from later pages: those are ranked too (twice the depth).
+            deep = request.max_per is not None
             ranked = self.ranker.text(
                 served,
                 query,
-                top_k=request.top_k,
-                offset=request.offset,
+                top_k=min(2 * (request.offset + request.top_k), DIVERSITY_DEPTH) if deep else request.top_k,
+                offset=0 if deep else request.offset,
                 rerank=rerank,
                 rerank_k=request.rerank_k,
                 allowed=allowed,
@@ -205,9 +217,12 @@ class SearchPipeline:
                 ranked.top_score,
                 request.min_score,
             )
+            hits = judged.hits
+            if request.max_per is not None:
+                hits = spread_hits(hits, request.max_per, request.top_k, request.offset)
             response = self.responses.text(
                 served,
-                hits=judged.hits,
+                hits=hits,
                 label=judged.label,
                 thresholds=MatchThresholdsInfo(**vars(judged.thresholds)),
                 match_score=judged.score,  # None exactly where nothing is labelled (no top score)
@@ -216,10 +231,82 @@ class SearchPipeline:
                 encode_s=encode_s,
                 start=start,
             )
+        if request.facets:
+            response.facets = self._text_facets(
+                served, channels, request, query, text, language, mode, filters, relevant
+            )
+            response.timings_ms.total = since_ms(start)
         if result_key is not None:
             self.cache.set(RESULT, result_key, self.responses.cache_entry(response))
             response.timings_ms.total = since_ms(start)  # the total includes the cache write
         return TextOutcome(response, ranked=ranked, encode_s=encode_s)
+
+    def _text_facets(
+        self,
+        served: Served,
+        channels: ProductChannels | None,
+        request: SearchRequest,
+        query: EncodedTexts,
+        text: str,
+        language: LanguageInfo,
+        mode: str,
+        filters: SearchFilters | None,
+        relevant_rows: np.ndarray | None,
+    ) -> list[FacetResult]:
+        """A text search's facets (``service.search.facets``): over its relevant results, and for a field it
+        filters on, over those of the same query without that filter."""
+        assert request.facets is not None
+        products = channels is not None and self._products_path(served, channels, mode, request)
+        lang = language.code if language.supported else None
+
+        def relevant(scope: SearchFilters | None) -> np.ndarray:
+            allowed = allowed_rows(scope, served)
+            if products:
+                assert channels is not None
+                cosine = self.judge.calibration(served).thresholds(lang)
+                return self.hybrid.text(
+                    served,
+                    channels,
+                    query.embeds[0],
+                    text,
+                    language,
+                    mode=mode,
+                    top_k=request.top_k,
+                    offset=request.offset,
+                    allowed_rows=allowed,
+                    min_score=request.min_score,
+                    sort=None,
+                    explain=False,
+                    cosine_labels=(cosine.none_below, cosine.strong_from),
+                    want_hits=False,
+                ).relevant
+            return self._photo_relevant(served, query, allowed, request, language)
+
+        return facet_counts(request.facets, filters, relevant, served.items, relevant_rows)
+
+    def _photo_relevant(
+        self,
+        served: Served,
+        query: EncodedTexts,
+        allowed: np.ndarray | None,
+        request: SearchRequest,
+        language: LanguageInfo,
+    ) -> np.ndarray:
+        """The relevant rows of a text query on the dual encoder's path: its ranking to the depth a product
+        search gathers (``CANDIDATES``, or offset + top_k), kept by the ``min_score`` cut on the calibrated
+        cosine labels ('auto': those not labelled none)."""
+        depth = max(CANDIDATES, request.offset + request.top_k)
+        ranked = self.ranker.by_embedding(served, query.embeds, top_k=depth, offset=0, allowed=allowed)
+        thresholds = self.judge.calibration(served).thresholds(language.code if language.supported else None)
+        cut = "weak" if request.min_score == "auto" else request.min_score
+        scores = ranked.scores
+        if cut == "weak":
+            keep = scores >= thresholds.none_below
+        elif cut == "strong":
+            keep = scores >= thresholds.strong_from
+        else:
+            keep = scores >= float(cut)
+        return ranked.rows[keep]
 
     @staticmethod
     def _products_path(
@@ -244,8 +331,9 @@ class SearchPipeline:
         allowed: np.ndarray | None,
         encode_s: float,
         start: float,
-    ) -> SearchResponse:
-        """A text query's products (``service.search.hybrid``), the CCRk fusion encoder re-ranking on top."""
+    ) -> tuple[SearchResponse, np.ndarray]:
+        """A text query's products (``service.search.hybrid``), the CCRk fusion encoder re-ranking on top,
+        and the rows of its relevant results (what facets count)."""
         reranker = partial(self.ranker.rerank_head, served, query) if rerank and mode != "text" else None
         # Labels where nothing was calibrated for the fused score: the photos' cosine, as the dual encoder's.
         cosine = self.judge.calibration(served).thresholds(language.code if language.supported else None)
@@ -265,9 +353,10 @@ class SearchPipeline:
             rerank=reranker,
             rerank_k=request.rerank_k,
             cosine_labels=(cosine.none_below, cosine.strong_from),
+            max_per=request.max_per,
         )
         label, params = page.label, page.thresholds
-        return self.responses.hybrid(
+        response = self.responses.hybrid(
             served,
             page.hits,
             label=label,
@@ -281,6 +370,7 @@ class SearchPipeline:
             encode_s=encode_s,
             start=start,
         )
+        return response, page.relevant
 
     @staticmethod
     def _mode(channels: ProductChannels | None, request: SearchRequest | ConsistencyRequest) -> str:
@@ -328,6 +418,8 @@ class SearchPipeline:
                 request.mode,
                 request.explain,
                 None if request.sort is None else request.sort.model_dump_json(),
+                None if request.facets is None else [f.model_dump_json() for f in request.facets],
+                None if request.max_per is None else request.max_per.model_dump_json(),
             ]
         )
 

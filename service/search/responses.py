@@ -174,6 +174,7 @@ class ResponseBuilder:
             "match": response.match,
             "match_thresholds": response.match_thresholds.model_dump() if response.match_thresholds else None,
             "match_score": response.match_score,
+            "facets": None if response.facets is None else [f.model_dump() for f in response.facets],
         }
         return json.dumps(payload).encode()
 
@@ -195,6 +196,7 @@ class ResponseBuilder:
                 match=payload["match"],
                 match_thresholds=payload["match_thresholds"],
                 match_score=payload["match_score"],
+                facets=payload.get("facets"),
             )
         except (ValueError, KeyError, TypeError):
             return None
