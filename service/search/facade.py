@@ -26,11 +26,13 @@ from service.memory import trim_freed_memory
 from service.schemas import (
     ConsistencyRequest,
     ConsistencyResponse,
+    FacetSpec,
     ImageSearchResponse,
     SearchRequest,
     SearchResponse,
     SimilarRequest,
 )
+from service.search.facets import facets_from_form
 from service.search.filters import SearchFilters
 from service.search.pipeline import SearchPipeline
 from service.search.telemetry import SearchTelemetry
@@ -96,10 +98,17 @@ class SearchFacade:
         return TextAnswer(outcome.response, self.telemetry.text(request, outcome))
 
     async def image(
-        self, upload: UploadFile, *, top_k: int, offset: int, filters: str | None
+        self,
+        upload: UploadFile,
+        *,
+        top_k: int,
+        offset: int,
+        filters: str | None,
+        facets: str | None = None,
     ) -> ImageSearchResponse:
-        """A search by an uploaded image; ``filters`` is the form field's JSON text."""
+        """A search by an uploaded image; ``filters`` and ``facets`` are the form fields' JSON text."""
         parsed = SearchFilters.from_form(filters)  # a 422 before the upload is read or waits for a slot
+        specs = facets_from_form(facets)
         # No index loaded: the 503 at once, not after reading the upload and waiting up to
         # image_slot_wait_s for a slot (a lease taken and returned: a lock, no I/O).
         with self.holder.lease():
@@ -118,7 +127,7 @@ class SearchFacade:
                 ) from None
             try:
                 return await anyio.to_thread.run_sync(
-                    self._image, data, upload.content_type, top_k, offset, parsed, limiter=self.limiter
+                    self._image, data, upload.content_type, top_k, offset, parsed, specs, limiter=self.limiter
                 )
             finally:
                 self.image_slots.release()
@@ -134,12 +143,18 @@ class SearchFacade:
         )
 
     def _image(
-        self, data: bytes, content_type: str | None, top_k: int, offset: int, filters: SearchFilters | None
+        self,
+        data: bytes,
+        content_type: str | None,
+        top_k: int,
+        offset: int,
+        filters: SearchFilters | None,
+        facets: list[FacetSpec] | None = None,
     ) -> ImageSearchResponse:
         try:
             with self.holder.lease() as served:
                 outcome = self.pipeline.image(
-                    served, data, content_type, top_k=top_k, offset=offset, filters=filters
+                    served, data, content_type, top_k=top_k, offset=offset, filters=filters, facets=facets
                 )
         finally:
             trim_freed_memory()  # the decode's frames back to the system (service.memory)

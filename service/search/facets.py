@@ -23,18 +23,21 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
+from pydantic import TypeAdapter, ValidationError
 
 from service.errors import InvalidInputError
+from service.json_limits import JsonLimitError, parse_json
 from service.schemas import (
     MAX_FACET_VALUE_CHARS,
     FacetRangeCount,
     FacetResult,
+    Facets,
     FacetSpec,
     FacetValueCount,
     MaxPer,
     SearchHit,
 )
-from service.search.filters import SearchFilters
+from service.search.filters import SearchFilters, describe
 
 # A counted value keyed so that JSON's true and 1 stay apart (Python's True == 1).
 ValueKey = tuple[bool, Any]
@@ -195,3 +198,23 @@ def check_fields(facets: Sequence[FacetSpec] | None, max_per: MaxPer | None, kno
             f"unknown max_per field {max_per.field!r}; known fields: {names}",
             loc=("body", "max_per", "field"),
         )
+
+
+_FACETS: TypeAdapter[list[FacetSpec] | None] = TypeAdapter(Facets)
+
+
+def facets_from_form(text: str | None) -> list[FacetSpec] | None:
+    """An image search's ``facets`` form field (JSON text), validated as the JSON body's are; a 422 naming
+    ``facets`` otherwise."""
+    if not text:
+        return None
+    try:
+        return _FACETS.validate_python(parse_json(text))
+    except JsonLimitError as exc:
+        raise InvalidInputError(
+            f"facets must be a JSON array of facets: {exc}", loc=("body", "facets")
+        ) from None
+    except ValidationError as exc:
+        raise InvalidInputError(
+            f"facets must be a JSON array of facets: {describe(exc)}", loc=("body", "facets")
+        ) from None

@@ -427,6 +427,24 @@ class HybridRanker:
             hits.append(hit)
         return hits
 
+    @staticmethod
+    def visual_rows(
+        served: Served,
+        channels: ProductChannels,
+        query: np.ndarray,
+        n: int,
+        allowed_rows: np.ndarray | None,
+        exclude_row: int | None = None,
+    ) -> np.ndarray:
+        """The ``n`` products nearest ``query`` by their best photo's visual embedding, best first (what
+        ``visual`` pages through)."""
+        mask = allowed_mask(served, allowed_rows)
+        if exclude_row is not None:
+            mask = np.ones(served.index.total_rows, bool) if mask is None else mask.copy()
+            mask[exclude_row] = False
+        found = channels.visual_vectors.search(np.ascontiguousarray(query, np.float32).ravel(), n, mask)
+        return np.asarray(found.owners, np.int64)
+
     def visual(
         self,
         served: Served,

@@ -33,6 +33,7 @@ from service.schemas import (
     ConsistencyRequest,
     ConsistencyResponse,
     FacetResult,
+    FacetSpec,
     ImageSearchResponse,
     LanguageInfo,
     LanguageResults,
@@ -434,8 +435,10 @@ class SearchPipeline:
         top_k: int,
         offset: int,
         filters: SearchFilters | None,
+        facets: list[FacetSpec] | None = None,
     ) -> ImageOutcome:
         start = time.perf_counter()
+        check_fields(facets, None, served.index.fields)
         image = decode_upload(
             data,
             content_type,
@@ -459,9 +462,28 @@ class SearchPipeline:
                 allowed_rows=allowed,
             )
             response = self.responses.visual(served, hits, encode_s=encode_s, search_s=search_s, start=start)
-            return ImageOutcome(response, None)
-        ranked = self.ranker.by_embedding(served, encoded.embeds, top_k=top_k, offset=offset, allowed=allowed)
-        return ImageOutcome(self.responses.image(served, ranked, encode_s=encode_s, start=start), ranked)
+            outcome = ImageOutcome(response, None)
+            query = encoded.visual_or_embeds[0]
+        else:
+            ranked = self.ranker.by_embedding(
+                served, encoded.embeds, top_k=top_k, offset=offset, allowed=allowed
+            )
+            outcome = ImageOutcome(
+                self.responses.image(served, ranked, encode_s=encode_s, start=start), ranked
+            )
+            query = encoded.embeds
+        if facets:
+            depth = max(CANDIDATES, offset + top_k)  # no calibrated cut for photo queries (as ``similar``)
+
+            def ranked_rows(scope: SearchFilters | None) -> np.ndarray:
+                scoped = allowed_rows(scope, served)
+                if channels is not None:
+                    return self.hybrid.visual_rows(served, channels, query, depth, scoped)
+                return self.ranker.by_embedding(served, query, top_k=depth, offset=0, allowed=scoped).rows
+
+            outcome.response.facets = facet_counts(facets, filters, ranked_rows, served.items)
+            outcome.response.timings_ms.total = since_ms(start)
+        return outcome
 
     # -- more like this --------------------------------------------------------------------------------------
 
@@ -473,31 +495,58 @@ class SearchPipeline:
             raise NotFoundError(
                 f"no item {item_id!r} in index version {served.version}", loc=("path", "item_id")
             )
-        allowed = allowed_rows(SearchFilters.of(body.filters), served)
+        check_fields(body.facets, body.max_per, served.index.fields)
+        filters = SearchFilters.of(body.filters)
         exclude = None if body.include_self else row
         channels = channels_of(served)
         if channels is not None:
             query = np.asarray(
                 channels.visual_vectors.vectors[channels.visual_vectors.start[row]], np.float32
             )
+        else:
+            query = served.index.embeddings(np.asarray([row]))
+
+        def ranked_rows(scope: SearchFilters | None, depth: int) -> np.ndarray:
+            """The similar products' rows, best first, ``depth`` of them, under ``scope``'s filters."""
+            allowed = allowed_rows(scope, served)
+            if channels is not None:
+                return self.hybrid.visual_rows(served, channels, query, depth, allowed, exclude)
+            if exclude is not None:
+                keep = allowed if allowed is not None else np.arange(served.index.total_rows)
+                allowed = keep[keep != exclude]
+            return self.ranker.by_embedding(served, query, top_k=depth, offset=0, allowed=allowed).rows
+
+        deep = body.max_per is not None  # diversity moves results down from later pages: rank those too
+        top_k = min(2 * (body.offset + body.top_k), DIVERSITY_DEPTH) if deep else body.top_k
+        offset = 0 if deep else body.offset
+        allowed = allowed_rows(filters, served)
+        if channels is not None:
             hits, search_s = self.hybrid.visual(
                 served,
                 channels,
                 query,
-                top_k=body.top_k,
-                offset=body.offset,
+                top_k=top_k,
+                offset=offset,
                 allowed_rows=allowed,
                 exclude_row=exclude,
             )
-            return self.responses.visual(served, hits, encode_s=0.0, search_s=search_s, start=start)
-        query = served.index.embeddings(np.asarray([row]))
-        if exclude is not None:
-            keep = allowed if allowed is not None else np.arange(served.index.total_rows)
-            allowed = keep[keep != exclude]
-        ranked = self.ranker.by_embedding(
-            served, query, top_k=body.top_k, offset=body.offset, allowed=allowed
-        )
-        return self.responses.image(served, ranked, encode_s=0.0, start=start)
+            response = self.responses.visual(served, hits, encode_s=0.0, search_s=search_s, start=start)
+        else:
+            if exclude is not None:
+                keep = allowed if allowed is not None else np.arange(served.index.total_rows)
+                allowed = keep[keep != exclude]
+            ranked = self.ranker.by_embedding(served, query, top_k=top_k, offset=offset, allowed=allowed)
+            response = self.responses.image(served, ranked, encode_s=0.0, start=start)
+        if body.max_per is not None:
+            response.results = spread_hits(response.results, body.max_per, body.top_k, body.offset)
+        if body.facets:
+            # Photo similarity has no calibrated cut: the facets count as deep as a text search gathers.
+            depth = max(CANDIDATES, body.offset + body.top_k)
+            response.facets = facet_counts(
+                body.facets, filters, lambda scope: ranked_rows(scope, depth), served.items
+            )
+            response.timings_ms.total = since_ms(start)
+        return response
 
     # -- consistency -----------------------------------------------------------------------------------------
 

@@ -224,3 +224,43 @@ def test_bad_max_per_gets_a_422(client: httpx.Client, max_per: Any) -> None:
     answer = client.post("/v1/search", json={"query": "lamp", "max_per": max_per})
     assert answer.status_code == 422, answer.text
     assert answer.json()["detail"][0]["loc"][:2] == ["body", "max_per"]
+
+
+@pytest.mark.parametrize("prefix", ["/v1", "/v1/indexes/shards", "/v1/indexes/photos"])
+def test_similar_and_photo_searches_count_their_first_fifty(
+    client: httpx.Client, live: LiveServer, prefix: str
+) -> None:
+    deep = client.post(f"{prefix}/items/prod-3/similar", json={"top_k": 50}).json()["results"]
+    assert len(deep) == PRODUCTS - 1  # every other product: all of them are counted
+    body = {"top_k": 5, "facets": ["brand", "tags"], "filters": {"brand": "Arla"}}
+    answer = client.post(f"{prefix}/items/prod-3/similar", json=body).json()
+    assert {h["metadata"]["brand"] for h in answer["results"]} == {"Arla"}
+    brand, tags = answer["facets"]
+    assert {(v["value"], v["count"]) for v in brand["values"]} == {
+        (k[1], n) for k, n in _brute(deep, "brand").items()
+    }  # disjunctive: the brand filter leaves its own counts whole
+    arla = [h for h in deep if h["metadata"]["brand"] == "Arla"]
+    assert {(v["value"], v["count"]) for v in tags["values"]} == {
+        (k[1], n) for k, n in _brute(arla, "tags").items()
+    }
+    capped = client.post(
+        f"{prefix}/items/prod-3/similar", json={"top_k": 8, "max_per": {"field": "brand", "n": 2}}
+    ).json()["results"]
+    assert max(Counter(h["metadata"]["brand"] for h in capped).values()) <= 2
+
+    photo = client.get(f"{prefix}/images/prod-3").content
+    search = f"{prefix}/search/image"
+    plain = client.post(search, files={"file": ("p.png", photo, "image/png")}, data={"top_k": "50"}).json()
+    faceted = client.post(
+        search,
+        files={"file": ("p.png", photo, "image/png")},
+        data={"top_k": "3", "facets": '[{"field": "category", "size": 100}]'},
+    ).json()
+    (category,) = faceted["facets"]
+    assert {(v["value"], v["count"]) for v in category["values"]} == {
+        (k[1], n) for k, n in _brute(plain["results"], "category").items()
+    }
+    for bad in ("[", '[{"field": "price", "ranges": [[0, 5], [1, 2]]}]', '["colour"]'):
+        refused = client.post(search, files={"file": ("p.png", photo, "image/png")}, data={"facets": bad})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["detail"][0]["loc"][:2] == ["body", "facets"]

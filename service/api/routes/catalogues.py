@@ -21,6 +21,7 @@ from service.api.routes.search import (
     ERRORS,
     IMAGE_ERRORS,
     JSON_BODY_LIMIT,
+    FacetsField,
     FiltersField,
     Offset,
     TopK,
@@ -63,9 +64,10 @@ async def search_image(
     top_k: TopK = 20,
     offset: Offset = 0,
     filters: FiltersField = None,
+    facets: FacetsField = None,
 ) -> Response:
     """Image search of one served index (as ``/v1/search/image``)."""
-    return await image_search(runtime.catalogue(name), runtime, caller, file, top_k, offset, filters)
+    return await image_search(runtime.catalogue(name), runtime, caller, file, top_k, offset, filters, facets)
 
 
 @router.post(

@@ -33,6 +33,13 @@ UploadFileField = Annotated[
 TopK = Annotated[int, Form(ge=1, le=MAX_TOP_K)]
 Offset = Annotated[int, Form(ge=0, le=MAX_OFFSET)]
 FiltersField = Annotated[str | None, Form(description="Metadata filters as a JSON object (see /v1/search).")]
+FacetsField = Annotated[
+    str | None,
+    Form(
+        description="Facets as a JSON array (see /v1/search), counted over the first max(50, offset + "
+        "top_k) similar products (photo similarity has no calibrated cut)."
+    ),
+]
 
 
 async def text_search(
@@ -61,9 +68,10 @@ async def image_search(
     top_k: int,
     offset: int,
     filters: str | None,
+    facets: str | None = None,
 ) -> Response:
     async with runtime.in_line(caller):
-        result = await facade.image(file, top_k=top_k, offset=offset, filters=filters)
+        result = await facade.image(file, top_k=top_k, offset=offset, filters=filters, facets=facets)
     return Response(result.model_dump_json(), media_type="application/json")
 
 
@@ -83,6 +91,7 @@ async def search_image(
     top_k: TopK = 20,
     offset: Offset = 0,
     filters: FiltersField = None,
+    facets: FacetsField = None,
 ) -> Response:
     """Catalogue images similar to an uploaded one."""
-    return await image_search(runtime.search, runtime, caller, file, top_k, offset, filters)
+    return await image_search(runtime.search, runtime, caller, file, top_k, offset, filters, facets)
