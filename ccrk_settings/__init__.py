@@ -195,6 +195,23 @@ class Settings(BaseSettings):
         " the README). Apart from CCRK_ENGINE: building on Ray never changes serving.",
     )
     port: int = Field(8000, ge=1, le=65535, description="Port `ccrk serve` binds.")
+    page_facets: FieldNames = Field(
+        default_factory=list,
+        description="Fields the search page offers as facets, comma-separated (at most 10). Empty: the"
+        " served index's metadata fields that are not searched text fields (and not photo lists).",
+    )
+    page_price_field: str = Field(
+        "price",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$",
+        description="The metadata field the search page shows as each product's price (of the index the page"
+        " searches: the process's index_name).",
+    )
+    page_currency: str | None = Field(
+        None,
+        pattern=r"^[A-Z]{3}$",
+        description="ISO 4217 code of that index's prices (EUR, SEK, USD): the page shows them as amounts in"
+        " this currency in the browser's locale. Unset: the price is shown with its field name, no currency.",
+    )
 
     # -- serving on Ray (serve_engine ray) -------------------------------------------------------------
     ray_shard_replicas: int = Field(

@@ -15,10 +15,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -104,8 +105,19 @@ class Served:
     def items(self, rows: list[int]) -> list[dict[str, Any]]:
         """``index.items(rows)`` through the row cache. Each row comes as a copy of its top level (callers
         pop keys; nested values are shared and must not be changed)."""
+        got = self._cached(rows)
+        return [dict(got[r]) for r in rows]
+
+    def values_of(self, rows: list[int], names: Sequence[str]) -> dict[str, list[Any]]:
+        """Each row's value of each field (None where it has none), through the row cache, uncopied (facets
+        read them; nothing may change them)."""
+        got = self._cached(rows)
+        items = list(map(got.__getitem__, rows))  # map: C loops, ~2x a comprehension at 1,000 rows
+        return {name: list(map(dict.get, items, repeat(name))) for name in names}
+
+    def _cached(self, rows: list[int]) -> dict[int, dict[str, Any]]:
         cache = self._items
-        got = {r: cache.get(r) for r in rows}
+        got = dict(zip(rows, map(cache.get, rows), strict=True))
         missing = [r for r, item in got.items() if item is None]
         if missing:
             fetched = self.index.items(missing)  # raises IndexFormatError on an unknown row, as before
@@ -114,7 +126,7 @@ class Served:
                 while cache and len(cache) + len(missing) > self.item_cache_rows:
                     del cache[next(iter(cache))]  # oldest first (dicts keep insertion order)
                 cache.update(zip(missing, fetched, strict=True))
-        return [dict(got[r]) for r in rows]  # type: ignore[arg-type]
+        return got  # type: ignore[return-value]
 
 
 class IndexHolder:

@@ -11,15 +11,15 @@ own counts (ticking "brand: Oatly" still shows how many results the other brands
 field the request filters on are taken over the relevant results of the same query without that filter:
 ``facet_counts`` asks the search for each such set through ``relevant``, once per filtered faceted field.
 
-Values are read through ``Served.items`` (the row cache of the served version, or of its overlay), so the
-counts are of exactly what the hits show.
+Values are read through ``Served.values_of`` (the served version's row cache, which the hits read too), so
+the counts are of exactly what the hits show.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,7 +43,8 @@ from service.search.filters import SearchFilters, describe
 ValueKey = tuple[bool, Any]
 # rows (a search's relevant results, ranked) under a set of filters (None: none)
 RelevantRows = Callable[[SearchFilters | None], np.ndarray]
-ItemsOf = Callable[[list[int]], list[dict[str, Any]]]
+# (rows, fields) -> each field's value per row (None where absent): ``Served.values_of``
+ValuesOf = Callable[[list[int], Sequence[str]], dict[str, list[Any]]]
 
 
 def _is_number(value: object) -> bool:
@@ -60,76 +61,133 @@ def _countable(value: object) -> list[Any]:
     return list(seen.values())
 
 
-def count_field(spec: FacetSpec, items: Iterable[dict[str, Any]], relevant: int) -> FacetResult:
-    """One field's facet over the relevant results' items; a 422 naming the field when a value is longer
-    than a facet counts (a description rather than a category)."""
-    counts: Counter[ValueKey] = Counter()
-    low, high = math.inf, -math.inf
-    missing = 0
-    ranges = spec.ranges or []
-    in_range = [0] * len(ranges)
-    for item in items:
-        values = _countable(item.get(spec.field))
-        if not values:
-            missing += 1
-            continue
-        numbers = [v for v in values if _is_number(v)]
-        for value in values:
-            if isinstance(value, str) and len(value) > MAX_FACET_VALUE_CHARS:
-                raise InvalidInputError(
-                    f"field {spec.field!r} holds values of {len(value):,} characters; facets count values of "
-                    f"at most {MAX_FACET_VALUE_CHARS} (a category or a brand, not a description)",
-                    loc=("body", "facets", spec.field),
-                )
-            counts[(isinstance(value, bool), value)] += 1
+def count_field(spec: FacetSpec, values: Sequence[Any], relevant: int) -> FacetResult:
+    """One field's facet over the relevant results' values of it (one per result, None where absent); a 422
+    naming the field when a text value is longer than a facet counts (a description, not a category).
+
+    A field of text or of numbers alone (a category, a brand, a price: the usual case) is counted by
+    C-level counters without a Python step per value; any other mix value by value (bench/facets.py)."""
+    kinds = set(map(type, values))
+    listed: list[list[Any]] = []  # list values: each item counted once per result
+    if kinds <= _TEXT or kinds <= _NUMBERS:
+        counts: Counter[Any] = Counter(values)
+        missing = counts.pop(None, 0)
+        numbers = [v for v in counts if type(v) is not str]
+        if numbers and not all(map(math.isfinite, numbers)):  # NaN or infinity: no value
+            for bad in [v for v in numbers if not math.isfinite(v)]:
+                missing += counts.pop(bad)
+        scalars = None
         if numbers:
-            low, high = min(low, *numbers), max(high, *numbers)
-            for n, (start, end) in enumerate(ranges):
-                if any(
-                    (start is None or v >= start) and (end is None or v < end) for v in numbers
-                ):  # a list field counts once per range
-                    in_range[n] += 1
-    # Most first; ties by the value's text (numbers before text), so answers are stable.
-    top = sorted(counts.items(), key=lambda kv: (-kv[1], isinstance(kv[0][1], str), str(kv[0][1])))
+            scalars = np.asarray(values if not missing else [v for v in values if v is not None], np.float64)
+            scalars = scalars[np.isfinite(scalars)]
+        top = counts.most_common(spec.size)
+        distinct = len(counts)
+        longest = max(map(len, counts), default=0) if kinds <= _TEXT else 0
+    else:
+        keyed, missing, scalars, listed = _count_mixed(values)
+        top = [(key[1], n) for key, n in keyed.most_common(spec.size)]
+        distinct = len(keyed)
+        longest = max((len(k[1]) for k in keyed if type(k[1]) is str), default=0)
+    if longest > MAX_FACET_VALUE_CHARS:
+        raise InvalidInputError(
+            f"field {spec.field!r} holds values of {longest:,} characters; facets count values of at most "
+            f"{MAX_FACET_VALUE_CHARS} (a category or a brand, not a description)",
+            loc=("body", "facets", spec.field),
+        )
+    numeric = scalars if scalars is not None else np.zeros(0)
+    in_lists = [v for items in listed for v in items if _is_number(v)]
+    every_number = np.concatenate([numeric, np.asarray(in_lists, np.float64)]) if in_lists else numeric
     return FacetResult(
         field=spec.field,
-        values=[FacetValueCount(value=key[1], count=c) for key, c in top[: spec.size]],
-        distinct=len(counts),
+        # Most first; ties in the order the ranking met them (Counter.most_common is stable).
+        values=[FacetValueCount(value=value, count=n) for value, n in top],
+        distinct=distinct,
         missing=missing,
-        min=None if low == math.inf else float(low),
-        max=None if high == -math.inf else float(high),
-        ranges=[
-            FacetRangeCount(gte=start, lt=end, count=in_range[n]) for n, (start, end) in enumerate(ranges)
-        ]
-        if spec.ranges
-        else None,
+        min=float(every_number.min()) if every_number.size else None,
+        max=float(every_number.max()) if every_number.size else None,
+        ranges=_range_counts(spec, numeric, listed) if spec.ranges else None,
         relevant=relevant,
     )
+
+
+_TEXT = {str, type(None)}
+_NUMBERS = {int, float, type(None)}
+
+
+def _count_mixed(values: Sequence[Any]) -> tuple[Counter[ValueKey], int, np.ndarray, list[list[Any]]]:
+    """Counts of a field whose values mix types (lists, booleans, text and numbers), keyed so that JSON's
+    true and 1 stay apart; the results without a countable value; the scalar numbers; the list values'
+    countable items."""
+    keyed: Counter[ValueKey] = Counter()
+    numbers: list[float] = []
+    listed: list[list[Any]] = []
+    missing = 0
+    for value in values:
+        kind = type(value)
+        if kind is list:
+            items = _countable(value)
+            if items:
+                listed.append(items)
+                keyed.update((isinstance(v, bool), v) for v in items)
+            else:
+                missing += 1
+        elif kind is str or kind is bool or ((kind is int or kind is float) and math.isfinite(value)):
+            keyed[(kind is bool, value)] += 1
+            if kind is not str and kind is not bool:
+                numbers.append(value)
+        else:
+            missing += 1
+    return keyed, missing, np.asarray(numbers, np.float64), listed
+
+
+def _range_counts(spec: FacetSpec, scalars: np.ndarray, listed: list[list[Any]]) -> list[FacetRangeCount]:
+    """Results per range ``[from, to)``: a number counts in its range; a list once in each range one of its
+    numbers falls in."""
+    assert spec.ranges is not None
+    out = []
+    for start, end in spec.ranges:
+        inside = np.ones(scalars.size, bool)
+        if start is not None:
+            inside &= scalars >= start
+        if end is not None:
+            inside &= scalars < end
+        count = int(inside.sum())
+        count += sum(
+            1
+            for items in listed
+            if any(
+                _is_number(v) and (start is None or v >= start) and (end is None or v < end) for v in items
+            )
+        )
+        out.append(FacetRangeCount(gte=start, lt=end, count=count))
+    return out
 
 
 def facet_counts(
     specs: Sequence[FacetSpec],
     filters: SearchFilters | None,
     relevant: RelevantRows,
-    items_of: ItemsOf,
+    values_of: ValuesOf,
     rows: np.ndarray | None = None,
 ) -> list[FacetResult]:
     """The requested facets, in request order. ``rows``: the request's own relevant rows where the search
     already has them (else asked of ``relevant``); a field the request filters on is counted over
     ``relevant(filters without it)``."""
     plain = filters.plain if filters is not None else {}
-    scopes: dict[str | None, np.ndarray] = {}
-    if rows is not None:
-        scopes[None] = rows
-    results = []
-    for spec in specs:
-        scope = spec.field if spec.field in plain else None
-        if scope not in scopes:
+    # Each field's scope: the request's filters, less its own where it filters on it (disjunctive).
+    scope_of = {spec.field: spec.field if spec.field in plain else None for spec in specs}
+    values: dict[str, list[Any]] = {}
+    counted: dict[str, int] = {}
+    for scope in dict.fromkeys(scope_of.values()):
+        if scope is None and rows is not None:
+            found = rows
+        else:
             rest = {k: v for k, v in plain.items() if k != scope}
-            scopes[scope] = relevant(SearchFilters(rest) if rest else None)
-        found = [int(r) for r in scopes[scope]]
-        results.append(count_field(spec, items_of(found), len(found)))
-    return results
+            found = relevant(SearchFilters(rest) if rest else None)
+        fields = [f for f, s in scope_of.items() if s == scope]
+        values.update(values_of(np.asarray(found, np.int64).tolist(), fields))
+        counted.update(dict.fromkeys(fields, len(found)))
+    return [count_field(spec, values[spec.field], counted[spec.field]) for spec in specs]
 
 
 def spread(
@@ -140,21 +198,22 @@ def spread(
     capped). Pages fill from the top; an entry over its value's cap moves to the first later page with room,
     in its order. Where too few other values are left to fill a page, it is filled with the best of the
     held entries, so every page but the last is full and offsets keep meaning positions."""
+    # Each entry's value keys once (not once per page it waits on).
+    keys = {e: [(isinstance(v, bool), v) for v in _countable(value_of(e))] for e in ranked}
     waiting = list(ranked)
     out: list[int] = []
     while waiting and len(out) < limit:
         on_page: Counter[ValueKey] = Counter()
         taken: list[int] = []
         held: list[int] = []
-        for entry in waiting:
+        for n, entry in enumerate(waiting):
             if len(taken) == page:
+                held.extend(waiting[n:])
+                break
+            if any(on_page[k] >= max_per.n for k in keys[entry]):
                 held.append(entry)
                 continue
-            keys = [(isinstance(v, bool), v) for v in _countable(value_of(entry))]
-            if any(on_page[k] >= max_per.n for k in keys):
-                held.append(entry)
-                continue
-            on_page.update(keys)
+            on_page.update(keys[entry])
             taken.append(entry)
         if len(taken) < page and held:  # too few other values: the page is filled, best first
             room = page - len(taken)

@@ -283,7 +283,7 @@ class SearchPipeline:
                 ).relevant
             return self._photo_relevant(served, query, allowed, request, language)
 
-        return facet_counts(request.facets, filters, relevant, served.items, relevant_rows)
+        return facet_counts(request.facets, filters, relevant, served.values_of, relevant_rows)
 
     def _photo_relevant(
         self,
@@ -481,7 +481,7 @@ class SearchPipeline:
                     return self.hybrid.visual_rows(served, channels, query, depth, scoped)
                 return self.ranker.by_embedding(served, query, top_k=depth, offset=0, allowed=scoped).rows
 
-            outcome.response.facets = facet_counts(facets, filters, ranked_rows, served.items)
+            outcome.response.facets = facet_counts(facets, filters, ranked_rows, served.values_of)
             outcome.response.timings_ms.total = since_ms(start)
         return outcome
 
@@ -543,7 +543,7 @@ class SearchPipeline:
             # Photo similarity has no calibrated cut: the facets count as deep as a text search gathers.
             depth = max(CANDIDATES, body.offset + body.top_k)
             response.facets = facet_counts(
-                body.facets, filters, lambda scope: ranked_rows(scope, depth), served.items
+                body.facets, filters, lambda scope: ranked_rows(scope, depth), served.values_of
             )
             response.timings_ms.total = since_ms(start)
         return response

@@ -5,6 +5,7 @@ search puts its link in the address bar. Screenshots go to artifacts/screenshots
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Iterator
@@ -347,3 +348,113 @@ def test_api_docs_render_with_local_assets(browser: Any, site: LiveServer) -> No
     operations = wait_js(browser, "return document.querySelectorAll('.opblock').length;")
     assert operations >= 10
     shot(browser, "api-docs.png")
+
+
+BRANDS = ["Oatly", "Arla", "Valio"]
+
+
+@pytest.fixture(scope="module")
+def shop_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """A product index built by the real indexer (two photos a product, a title searched, brand, category
+    and a price in euros), served with the page's price display set (CCRK_PAGE_CURRENCY)."""
+    from ccrk_settings import DEFAULT_MODEL_DIR, Settings
+    from indexer.build import build
+    from synthetic.synth import SynthConfig, generate_catalogue
+
+    tmp = tmp_path_factory.mktemp("shop-page")
+    generate_catalogue(tmp / "cat", SynthConfig(seed=5, n_train=0, n_val=0, n_test=48, image_size=64))
+    recs = [json.loads(line) for line in (tmp / "cat" / "test.jsonl").read_text().splitlines()]
+    rows = [
+        {
+            "id": f"p{i}",
+            "paths": [str(tmp / "cat" / recs[2 * i]["image"]), str(tmp / "cat" / recs[2 * i + 1]["image"])],
+            "title": recs[2 * i]["captions"]["en"][0],
+            "brand": BRANDS[i % 3],
+            "category": recs[2 * i]["attributes"]["category"],
+            "price": round(2.5 + 1.75 * i, 2),
+        }
+        for i in range(24)
+    ]
+    (tmp / "products.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    settings = Settings(
+        model_dir=DEFAULT_MODEL_DIR,
+        backend="onnx",
+        device="cpu",
+        threads=1,
+        index_root=tmp / "indexes",
+        index_workers=1,
+        rerank_policy_queries=0,
+        text_fields=["title"],
+    )
+    build("shop", [tmp / "products.jsonl"], settings=settings)
+    serve = make_settings(settings.index_root, index_name="shop", page_currency="EUR")
+    with LiveServer(serve) as live:
+        yield live
+
+
+FACET_COUNTS = """return Object.fromEntries(Array.from(document.querySelectorAll('#facets .facet')).map(f =>
+  [f.dataset.field, Array.from(f.querySelectorAll('label')).map(l =>
+    [l.querySelector('.value').textContent, Number(l.querySelector('.count').textContent),
+     l.querySelector('input').checked])]));"""
+
+
+def test_search_page_facets_filter_and_update_their_counts(browser: Any, shop_site: LiveServer) -> None:
+    query = "a red umbrella"
+    browser.get(shop_site.url + "/")
+    search_in_page(browser, query)
+    wait_js(browser, IMAGES_LOADED, ".panel")
+    assert browser.find_element("id", "facets").is_displayed()
+    shown = browser.execute_script(FACET_COUNTS)
+    assert list(shown) == ["brand", "category", "price"]
+    with httpx.Client(base_url=shop_site.url, timeout=30) as client:
+        api = client.post("/v1/search", json={"query": query, "top_k": 24, "facets": ["brand", "category"]})
+        brand, category = api.json()["facets"]
+        assert [(v, n) for v, n, _ in shown["brand"]] == [(v["value"], v["count"]) for v in brand["values"]]
+        assert [(v, n) for v, n, _ in shown["category"]] == [
+            (v["value"], v["count"]) for v in category["values"]
+        ]
+        # Prices: bands at round numbers over the relevant results' span, in euros; their counts add up.
+        assert all("€" in label for label, _, _ in shown["price"]) and len(shown["price"]) >= 2
+        assert sum(n for _, n, _ in shown["price"]) == brand["relevant"]
+        cards = browser.execute_script(
+            "return Array.from(document.querySelectorAll('.panel .card')).map(c => "
+            "[c.dataset.id, c.querySelector('img').getAttribute('src'),"
+            " c.querySelector('.price').textContent,"
+            " (c.querySelector('.matched-photo') || {}).textContent || null])"
+        )
+        hits = {h["id"]: h for h in api.json()["results"]}
+        for item_id, src, price, matched in cards:
+            hit = hits[item_id]
+            assert "photo=" not in src  # the product's first (catalogue) photo
+            assert "€" in price  # an amount in the index's currency, not a bare number
+            assert (matched is not None) == (hit["image_url"] != hit["images"][0])
+        shot(browser, "search-facets.png")
+
+        # Tick a brand: only its products, the other fields' counts narrowed, the brand's own kept whole.
+        browser.execute_script("document.getElementById('results').removeAttribute('data-done')")
+        browser.find_element(
+            "css selector", "#facets .facet[data-field=brand] label[data-value=Arla] input"
+        ).click()
+        wait_js(browser, "return document.getElementById('results').dataset.done")
+        wait_js(browser, IMAGES_LOADED, ".panel")
+        narrowed = client.post(
+            "/v1/search",
+            json={
+                "query": query,
+                "top_k": 24,
+                "facets": ["brand", "category"],
+                "filters": {"brand": ["Arla"]},
+            },
+        ).json()
+        ids = browser.execute_script(
+            "return Array.from(document.querySelectorAll('.panel .card')).map(c => c.dataset.id)"
+        )
+        assert ids == [h["id"] for h in narrowed["results"]] and ids
+        after = browser.execute_script(FACET_COUNTS)
+        assert [(v, n) for v, n, _ in after["brand"]] == [(v, n) for v, n, _ in shown["brand"]]
+        assert ("Arla", True) in [(v, ticked) for v, _, ticked in after["brand"]]
+        assert [(v, n) for v, n, _ in after["category"]] == [
+            (v["value"], v["count"]) for v in narrowed["facets"][1]["values"]
+        ]
+        assert sum(n for _, n, _ in after["price"]) == narrowed["facets"][1]["relevant"]
+        shot(browser, "search-facets-ticked.png")

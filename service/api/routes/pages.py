@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, Response
@@ -12,7 +12,7 @@ from fastapi.templating import Jinja2Templates
 
 from service.api.deps import RuntimeDep
 from service.errors import InvalidInputError
-from service.schemas import MAX_QUERY_CHARS, LangCode
+from service.schemas import MAX_FACETS, MAX_QUERY_CHARS, LangCode
 
 router = APIRouter(include_in_schema=False)
 WEB_DIR = Path(__file__).resolve().parents[2] / "web"
@@ -49,14 +49,34 @@ async def search_page(
     served = runtime.search.holder.served  # an attribute read: no lease, no I/O
     products = getattr(served.index, "products", None) if served is not None else None
     context = {
+        "facet_fields": page_facet_fields(served, runtime.settings.page_facets),
         "has_text": bool(products is not None and products.info.texts),
         "languages": runtime.languages,
         "rerank_default": runtime.pipeline.default_rerank,
         "can_rerank": runtime.pipeline.can_rerank,
+        "price_field": runtime.settings.page_price_field,
+        "currency": runtime.settings.page_currency or "",
         "q": (q or "").strip(),
         "lang": lang or "",
     }
     return templates().TemplateResponse(request, "search.html", context)
+
+
+def page_facet_fields(served: Any, chosen: list[str]) -> list[str]:
+    """The fields the search page counts as facets: ``chosen`` (CCRK_PAGE_FACETS), else the served version's
+    metadata fields that are not searched text (a title or a description counts nothing useful, and a long
+    one is refused) nor a product's photo list."""
+    if chosen:
+        return chosen[:MAX_FACETS]
+    if served is None:
+        return []
+    products = getattr(served.index, "products", None)
+    searched = set(products.info.fields) if products is not None else set()
+    return [
+        name
+        for name in sorted(served.index.fields)
+        if name.split("@")[0] not in searched and name not in ("paths", "path", "id")
+    ][:MAX_FACETS]
 
 
 @router.get("/vendor/plotly.min.js")

@@ -5,6 +5,18 @@
   const form = $("search-form");
   const results = $("results");
   const errorBox = $("error");
+  // Facets (service.search.facets): the fields to count, the price field and its currency (CCRK_PAGE_*).
+  const facetBox = $("facets");
+  const facetFields = JSON.parse(facetBox.dataset.fields || "[]");
+  const priceField = facetBox.dataset.priceField || "price";
+  const currency = facetBox.dataset.currency || "";
+  const picked = {};  // field -> Set of JSON-encoded values ticked (any of them: one any-of filter)
+  const bands = {};  // numeric field -> its price bands [[from, to), ...], drawn from the first answer's min/max
+  const pickedBands = {};  // field -> Set of band indexes ticked
+  let facetQuery = null;  // the query the selection belongs to: a new query starts afresh
+  const money = currency
+    ? new Intl.NumberFormat(undefined, { style: "currency", currency: currency })
+    : null;
 
   $("compare").addEventListener("change", function () {
     $("compare-row").hidden = !this.checked;
@@ -18,8 +30,35 @@
     return node;
   }
 
+  function facetRequest() {
+    return facetFields.map((field) => (bands[field] ? { field: field, ranges: bands[field] } : field));
+  }
+
+  // The ticked values as filters: values of one field are any-of; bands of one field their span (adjacent
+  // bands ticked together make one range; others the lowest to the highest ticked).
+  function facetFilters() {
+    const filters = {};
+    for (const [field, values] of Object.entries(picked)) {
+      if (values.size) filters[field] = [...values].map((v) => JSON.parse(v));
+    }
+    for (const [field, chosen] of Object.entries(pickedBands)) {
+      if (!chosen.size || !bands[field]) continue;
+      const ticked = [...chosen].map((i) => bands[field][i]);
+      const lows = ticked.map((b) => b[0]);
+      const highs = ticked.map((b) => b[1]);
+      const range = {};
+      if (!lows.includes(null)) range.gte = Math.min(...lows);
+      if (!highs.includes(null)) range.lt = Math.max(...highs);
+      if (Object.keys(range).length) filters[field] = range;
+    }
+    return filters;
+  }
+
   async function search(query, lang) {
     const body = { query: query, top_k: Number($("top-k").value) || 24, rerank: $("rerank").checked };
+    if (facetFields.length) body.facets = facetRequest();
+    const filters = facetFilters();
+    if (Object.keys(filters).length) body.filters = filters;
     if (lang) body.lang = lang;
     const mode = $("mode") ? $("mode").value : "";
     if (mode) body.mode = mode;
@@ -62,7 +101,9 @@
     for (const hit of data.results) {
       const card = el("figure", { class: "card" + (hit.match && hit.match !== "strong" ? " " + hit.match : ""),
         "data-id": hit.id, "data-match": hit.match || "" });
-      const thumb = new URL(hit.image_url, location.href);  // the link may carry the id as a query already
+      // The product's first (catalogue) photo; the one that matched is named below when it is another.
+      const first = hit.images && hit.images.length ? hit.images[0] : hit.image_url;
+      const thumb = new URL(first, location.href);  // the link may carry the id as a query already
       thumb.searchParams.set("size", "160");
       card.append(el("img", { src: thumb.pathname + thumb.search, alt: hit.id, loading: "lazy" }));
       const fused = data.mode && data.mode !== "image";
@@ -74,8 +115,22 @@
       // A product card: the shop's title, its price, how many photos it has, and why it matched.
       const md = hit.metadata || {};
       if (typeof md.title === "string") cap.append(el("br"), el("span", { class: "title" }, md.title));
-      if (typeof md.price === "number") cap.append(el("br"), el("span", { class: "price" }, md.price.toFixed(2)));
-      if (hit.images && hit.images.length > 1) cap.append(" ", el("span", { class: "photos" }, hit.images.length + " photos"));
+      const price = md[priceField];
+      if (typeof price === "number") {
+        cap.append(el("br"), el("span", { class: "price" },
+          money ? money.format(price) : priceField + " " + price.toFixed(2)));
+      }
+      if (hit.images && hit.images.length > 1) {
+        cap.append(" ", el("span", { class: "photos" }, hit.images.length + " photos"));
+        const matched = hit.images.indexOf(hit.image_url);
+        if (matched > 0) {
+          cap.append(el("span", { class: "matched-photo" }, "photo " + (matched + 1) + " of " + hit.images.length + " matched"));
+        }
+      }
+      if (hit.pinned) {
+        card.classList.add("pinned");
+        cap.append(" ", el("span", { class: "pin", title: "placed here by a merchandising rule" }, "pinned"));
+      }
       cap.append(el("br"), el("span", { class: "score" }, score));
       if (hit.match) cap.append(" ", el("span", { class: "match", title: "match quality" }, hit.match));
       if (hit.explain) {
@@ -96,6 +151,97 @@
     return section;
   }
 
+  function niceBands(low, high) {
+    // Four bands over [low, high] at round numbers (1, 2 or 5 times a power of ten).
+    const span = high - low;
+    if (!(span > 0)) return null;
+    const raw = span / 4;
+    const power = Math.pow(10, Math.floor(Math.log10(raw)));
+    const step = [1, 2, 5, 10].map((m) => m * power).find((x) => x >= raw);
+    const cuts = [];
+    for (let x = Math.ceil(low / step) * step; x < high && cuts.length < 3; x += step) {
+      if (x > low) cuts.push(Number(x.toPrecision(12)));
+    }
+    if (!cuts.length) return null;
+    return [[null, cuts[0]], ...cuts.slice(1).map((c, i) => [cuts[i], c]), [cuts[cuts.length - 1], null]];
+  }
+
+  function bandLabel(band) {
+    const fmt = (x) => (money ? money.format(x) : String(x));
+    if (band[0] === null) return "under " + fmt(band[1]);
+    if (band[1] === null) return fmt(band[0]) + " and over";
+    return fmt(band[0]) + " – " + fmt(band[1]);
+  }
+
+  function renderFacets(data) {
+    facetBox.replaceChildren();
+    const facets = data.facets || [];
+    facetBox.hidden = !facets.length;
+    for (const facet of facets) {
+      const group = el("section", { class: "facet", "data-field": facet.field });
+      group.append(el("h3", {}, facet.field === priceField && currency ? facet.field + " (" + currency + ")" : facet.field));
+      if (facet.ranges) {
+        facet.ranges.forEach((range, i) => {
+          const ticked = pickedBands[facet.field] && pickedBands[facet.field].has(i);
+          group.append(option(facet.field, bandLabel([range.gte, range.lt]), range.count, ticked, () => {
+            const set = (pickedBands[facet.field] = pickedBands[facet.field] || new Set());
+            set.has(i) ? set.delete(i) : set.add(i);
+          }, "band-" + i));
+        });
+      } else {
+        const ticked = picked[facet.field] || new Set();
+        const shown = new Set(facet.values.map((v) => JSON.stringify(v.value)));
+        for (const v of facet.values) {
+          const key = JSON.stringify(v.value);
+          group.append(option(facet.field, String(v.value), v.count, ticked.has(key), () => toggle(facet.field, key)));
+        }
+        for (const key of ticked) {  // a ticked value with no relevant result left still shows, at 0
+          if (!shown.has(key)) group.append(option(facet.field, String(JSON.parse(key)), 0, true, () => toggle(facet.field, key)));
+        }
+      }
+      if (facet.min !== null && facet.max !== null && facet.min !== facet.max && !facet.ranges && !facet.values.length) {
+        group.append(el("p", { class: "range-note" }, facet.min + " – " + facet.max));
+      }
+      facetBox.append(group);
+    }
+    const any = Object.values(picked).some((s) => s.size) || Object.values(pickedBands).some((s) => s.size);
+    if (any) {
+      const clear = el("button", { type: "button", class: "clear" }, "clear filters");
+      clear.addEventListener("click", () => {
+        for (const k of Object.keys(picked)) delete picked[k];
+        for (const k of Object.keys(pickedBands)) delete pickedBands[k];
+        run();
+      });
+      facetBox.append(clear);
+    }
+  }
+
+  function toggle(field, key) {
+    const set = (picked[field] = picked[field] || new Set());
+    set.has(key) ? set.delete(key) : set.add(key);
+  }
+
+  function option(field, label, count, ticked, change, name) {
+    const row = el("label", { "data-value": name || label });
+    const box = el("input", { type: "checkbox" });
+    box.checked = ticked;
+    box.addEventListener("change", () => { change(); run(); });
+    row.append(box, el("span", { class: "value" }, label), el("span", { class: "count" }, String(count)));
+    return row;
+  }
+
+  // Numeric facets with a spread get bands drawn from the first answer of a query; asked again with them.
+  function drawBands(data) {
+    let drawn = false;
+    for (const facet of data.facets || []) {
+      if (!bands[facet.field] && facet.min !== null && facet.max !== null && !facet.values.some((v) => typeof v.value !== "number")) {
+        const b = niceBands(facet.min, facet.max);
+        if (b) { bands[facet.field] = b; drawn = true; }
+      }
+    }
+    return drawn;
+  }
+
   // The address bar holds the (first) query and its language hint: a search can be shared as a link,
   // which the server fills in and this script runs on load (below).
   function rememberQuery(query, lang) {
@@ -105,16 +251,24 @@
     history.replaceState(null, "", location.pathname + "?" + params.toString());
   }
 
+  function run() { form.requestSubmit(); }
+
   form.addEventListener("submit", async function (event) {
     event.preventDefault();
     errorBox.hidden = true;
+    if ($("query").value !== facetQuery) {  // a new query: its own facets, nothing ticked
+      facetQuery = $("query").value;
+      for (const store of [picked, bands, pickedBands]) for (const k of Object.keys(store)) delete store[k];
+    }
     rememberQuery($("query").value, $("lang").value);
     results.replaceChildren(el("p", { class: "busy" }, "Searching…"));
     const compare = $("compare").checked;
     const queries = [[$("query").value, $("lang").value]];
     if (compare) queries.push([$("query-b").value, $("lang-b").value]);
     try {
-      const answers = await Promise.all(queries.map(([q, l]) => search(q, l)));
+      let answers = await Promise.all(queries.map(([q, l]) => search(q, l)));
+      if (drawBands(answers[0])) answers = await Promise.all(queries.map(([q, l]) => search(q, l)));
+      renderFacets(answers[0]);
       const panels = answers.map((data, i) => panel(i ? "b" : "a", queries[i][0], data));
       results.replaceChildren(...panels);
       results.classList.toggle("compare", compare);
@@ -132,6 +286,7 @@
       results.dataset.done = String(Date.now());
     } catch (err) {
       results.replaceChildren();
+      facetBox.hidden = true;
       errorBox.textContent = "Search failed: " + err.message;
       errorBox.hidden = false;
     }
