@@ -287,6 +287,11 @@ class SearchResponse(BaseModel):
         "the top-ranked product's photo cosine where labels fall back to the photos'). A front end may draw "
         "its own line on it. None where nothing was labelled.",
     )
+    expanded: list[str] = Field(
+        default_factory=list,
+        description="The query's synonym variants searched beside it (the index's synonyms, per language; "
+        "empty when none applied).",
+    )
 
 
 class SimilarRequest(BaseModel):

@@ -43,6 +43,7 @@ from service.search.hybrid import HybridRanker, channels_of, is_certain
 from service.search.query import digest, normalise_query
 from service.search.ranking import Ranked, Ranker, RerankPolicyName
 from service.search.responses import ResponseBuilder, since_ms
+from service.search.synonyms import SynonymSource, expanded_query
 from service.uploads import decode_upload
 from store.products import ProductChannels, default_mode
 from store.reader import IndexVersion
@@ -107,6 +108,7 @@ class SearchPipeline:
         self.responses = ResponseBuilder(model_name)
         self.judge = MatchJudge(encoder)
         self.hybrid = HybridRanker()
+        self.synonyms = SynonymSource()  # each served version's synonyms, the index-level set over its own
         # A model without a fusion encoder cannot re-rank: its default is off, and asking is refused.
         self.can_rerank = encoder.capabilities.rerank
         self.default_rerank = default_rerank and self.can_rerank
@@ -154,6 +156,8 @@ class SearchPipeline:
             and self.cache.backend == "memory"
             and local
             and channels_of(served) is None
+            # Synonyms: a variant is one more encoding per query, kept off the event loop.
+            and self.synonyms.of(getattr(served.index, "path", None)) is None
         )
 
     def text(self, served: Served, request: SearchRequest) -> TextOutcome:
@@ -164,23 +168,44 @@ class SearchPipeline:
         language = self.detector.resolve(text, request.lang)
         rerank = self.resolve_rerank(request.rerank, language.code)
         filters = SearchFilters.of(request.filters)
+        # Synonyms (service.search.synonyms): variants of the query, searched by every channel.
+        synonyms = self.synonyms.of(getattr(served.index, "path", None))
+        lang = language.code if language.code != "und" else None
+        expansion = synonyms.expand(text, lang) if synonyms is not None else None
+        variants = list(expansion.variants) if expansion is not None else []
         result_key = self._result_key(served, request, text, rerank, filters, language)
+        if result_key is not None and synonyms is not None:
+            result_key = digest([result_key, synonyms.key])  # the answer depends on the served set
         if result_key is not None:
             entry = self.cache.get(RESULT, result_key)
             if entry is not None:
                 cached = self.responses.cached_text(served, entry, language=language, start=start)
                 if cached is not None:  # else an unreadable entry: compute afresh
+                    cached.expanded = variants
                     return TextOutcome(cached, ranked=None)
         allowed = allowed_rows(filters, served)
         t0 = time.perf_counter()
         query = self.ranker.encode_text(text, language.code)
+        if variants:
+            query = expanded_query(query, [self.ranker.encode_text(v, language.code) for v in variants])
         encode_s = time.perf_counter() - t0
         channels = channels_of(served)
         mode = self._mode(channels, request)
         ranked: Ranked | None = None
         if channels is not None and self._products_path(served, channels, mode, request):
             response = self._products_text(
-                served, channels, request, query, text, language, mode, rerank, allowed, encode_s, start
+                served,
+                channels,
+                request,
+                query,
+                text,
+                language,
+                mode,
+                rerank,
+                allowed,
+                encode_s,
+                start,
+                variants,
             )
         else:
             if request.sort is not None:
@@ -216,6 +241,7 @@ class SearchPipeline:
                 encode_s=encode_s,
                 start=start,
             )
+        response.expanded = variants
         if result_key is not None:
             self.cache.set(RESULT, result_key, self.responses.cache_entry(response))
             response.timings_ms.total = since_ms(start)  # the total includes the cache write
@@ -244,6 +270,7 @@ class SearchPipeline:
         allowed: np.ndarray | None,
         encode_s: float,
         start: float,
+        variants: list[str] | None = None,
     ) -> SearchResponse:
         """A text query's products (``service.search.hybrid``), the CCRk fusion encoder re-ranking on top."""
         reranker = partial(self.ranker.rerank_head, served, query) if rerank and mode != "text" else None
@@ -265,6 +292,7 @@ class SearchPipeline:
             rerank=reranker,
             rerank_k=request.rerank_k,
             cosine_labels=(cosine.none_below, cosine.strong_from),
+            variants=variants or (),
         )
         label, params = page.label, page.thresholds
         return self.responses.hybrid(
