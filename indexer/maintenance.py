@@ -23,7 +23,6 @@ from indexer.staging import index_lock
 from store import versions
 from store.layout import MANIFEST_FILE, METADATA_FILE, index_dir
 from store.manifest import IndexManifest
-from store.synonyms import current_synonyms
 from store.versions import GateRecord
 from store.writer import Finished
 
@@ -46,8 +45,7 @@ def delete(name: str, ids: Sequence[str], *, settings: Settings) -> BuildReport:
                 f"{', '.join(map(repr, unknown[:20]))}; nothing was published"
             )
         report = BuildReport("delete", name, None, False)
-        # The parent's synonyms go on (``store.synonyms``), as its other files do.
-        op = Operation(root, name, settings, guard, report, started, current_synonyms(root, name))
+        op = Operation(root, name, settings, guard, report, started)
         if parent.sharded:
             by_shard: dict[int, set[int]] = {}
             for item_id in ids:

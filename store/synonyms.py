@@ -275,8 +275,9 @@ def write_version_synonyms(version_dir: Path, synonyms: SynonymSet) -> None:
 
 
 def current_synonyms(root: Path, name: str) -> SynonymSet | None:
-    """The set of the version CURRENT names (None: none, or no version): what ``add`` and ``delete``
-    carry over into the version they write. One that cannot be used is not carried (searches ignore it)."""
+    """The set of the version CURRENT names (None: none, or no version): what ``add`` carries over into
+    the version it writes (``delete`` links the parent's files, this one with them). One that cannot be
+    used is not carried (searches ignore it)."""
     version = current_version(root, name)
     path = index_dir(root, name) / version / SYNONYMS_FILE if version else None
     if path is None or file_state(path) is None:
