@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -148,6 +149,7 @@ def main() -> None:
         ),
     }
     result = {
+        "command": "PYTHONPATH=. python bench/synonyms.py " + " ".join(sys.argv[1:]),
         "model": str(args.model),
         "pairs": len(PAIRS),
         "titles": len(titles),
