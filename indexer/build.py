@@ -23,6 +23,7 @@ between their ways of writing a version; their shared steps are in ``pipeline``,
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import shutil
 import time
 from collections.abc import Sequence
@@ -84,6 +85,7 @@ from store.manifest import IndexManifest, model_fingerprint, model_name_of
 from store.products import ProductChannels, has_product_channels
 from store.reuse import REUSE_KEY, FileStats, reuse_key, write_reuse_digests
 from store.sharding import Sharding
+from store.synonyms import current_synonyms, read_document
 
 __all__ = ["BuildReport", "add", "build", "delete", "rollback"]
 
@@ -108,13 +110,16 @@ def build(
     progress: ProgressFn | None = None,
     force: bool = False,
     gate: QualityGate | None = None,
+    synonyms: Path | None = None,
 ) -> BuildReport:
     """A full build from the sources (deleted items of earlier versions are gone: compaction). When CURRENT
     holds this very build's result already (same sources, files, model and options), nothing is built or
     published unless ``force``. ``gate`` judges the staged version (none passed and a threshold set:
-    refused, see ``indexer.quality_gate.unwired_gate``)."""
+    refused, see ``indexer.quality_gate.unwired_gate``). ``synonyms``: a synonyms file the version holds
+    (``store.synonyms``), checked before anything else (SynonymsError naming the file)."""
     started = time.perf_counter()
     root = settings.index_root
+    synonym_set = read_document(synonyms) if synonyms is not None else None
     model_dir = Path(model_dir or settings.model_dir)
     scan = read_sources(sources, follow_external_links=settings.follow_external_links)
     items = scan.items
@@ -151,6 +156,8 @@ def build(
         result_key = build_key(
             key, items, settings=settings, index_factory=index_factory, stats=file_stats.stats
         )
+        if synonym_set is not None:  # only then: the keys of builds without synonyms stay as they were
+            result_key = hashlib.sha256(f"{result_key}:synonyms:{synonym_set.digest}".encode()).hexdigest()
         same = None if force else published_as(root, name, result_key)
         if same is not None:
             # E.g. a re-run after a kill just after publishing: that run's work folder is all that is left.
@@ -204,7 +211,7 @@ def build(
             )
             disk.check_free_space(base, guard.need, f"the build of {name!r}")
 
-        op = Operation(root, name, settings, guard, report, started)
+        op = Operation(root, name, settings, guard, report, started, synonym_set)
         encoded, encoder = op.encode(
             to_encode,
             work_dir,
@@ -451,7 +458,8 @@ def add(
             guard.need = need(new_items, store.pending())
             disk.check_free_space(base, guard.need, f"the addition to {name!r}")
 
-        op = Operation(root, name, settings, guard, report, started)
+        # The parent's synonyms go on (``store.synonyms``) into the version the addition writes.
+        op = Operation(root, name, settings, guard, report, started, current_synonyms(root, name))
         encoded, encoder = op.encode(
             new_items, work_dir, model_dir, cfg, dtype, progress, preflight, f"add to {name!r}"
         )

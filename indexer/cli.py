@@ -39,6 +39,7 @@ from store import versions
 from store.errors import IndexFormatError, IndexNotFoundError
 from store.layout import MANIFEST_FILE
 from store.manifest import IndexManifest
+from store.synonyms import SynonymsError
 from store.verify import verify_version
 
 index_app = typer.Typer(
@@ -128,7 +129,7 @@ def _settings(**overrides: Any) -> Settings:
 def _errors() -> Iterator[None]:
     try:
         yield
-    except (IndexerError, IndexFormatError, EncoderError, ConfigError) as exc:
+    except (IndexerError, IndexFormatError, EncoderError, ConfigError, SynonymsError) as exc:
         # EncoderError/ConfigError: the model directory cannot be opened (damaged, wrong package version).
         raise _fail(str(exc)) from None
     except OSError as exc:
@@ -276,6 +277,14 @@ def build_command(
             "comes back in metadata (default: settings.text_fields).",
         ),
     ] = None,
+    synonyms: Annotated[
+        Path | None,
+        typer.Option(
+            "--synonyms",
+            help="A synonyms file (JSON, docs/how-to/products-and-hybrid-search.md) the version holds; "
+            "checked first (a cycle or a broken limit names the file and entry).",
+        ),
+    ] = None,
 ) -> None:
     """Embed the sources into a new version and publish it (re-run after a crash to resume; a build whose
     result is CURRENT already publishes nothing). A manifest row may name several photos of a product
@@ -304,6 +313,7 @@ def build_command(
             progress=progress,
             force=force,
             gate=gate_from_context(ctx.obj),
+            synonyms=synonyms,
         )
     _summary(report, json_report)
     if report.gate is not None and not report.published:

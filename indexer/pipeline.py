@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ccrk_settings import Settings
 from indexer import disk, encoding, staging
@@ -35,8 +35,9 @@ from store.layout import index_dir
 from store.manifest import IndexManifest
 from store.sharded_writer import ShardedVersionWriter
 from store.sharding import SHARD_RULE
+from store.synonyms import SynonymSet, write_version_synonyms
 from store.versions import record_gate
-from store.writer import Finished, StagedFiles, VersionWriter
+from store.writer import Finished, StagedFiles, StagedVersion, VersionWriter
 
 
 def utc_now() -> str:
@@ -76,6 +77,9 @@ def rerank_info(dtype: str, tokens: int, width: int) -> dict[str, Any]:
     return {"dtype": dtype, "tokens": tokens, "width": width, "bytes_per_image": per}
 
 
+StagedT = TypeVar("StagedT", bound=StagedVersion)
+
+
 @dataclass
 class Operation:
     """One operation on index ``name`` while it holds the index lock (``guard`` is the lock's)."""
@@ -86,6 +90,8 @@ class Operation:
     guard: staging.Guard
     report: BuildReport
     started: float  # time.perf_counter() when the operation began
+    # The synonyms the new version holds (``store.synonyms``): a build's --synonyms, else carried over.
+    synonyms: SynonymSet | None = None
 
     @property
     def base(self) -> Path:
@@ -122,7 +128,7 @@ class Operation:
         """A writer of the next version, once ``need`` is known to fit (``what``: for the refusal)."""
         self.guard.need = need
         disk.check_free_space(self.base, need, what)
-        return VersionWriter(self.root, self.name)
+        return self._with_synonyms(VersionWriter(self.root, self.name))
 
     def publish(
         self,
@@ -160,7 +166,17 @@ class Operation:
         segments, ``store.sharding``), once ``need`` is known to fit."""
         self.guard.need = need
         disk.check_free_space(self.base, need, what)
-        return ShardedVersionWriter(self.root, self.name, shard_count, rule=rule)
+        return self._with_synonyms(ShardedVersionWriter(self.root, self.name, shard_count, rule=rule))
+
+    def _with_synonyms(self, writer: StagedT) -> StagedT:
+        """The writer, its stage holding the operation's synonyms (a failed write removes the stage)."""
+        if self.synonyms:
+            try:
+                write_version_synonyms(writer.stage, self.synonyms)
+            except BaseException:
+                writer.abort()
+                raise
+        return writer
 
     def finished(
         self, done: Finished, manifest: IndexManifest, items_indexed: int, work_dir: Path | None

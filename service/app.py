@@ -24,6 +24,7 @@ from service.api.routes import (
     model,
     pages,
     search,
+    synonyms,
 )
 from service.api.routes import metrics as metrics_route
 from service.errors import install_error_handlers
@@ -109,6 +110,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         health,
         metrics_route,
         admin,
+        synonyms,
         dashboard,
         pages,
         docs,

@@ -407,6 +407,11 @@ class SearchResponse(BaseModel):
         "its own line on it. None where nothing was labelled.",
     )
     facets: list[FacetResult] | None = Field(None, description="The requested facets, in request order.")
+    expanded: list[str] = Field(
+        default_factory=list,
+        description="The query's synonym variants searched beside it (the index's synonyms, per language; "
+        "empty when none applied).",
+    )
 
 
 class SimilarRequest(BaseModel):

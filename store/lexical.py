@@ -119,3 +119,30 @@ def match_expression(terms: Iterable[str]) -> str:
     operator or column name)."""
     quoted = ['"' + t.replace('"', '""') + '"' for t in terms]
     return " OR ".join(quoted)
+
+
+def word_spans(text: str, lang: str | None) -> list[tuple[str, int, int]]:
+    """``text``'s words as synonyms are matched on them (``service.search.synonyms``): (key, start, end),
+    the span in ``text`` itself (so a match can be substituted in the query as written), the key the word
+    NFKC-normalised, case-folded and stemmed as ``analyze`` stems it. In scripts without spaces each
+    character is a word of its own, so a synonym matches inside a run of them ("红色运动鞋")."""
+    stemmer = _stemmer(lang) if lang else None
+    spans: list[tuple[str, int, int]] = []
+    for match in _WORD.finditer(text):
+        word, base, pos = match.group(), match.start(), 0
+        for run in _BIGRAM_SCRIPT.finditer(word):
+            if run.start() > pos:
+                spans.append((_fold_stem(word[pos : run.start()], stemmer), base + pos, base + run.start()))
+            spans.extend((_fold(word[k]), base + k, base + k + 1) for k in range(run.start(), run.end()))
+            pos = run.end()
+        if pos < len(word):
+            spans.append((_fold_stem(word[pos:], stemmer), base + pos, base + len(word)))
+    return [s for s in spans if s[0]]
+
+
+def _fold(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+def _fold_stem(word: str, stemmer: snowballstemmer.BaseStemmer | None) -> str:
+    return _stem(_fold(word), stemmer)

@@ -16,7 +16,7 @@ import math
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -216,6 +216,7 @@ class HybridRanker:
         cosine_labels: tuple[float, float] | None = None,
         max_per: MaxPer | None = None,
         want_hits: bool = True,
+        variants: Sequence[str] = (),
     ) -> HybridPage:
         """One page of products for a text query. ``rerank`` (a CCRk model, re-ranking on): the head of the
         fused order (``rerank_k`` products) is ordered again by reciprocal-rank fusion of the fused order
@@ -224,13 +225,18 @@ class HybridRanker:
         strong_from of the dual encoder's cosine): labels where nothing was calibrated for the fused score
         (image mode, a catalogue with too little text), read on the best photo's cosine. ``max_per``: at most
         n results per value of a field on each page (``service.search.facets.spread``). ``want_hits``
-        False: only the relevant rows (``HybridPage.relevant``), for another filter's facet counts."""
+        False: only the relevant rows (``HybridPage.relevant``), for another filter's facet counts.
+        ``variants``: the query's synonym variants (``service.search.synonyms``), each read as the query is,
+        more readings."""
         start = time.perf_counter()
         stored = self.fusion(channels)
         fusion = stored.model
         lang = language.code if language.code != "und" else None
         certain = is_certain(language)
         readings = [analyze(text, lang)] if certain else readings_of(text, [lang, *fusion.languages])
+        for variant in variants:  # a synonym's match covers the query as the original's would
+            more = [analyze(variant, lang)] if certain else readings_of(variant, [lang, *fusion.languages])
+            readings += [r for r in more if r and r not in readings]
         terms = union_of(readings)
         # A stand-in's only group is ``other``, as its explanations say (its languages: what is read for).
         group = OTHER if stored.stand_in else fusion.group_of([lang])

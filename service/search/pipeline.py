@@ -48,6 +48,7 @@ from service.search.hybrid import HybridRanker, channels_of, is_certain
 from service.search.query import digest, normalise_query
 from service.search.ranking import Ranked, Ranker, RerankPolicyName
 from service.search.responses import ResponseBuilder, since_ms
+from service.search.synonyms import SynonymSource, expanded_query
 from service.uploads import decode_upload
 from store.hybrid import CANDIDATES
 from store.products import ProductChannels, default_mode
@@ -114,6 +115,7 @@ class SearchPipeline:
         self.responses = ResponseBuilder(model_name)
         self.judge = MatchJudge(encoder)
         self.hybrid = HybridRanker()
+        self.synonyms = SynonymSource()  # each served version's synonyms, the index-level set over its own
         # A model without a fusion encoder cannot re-rank: its default is off, and asking is refused.
         self.can_rerank = encoder.capabilities.rerank
         self.default_rerank = default_rerank and self.can_rerank
@@ -163,6 +165,8 @@ class SearchPipeline:
             and self.cache.backend == "memory"
             and local
             and channels_of(served) is None
+            # Synonyms: a variant is one more encoding per query, kept off the event loop.
+            and self.synonyms.of(getattr(served.index, "path", None)) is None
         )
 
     def text(self, served: Served, request: SearchRequest) -> TextOutcome:
@@ -174,16 +178,26 @@ class SearchPipeline:
         rerank = self.resolve_rerank(request.rerank, language.code)
         filters = SearchFilters.of(request.filters)
         check_fields(request.facets, request.max_per, served.index.fields)
+        # Synonyms (service.search.synonyms): variants of the query, searched by every channel.
+        synonyms = self.synonyms.of(getattr(served.index, "path", None))
+        lang = language.code if language.code != "und" else None
+        expansion = synonyms.expand(text, lang) if synonyms is not None else None
+        variants = list(expansion.variants) if expansion is not None else []
         result_key = self._result_key(served, request, text, rerank, filters, language)
+        if result_key is not None and synonyms is not None:
+            result_key = digest([result_key, synonyms.key])  # the answer depends on the served set
         if result_key is not None:
             entry = self.cache.get(RESULT, result_key)
             if entry is not None:
                 cached = self.responses.cached_text(served, entry, language=language, start=start)
                 if cached is not None:  # else an unreadable entry: compute afresh
+                    cached.expanded = variants
                     return TextOutcome(cached, ranked=None)
         allowed = allowed_rows(filters, served)
         t0 = time.perf_counter()
         query = self.ranker.encode_text(text, language.code)
+        if variants:
+            query = expanded_query(query, [self.ranker.encode_text(v, language.code) for v in variants])
         encode_s = time.perf_counter() - t0
         channels = channels_of(served)
         mode = self._mode(channels, request)
@@ -191,7 +205,18 @@ class SearchPipeline:
         relevant: np.ndarray | None = None  # the products path's relevant rows, which facets count
         if channels is not None and self._products_path(served, channels, mode, request):
             response, relevant = self._products_text(
-                served, channels, request, query, text, language, mode, rerank, allowed, encode_s, start
+                served,
+                channels,
+                request,
+                query,
+                text,
+                language,
+                mode,
+                rerank,
+                allowed,
+                encode_s,
+                start,
+                variants,
             )
         else:
             if request.sort is not None:
@@ -234,9 +259,10 @@ class SearchPipeline:
             )
         if request.facets:
             response.facets = self._text_facets(
-                served, channels, request, query, text, language, mode, filters, relevant
+                served, channels, request, query, text, language, mode, filters, relevant, variants
             )
             response.timings_ms.total = since_ms(start)
+        response.expanded = variants
         if result_key is not None:
             self.cache.set(RESULT, result_key, self.responses.cache_entry(response))
             response.timings_ms.total = since_ms(start)  # the total includes the cache write
@@ -253,6 +279,7 @@ class SearchPipeline:
         mode: str,
         filters: SearchFilters | None,
         relevant_rows: np.ndarray | None,
+        variants: list[str],
     ) -> list[FacetResult]:
         """A text search's facets (``service.search.facets``): over its relevant results, and for a field it
         filters on, over those of the same query without that filter."""
@@ -280,6 +307,7 @@ class SearchPipeline:
                     explain=False,
                     cosine_labels=(cosine.none_below, cosine.strong_from),
                     want_hits=False,
+                    variants=variants,
                 ).relevant
             return self._photo_relevant(served, query, allowed, request, language)
 
@@ -332,6 +360,7 @@ class SearchPipeline:
         allowed: np.ndarray | None,
         encode_s: float,
         start: float,
+        variants: list[str] | None = None,
     ) -> tuple[SearchResponse, np.ndarray]:
         """A text query's products (``service.search.hybrid``), the CCRk fusion encoder re-ranking on top,
         and the rows of its relevant results (what facets count)."""
@@ -355,6 +384,7 @@ class SearchPipeline:
             rerank_k=request.rerank_k,
             cosine_labels=(cosine.none_below, cosine.strong_from),
             max_per=request.max_per,
+            variants=variants or (),
         )
         label, params = page.label, page.thresholds
         response = self.responses.hybrid(
