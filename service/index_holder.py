@@ -111,8 +111,10 @@ class Served:
     def values_of(self, rows: list[int], names: Sequence[str]) -> dict[str, list[Any]]:
         """Each row's value of each field (None where it has none), through the row cache, uncopied (facets
         read them; nothing may change them)."""
-        got = self._cached(rows)
-        items = list(map(got.__getitem__, rows))  # map: C loops, ~2x a comprehension at 1,000 rows
+        items = list(map(self._items.get, rows))  # map: C loops, ~2x a comprehension at 1,000 rows
+        if None in items:  # rows not read yet: through the cache's fill
+            got = self._cached(rows)
+            items = list(map(got.__getitem__, rows))
         return {name: list(map(dict.get, items, repeat(name))) for name in names}
 
     def _cached(self, rows: list[int]) -> dict[int, dict[str, Any]]:
