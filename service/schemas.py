@@ -194,6 +194,12 @@ class SearchRequest(BaseModel):
         '{"field": "price", "order": "asc"}: applied after the min_score cut; with min_score '
         "'auto', results labelled 'none' are dropped first. Items without the field come last.",
     )
+    typos: Annotated[int, Field(ge=0, le=2, strict=True)] | None = Field(
+        None,
+        description="Typo tolerance on a product index: the most edits a query word the catalogue never "
+        "writes is corrected by (one for words of 5-8 letters, two from 9 letters, at most this); 0 turns "
+        "it off. Default: 2. The corrected query is answered as corrected_query.",
+    )
 
 
 class LanguageInfo(BaseModel):
@@ -220,6 +226,10 @@ class HitExplanation(BaseModel):
     text: str | None = Field(None, description="Its text.")
     lexical_field: str | None = Field(None, description="The text field BM25 matched.")
     terms: list[str] = Field(default_factory=list, description="The query's terms found in it.")
+    typos: dict[str, str] = Field(
+        default_factory=dict,
+        description="Query words matched only as corrected: {typed word: the catalogue's word}.",
+    )
     centroid: float | None = Field(
         None,
         description="The query's cosine to the normalised sum of the product's text-field embeddings (every "
@@ -286,6 +296,11 @@ class SearchResponse(BaseModel):
         "one on versions calibrated before 27 Nov 2026; its fused score on versions without a match model; "
         "the top-ranked product's photo cosine where labels fall back to the photos'). A front end may draw "
         "its own line on it. None where nothing was labelled.",
+    )
+    corrected_query: str | None = Field(
+        None,
+        description="The query as searched where typo tolerance corrected some of its words (see typos): "
+        "a front end may say 'showing results for ...'. None where nothing was corrected.",
     )
 
 

@@ -34,6 +34,7 @@ from service.schemas import (
     SortBy,
 )
 from service.search.responses import image_url
+from service.search.typos import Correction
 from store.hybrid import (
     CANDIDATES,
     CHANNELS,
@@ -191,26 +192,29 @@ class HybridRanker:
         rerank: Reranker | None = None,
         rerank_k: int = 128,
         cosine_labels: tuple[float, float] | None = None,
+        correction: Correction | None = None,
     ) -> HybridPage:
         """One page of products for a text query. ``rerank`` (a CCRk model, re-ranking on): the head of the
         fused order (``rerank_k`` products) is ordered again by reciprocal-rank fusion of the fused order
         and the fusion encoder's re-rank scores of the products' first photos: the fusion encoder still
         re-ranks on top, without overruling the text channels it cannot see. ``cosine_labels`` (none_below,
         strong_from of the dual encoder's cosine): labels where nothing was calibrated for the fused score
-        (image mode, a catalogue with too little text), read on the best photo's cosine."""
+        (image mode, a catalogue with too little text), read on the best photo's cosine. ``correction``:
+        the query's mistyped words corrected (``service.search.typos``), its terms searched at less weight."""
         start = time.perf_counter()
         stored = self.fusion(channels)
         fusion = stored.model
         lang = language.code if language.code != "und" else None
         certain = is_certain(language)
-        readings = [analyze(text, lang)] if certain else readings_of(text, [lang, *fusion.languages])
+        analysed = text if correction is None else correction.text
+        readings = [analyze(analysed, lang)] if certain else readings_of(analysed, [lang, *fusion.languages])
         terms = union_of(readings)
         # A stand-in's only group is ``other``, as its explanations say (its languages: what is read for).
         group = OTHER if stored.stand_in else fusion.group_of([lang])
         mask = allowed_mask(served, allowed_rows)
         cands = gather(
             channels,
-            HybridQuery(embed, terms, group, readings),
+            HybridQuery(embed, terms, group, readings, {} if correction is None else correction.weights()),
             max(CANDIDATES, offset + top_k),
             mask,
             use_image=mode != "text",
@@ -283,6 +287,10 @@ class HybridRanker:
             explain,
             served.image_base,
         )
+        if explain and correction is not None:  # each corrected word's matched form
+            for hit in hits:
+                if hit.explain is not None:
+                    hit.explain.typos = correction.matched(hit.explain.terms)
         label = label_of(top, params) if top is not None else None
         labelled = params if params is not None and params.none_below is not None else None
         return HybridPage(hits, label, labelled, search_s, rerank_s, head, top if label is not None else None)

@@ -43,6 +43,7 @@ from service.search.hybrid import HybridRanker, channels_of, is_certain
 from service.search.query import digest, normalise_query
 from service.search.ranking import Ranked, Ranker, RerankPolicyName
 from service.search.responses import ResponseBuilder, since_ms
+from service.search.typos import Correction, correct_query
 from service.uploads import decode_upload
 from store.products import ProductChannels, default_mode
 from store.reader import IndexVersion
@@ -172,16 +173,19 @@ class SearchPipeline:
                 if cached is not None:  # else an unreadable entry: compute afresh
                     return TextOutcome(cached, ranked=None)
         allowed = allowed_rows(filters, served)
+        # Mistyped words corrected before encoding: a typo moves the embedding too (service.search.typos).
+        correction = correct_query(channels_of(served), text, [language.code], request.typos)
         t0 = time.perf_counter()
-        query = self.ranker.encode_text(text, language.code)
+        query = self.ranker.encode_text(text if correction is None else correction.text, language.code)
         encode_s = time.perf_counter() - t0
         channels = channels_of(served)
         mode = self._mode(channels, request)
         ranked: Ranked | None = None
         if channels is not None and self._products_path(served, channels, mode, request):
             response = self._products_text(
-                served, channels, request, query, text, language, mode, rerank, allowed, encode_s, start
-            )
+                served, channels, request, query, text, language, mode, rerank, allowed, encode_s, start,
+                correction=correction,
+            )  # fmt: skip
         else:
             if request.sort is not None:
                 raise InvalidInputError(
@@ -216,6 +220,8 @@ class SearchPipeline:
                 encode_s=encode_s,
                 start=start,
             )
+        if correction is not None:
+            response.corrected_query = correction.text
         if result_key is not None:
             self.cache.set(RESULT, result_key, self.responses.cache_entry(response))
             response.timings_ms.total = since_ms(start)  # the total includes the cache write
@@ -244,6 +250,7 @@ class SearchPipeline:
         allowed: np.ndarray | None,
         encode_s: float,
         start: float,
+        correction: Correction | None = None,
     ) -> SearchResponse:
         """A text query's products (``service.search.hybrid``), the CCRk fusion encoder re-ranking on top."""
         reranker = partial(self.ranker.rerank_head, served, query) if rerank and mode != "text" else None
@@ -265,6 +272,7 @@ class SearchPipeline:
             rerank=reranker,
             rerank_k=request.rerank_k,
             cosine_labels=(cosine.none_below, cosine.strong_from),
+            correction=correction,
         )
         label, params = page.label, page.thresholds
         return self.responses.hybrid(
@@ -328,6 +336,7 @@ class SearchPipeline:
                 request.mode,
                 request.explain,
                 None if request.sort is None else request.sort.model_dump_json(),
+                request.typos,
             ]
         )
 

@@ -174,6 +174,7 @@ class ResponseBuilder:
             "match": response.match,
             "match_thresholds": response.match_thresholds.model_dump() if response.match_thresholds else None,
             "match_score": response.match_score,
+            "corrected_query": response.corrected_query,
         }
         return json.dumps(payload).encode()
 
@@ -195,6 +196,7 @@ class ResponseBuilder:
                 match=payload["match"],
                 match_thresholds=payload["match_thresholds"],
                 match_score=payload["match_score"],
+                corrected_query=payload.get("corrected_query"),
             )
         except (ValueError, KeyError, TypeError):
             return None
