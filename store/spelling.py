@@ -34,6 +34,11 @@ _HITS = 256  # forms read back per fuzzy query (a short word at one edit of a la
 MAX_WORD = 32
 
 
+def stem_budget(form: str) -> int:
+    """The edits a form of this length may be away from another (one from 5 characters, two from 9)."""
+    return 2 if len(form) >= 9 else 1 if len(form) >= 5 else 0
+
+
 def _schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_text_field(_WORD, stored=False, tokenizer_name="raw", index_option="basic")
@@ -107,7 +112,14 @@ class Vocabulary:
             found = self._within(_WORD, word, edits)
             if found:
                 return Nearest(self._most_frequent(found), edits)
-            by_stem = [self.stems[s] for stem in stems if stem for s in self._within(_STEM, stem, edits)]
+            # A stem is held to the budget of its own length: Snowball cuts "peras" to "per" and "leite" to
+            # "leit", which are one edit from many unrelated stems ("or", "kept" on the grocery catalogue).
+            by_stem = [
+                self.stems[s]
+                for stem in stems
+                if stem_budget(stem) >= edits
+                for s in self._within(_STEM, stem, edits)
+            ]
             if by_stem:
                 return Nearest(self._most_frequent(by_stem), edits, via_stem=True)
         return None

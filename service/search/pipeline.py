@@ -174,7 +174,9 @@ class SearchPipeline:
                     return TextOutcome(cached, ranked=None)
         allowed = allowed_rows(filters, served)
         # Mistyped words corrected before encoding: a typo moves the embedding too (service.search.typos).
-        correction = correct_query(channels_of(served), text, [language.code], request.typos)
+        correction = correct_query(
+            channels_of(served), text, [language.code], request.typos, certain=is_certain(language)
+        )
         t0 = time.perf_counter()
         query = self.ranker.encode_text(text if correction is None else correction.text, language.code)
         encode_s = time.perf_counter() - t0

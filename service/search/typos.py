@@ -56,13 +56,22 @@ class Correction:
 
 
 def correct_query(
-    channels: ProductChannels | None, text: str, languages: Sequence[str | None], typos: int | None
+    channels: ProductChannels | None,
+    text: str,
+    languages: Sequence[str | None],
+    typos: int | None,
+    *,
+    certain: bool = False,
 ) -> Correction | None:
     """``text`` with each word the version does not hold corrected (``languages``: the query's likely
-    ones; its words are stemmed as these and as the catalogue's); None where nothing is corrected
-    (``typos`` 0, no text fields, every word known or none near enough)."""
+    ones, most likely first; its words are stemmed as these and as the catalogue's); None where nothing is
+    corrected (``typos`` 0, no text fields, every word known or none near enough, or a query ``certain``ly
+    in a language the catalogue is not written in: its words are unknown for that, not mistyped, and
+    correcting them to the catalogue's words only moved it off its meaning)."""
     budget = DEFAULT_TYPOS if typos is None else typos
     if channels is None or budget <= 0 or channels.info.texts == 0:
+        return None
+    if certain and languages and languages[0] not in channels.info.text_languages:
         return None
     candidates = [w for w in dict.fromkeys(words_of(text)) if w.isalpha() and edit_budget(w, budget) > 0]
     if not candidates:

@@ -157,3 +157,13 @@ def test_each_typos_value_of_the_schema_is_answered(served: Any, value: int | No
     body = _search(served, query="chocolattte", typos=value)
     # Eleven letters, two edits from "chocolate": corrected with two edits allowed (the default) only.
     assert body["corrected_query"] == ("chocolate" if value in (None, 2) else None)
+
+
+def test_a_query_certainly_in_a_language_the_catalogue_does_not_write_is_not_corrected(
+    channels: ProductChannels,
+) -> None:
+    # "tomaco" is one edit from "tomato": corrected unless the
+    # query is known to be in a language the shop never writes, whose words are not typos of the shop's.
+    assert correct_query(channels, "tomaco", ["es"], None) is not None
+    assert correct_query(channels, "tomaco", ["es"], None, certain=True) is None
+    assert correct_query(channels, "tomaco", ["en"], None, certain=True) is not None

@@ -120,3 +120,12 @@ def test_a_weighted_term_scores_its_weight_of_bm25_and_of_the_coverage(tmp_path:
         assert lexical[3] > lexical[1]
     finally:
         channels.close()
+
+
+def test_a_short_stem_is_not_corrected_to_another_short_stem() -> None:
+    vocabulary = Vocabulary.of_texts([("Oranges or lemons", "en")])
+    # "oeras" (5 letters) is two edits from every word, and its Portuguese stem "oer" one from "or": a stem
+    # of 3 letters may not move by an edit.
+    stems = analyze("oeras", "pt")
+    assert stems == ["oer"] and "or" in vocabulary.stems
+    assert vocabulary.nearest("oeras", stems, 1) is None
