@@ -284,6 +284,12 @@ class SearchRequest(BaseModel):
     )
     facets: Facets = Field(None, description=FACETS_DESCRIPTION)
     max_per: MaxPer | None = Field(None, description=MAX_PER_DESCRIPTION)
+    typos: Annotated[int, Field(ge=0, le=2, strict=True)] | None = Field(
+        None,
+        description="Typo tolerance on a product index: the most edits a query word the catalogue never "
+        "writes is corrected by (one for words of 5-8 letters, two from 9 letters, at most this); 0 turns "
+        "it off. Default: 2. The corrected query is answered as corrected_query.",
+    )
 
 
 class LanguageInfo(BaseModel):
@@ -310,6 +316,10 @@ class HitExplanation(BaseModel):
     text: str | None = Field(None, description="Its text.")
     lexical_field: str | None = Field(None, description="The text field BM25 matched.")
     terms: list[str] = Field(default_factory=list, description="The query's terms found in it.")
+    typos: dict[str, str] = Field(
+        default_factory=dict,
+        description="Query words matched only as corrected: {typed word: the catalogue's word}.",
+    )
     centroid: float | None = Field(
         None,
         description="The query's cosine to the normalised sum of the product's text-field embeddings (every "
@@ -411,6 +421,11 @@ class SearchResponse(BaseModel):
         default_factory=list,
         description="The query's synonym variants searched beside it (the index's synonyms, per language; "
         "empty when none applied).",
+    )
+    corrected_query: str | None = Field(
+        None,
+        description="The query as searched where typo tolerance corrected some of its words (see typos): "
+        "a front end may say 'showing results for ...'. None where nothing was corrected.",
     )
 
 

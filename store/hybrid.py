@@ -63,6 +63,9 @@ class HybridQuery:
     group: str = OTHER
     # The terms of each reading (one per likely language); none given: ``terms`` is the one reading.
     readings: list[list[str]] = field(default_factory=list)
+    # A factor on some terms' BM25 scores and coverage weights (1 for the others): typo-corrected terms
+    # weigh less than typed ones, so that a product matching as typed ranks above one matching corrected.
+    weights: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -138,7 +141,9 @@ def gather(
     empty = ChannelHits.empty()
     image = channels.photos.search(q, n, allowed) if use_image else empty
     dense = channels.texts.search(q, n, allowed, text_mask) if use_text else empty
-    lexical = channels.lexical(query.terms, n, allowed, lexical_mask) if use_text else empty
+    lexical = (
+        channels.lexical(query.terms, n, allowed, lexical_mask, query.weights or None) if use_text else empty
+    )
     rows = np.unique(np.concatenate([image.owners, dense.owners, lexical.owners]))
     count = rows.size
     features = np.zeros((count, len(FEATURES)), np.float32)
@@ -189,7 +194,7 @@ def _coverage(
     weights = np.zeros((len(vocab), len(readings)), np.float64)
     for k, reading in enumerate(readings):
         for t in reading:
-            weights[column[t], k] += idf.get(t, 0.0)
+            weights[column[t], k] += idf.get(t, 0.0) * query.weights.get(t, 1.0)
     totals = weights.sum(axis=0)
     totals[totals == 0] = 1.0
     coverage = (present @ weights / totals).max(axis=1) if readings else np.zeros(text_rows.size)

@@ -72,6 +72,14 @@ def analyze(text: str, lang: str | None) -> list[str]:
     return [t for t in terms[:MAX_TERMS] if t]
 
 
+def words_of(text: str) -> list[str]:
+    """The words of ``text`` as analysis folds them (NFKC, case-folded), in text order, leaving out those
+    with a character of a spaceless script (their bigrams are no words): what typo tolerance corrects and
+    its vocabulary holds (``store.spelling``)."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return [w for w in _WORD.findall(folded) if not _BIGRAM_SCRIPT.search(w)]
+
+
 def _stem(word: str, stemmer: snowballstemmer.BaseStemmer | None) -> str:
     if stemmer is None or word.isdigit():
         return word

@@ -21,7 +21,7 @@ import sqlite3
 import tempfile
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -42,8 +42,11 @@ _LOCK_FILES = (".tantivy-meta.lock", ".tantivy-writer.lock")
 class LexicalIndex(Protocol):
     """BM25 over the text values of one version (thread-safe)."""
 
-    def search(self, terms: Sequence[str], limit: int) -> tuple[np.ndarray, np.ndarray]:
-        """The ``limit`` best text rows for any of ``terms`` and their BM25 scores (higher is better)."""
+    def search(
+        self, terms: Sequence[str], limit: int, weights: Mapping[str, float] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The ``limit`` best text rows for any of ``terms`` and their BM25 scores (higher is better);
+        ``weights``: a factor on some terms' scores (typo-corrected terms weigh less than typed ones)."""
         ...
 
     def doc_freqs(self, terms: Sequence[str]) -> dict[str, int]:
@@ -113,9 +116,17 @@ class TantivyLexical:
             raise IndexFormatError(f"{folder} holds {self._searcher.num_docs} text values, expected {rows}")
         self._schema = index.schema
 
-    def search(self, terms: Sequence[str], limit: int) -> tuple[np.ndarray, np.ndarray]:
-        folded = list(dict.fromkeys(fold_diacritics(t) for t in terms))
-        queries = [tantivy.Query.term_query(self._schema, _FIELD, t, "freq") for t in folded]
+    def search(
+        self, terms: Sequence[str], limit: int, weights: Mapping[str, float] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        factor: dict[str, float] = {}
+        for t in terms:  # a term folded like another keeps the greater weight (a typed one's)
+            f = fold_diacritics(t)
+            factor[f] = max(factor.get(f, 0.0), 1.0 if weights is None else float(weights.get(t, 1.0)))
+        queries = []
+        for t, w in factor.items():
+            q = tantivy.Query.term_query(self._schema, _FIELD, t, "freq")
+            queries.append(q if w == 1.0 else tantivy.Query.boost_query(q, w))
         query = queries[0]
         if len(queries) > 1:
             query = tantivy.Query.boolean_query([(tantivy.Occur.Should, q) for q in queries])
@@ -140,7 +151,11 @@ class Fts5Lexical:
     def __init__(self, db: sqlite3.Connection, lock: threading.Lock) -> None:
         self._db, self._lock = db, lock
 
-    def search(self, terms: Sequence[str], limit: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, terms: Sequence[str], limit: int, weights: Mapping[str, float] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        # FTS5's bm25() weighs columns, not terms: a format-1 version scores corrected terms as typed ones
+        # (the fused ``lexical`` feature still weighs them less, ``store.hybrid._coverage``).
         with self._lock:
             found = self._db.execute(
                 "SELECT rowid, bm25(lexical) FROM lexical WHERE lexical MATCH ? ORDER BY rank LIMIT ?",

@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,7 @@ from store.errors import IndexFormatError
 from store.files import names_full_disk
 from store.lexical_index import TANTIVY_DIR, Fts5Lexical, LexicalIndex, TantivyLexical, write_tantivy
 from store.product_vectors import ChannelHits, GroupedVectors, best_per_owner, sum_norms
+from store.spelling import Vocabulary
 from store.term_hashes import TermHashes, write_term_hashes
 
 PRODUCTS_FILE = "products.json"
@@ -344,6 +345,8 @@ class ProductChannels:
         if owners.size and (owners[0] < 0 or owners[-1] >= products):
             raise IndexFormatError(f"{self.path}: photo owners outside the version's {products} rows")
         self._lock = threading.Lock()
+        self._vocabulary: Vocabulary | None = None
+        self._vocabulary_lock = threading.Lock()
         self._db = sqlite3.connect(
             f"file:{self.path / PRODUCTS_DB}?mode=ro&immutable=1", uri=True, check_same_thread=False
         )
@@ -398,10 +401,15 @@ class ProductChannels:
     # -- lexical ---------------------------------------------------------------------------------------------
 
     def lexical(
-        self, terms: Sequence[str], n: int, allowed: np.ndarray | None, row_mask: np.ndarray | None = None
+        self,
+        terms: Sequence[str],
+        n: int,
+        allowed: np.ndarray | None,
+        row_mask: np.ndarray | None = None,
+        weights: Mapping[str, float] | None = None,
     ) -> ChannelHits:
         """BM25 over the text values, best value per product (higher is better); ``row_mask`` over text
-        rows (calibration leaves fields or languages out)."""
+        rows (calibration leaves fields or languages out); ``weights``: a factor on some terms' scores."""
         if not terms or n < 1 or self.info.texts == 0:  # tantivy panics on a limit of 0
             return ChannelHits.empty()
         if allowed is not None and not allowed.any():
@@ -411,7 +419,7 @@ class ProductChannels:
         # two), widen while too few.
         limit = n * max(2, -(-self.info.texts // max(1, self.texts.products)))
         while True:  # wider while a filter (or deletions, or many values a product) leaves too few
-            rows, scores = self._lexical.search(terms, limit)
+            rows, scores = self._lexical.search(terms, limit, weights)
             keep = np.ones(rows.size, bool)
             if rows.size and allowed is not None:
                 keep &= allowed[self.texts.owners[rows]]
@@ -421,6 +429,16 @@ class ProductChannels:
             if len(hits.owners) >= n or rows.size < limit:
                 return ChannelHits(hits.owners[:n], hits.scores[:n], hits.via[:n])
             limit *= 4
+
+    def vocabulary(self) -> Vocabulary:
+        """The words of the version's text values (``store.spelling``), derived from them on first use
+        (a version does not store it) and kept while the version is open."""
+        with self._vocabulary_lock:
+            if self._vocabulary is None:
+                with self._lock:
+                    values = self._db.execute("SELECT text, lang FROM texts").fetchall()
+                self._vocabulary = Vocabulary.of_texts(values)
+            return self._vocabulary
 
     def term_idf(self, terms: Sequence[str]) -> dict[str, float]:
         """Inverse document frequency (BM25's, floored at a small positive value) of each term."""

@@ -36,6 +36,7 @@ from service.schemas import (
 )
 from service.search.facets import spread
 from service.search.responses import image_url
+from service.search.typos import Correction
 from store.hybrid import (
     CANDIDATES,
     CHANNELS,
@@ -217,6 +218,7 @@ class HybridRanker:
         max_per: MaxPer | None = None,
         want_hits: bool = True,
         variants: Sequence[str] = (),
+        correction: Correction | None = None,
     ) -> HybridPage:
         """One page of products for a text query. ``rerank`` (a CCRk model, re-ranking on): the head of the
         fused order (``rerank_k`` products) is ordered again by reciprocal-rank fusion of the fused order
@@ -227,13 +229,16 @@ class HybridRanker:
         n results per value of a field on each page (``service.search.facets.spread``). ``want_hits``
         False: only the relevant rows (``HybridPage.relevant``), for another filter's facet counts.
         ``variants``: the query's synonym variants (``service.search.synonyms``), each read as the query is,
-        more readings."""
+        more readings.
+        ``correction``: the query's mistyped words corrected (``service.search.typos``), its terms searched
+        at less weight."""
         start = time.perf_counter()
         stored = self.fusion(channels)
         fusion = stored.model
         lang = language.code if language.code != "und" else None
         certain = is_certain(language)
-        readings = [analyze(text, lang)] if certain else readings_of(text, [lang, *fusion.languages])
+        analysed = text if correction is None else correction.text
+        readings = [analyze(analysed, lang)] if certain else readings_of(analysed, [lang, *fusion.languages])
         for variant in variants:  # a synonym's match covers the query as the original's would
             more = [analyze(variant, lang)] if certain else readings_of(variant, [lang, *fusion.languages])
             readings += [r for r in more if r and r not in readings]
@@ -243,7 +248,7 @@ class HybridRanker:
         mask = allowed_mask(served, allowed_rows)
         cands = gather(
             channels,
-            HybridQuery(embed, terms, group, readings),
+            HybridQuery(embed, terms, group, readings, {} if correction is None else correction.weights()),
             max(CANDIDATES, offset + top_k),
             mask,
             use_image=mode != "text",
@@ -317,6 +322,10 @@ class HybridRanker:
             explain,
             served.image_base,
         )
+        if explain and correction is not None:  # each corrected word's matched form
+            for hit in hits:
+                if hit.explain is not None:
+                    hit.explain.typos = correction.matched(hit.explain.terms)
         label = label_of(top, params) if top is not None else None
         labelled = params if params is not None and params.none_below is not None else None
         return HybridPage(

@@ -49,6 +49,7 @@ from service.search.query import digest, normalise_query
 from service.search.ranking import Ranked, Ranker, RerankPolicyName
 from service.search.responses import ResponseBuilder, since_ms
 from service.search.synonyms import SynonymSource, expanded_query
+from service.search.typos import Correction, correct_query
 from service.uploads import decode_upload
 from store.hybrid import CANDIDATES
 from store.products import ProductChannels, default_mode
@@ -178,10 +179,16 @@ class SearchPipeline:
         rerank = self.resolve_rerank(request.rerank, language.code)
         filters = SearchFilters.of(request.filters)
         check_fields(request.facets, request.max_per, served.index.fields)
+        # Mistyped words corrected first (service.search.typos): a typo moves the embedding too, and a
+        # corrected word may be one a synonym expands.
+        correction = correct_query(
+            channels_of(served), text, [language.code], request.typos, certain=is_certain(language)
+        )
+        searched = text if correction is None else correction.text
         # Synonyms (service.search.synonyms): variants of the query, searched by every channel.
         synonyms = self.synonyms.of(getattr(served.index, "path", None))
         lang = language.code if language.code != "und" else None
-        expansion = synonyms.expand(text, lang) if synonyms is not None else None
+        expansion = synonyms.expand(searched, lang) if synonyms is not None else None
         variants = list(expansion.variants) if expansion is not None else []
         result_key = self._result_key(served, request, text, rerank, filters, language)
         if result_key is not None and synonyms is not None:
@@ -195,7 +202,7 @@ class SearchPipeline:
                     return TextOutcome(cached, ranked=None)
         allowed = allowed_rows(filters, served)
         t0 = time.perf_counter()
-        query = self.ranker.encode_text(text, language.code)
+        query = self.ranker.encode_text(searched, language.code)
         if variants:
             query = expanded_query(query, [self.ranker.encode_text(v, language.code) for v in variants])
         encode_s = time.perf_counter() - t0
@@ -217,6 +224,7 @@ class SearchPipeline:
                 encode_s,
                 start,
                 variants,
+                correction,
             )
         else:
             if request.sort is not None:
@@ -259,10 +267,22 @@ class SearchPipeline:
             )
         if request.facets:
             response.facets = self._text_facets(
-                served, channels, request, query, text, language, mode, filters, relevant, variants
+                served,
+                channels,
+                request,
+                query,
+                text,
+                language,
+                mode,
+                filters,
+                relevant,
+                variants,
+                correction,
             )
             response.timings_ms.total = since_ms(start)
         response.expanded = variants
+        if correction is not None:
+            response.corrected_query = correction.text
         if result_key is not None:
             self.cache.set(RESULT, result_key, self.responses.cache_entry(response))
             response.timings_ms.total = since_ms(start)  # the total includes the cache write
@@ -280,6 +300,7 @@ class SearchPipeline:
         filters: SearchFilters | None,
         relevant_rows: np.ndarray | None,
         variants: list[str],
+        correction: Correction | None,
     ) -> list[FacetResult]:
         """A text search's facets (``service.search.facets``): over its relevant results, and for a field it
         filters on, over those of the same query without that filter."""
@@ -308,6 +329,7 @@ class SearchPipeline:
                     cosine_labels=(cosine.none_below, cosine.strong_from),
                     want_hits=False,
                     variants=variants,
+                    correction=correction,
                 ).relevant
             return self._photo_relevant(served, query, allowed, request, language)
 
@@ -361,6 +383,7 @@ class SearchPipeline:
         encode_s: float,
         start: float,
         variants: list[str] | None = None,
+        correction: Correction | None = None,
     ) -> tuple[SearchResponse, np.ndarray]:
         """A text query's products (``service.search.hybrid``), the CCRk fusion encoder re-ranking on top,
         and the rows of its relevant results (what facets count)."""
@@ -385,6 +408,7 @@ class SearchPipeline:
             cosine_labels=(cosine.none_below, cosine.strong_from),
             max_per=request.max_per,
             variants=variants or (),
+            correction=correction,
         )
         label, params = page.label, page.thresholds
         response = self.responses.hybrid(
@@ -451,6 +475,7 @@ class SearchPipeline:
                 None if request.sort is None else request.sort.model_dump_json(),
                 None if request.facets is None else [f.model_dump_json() for f in request.facets],
                 None if request.max_per is None else request.max_per.model_dump_json(),
+                request.typos,
             ]
         )
 

@@ -175,6 +175,7 @@ class ResponseBuilder:
             "match_thresholds": response.match_thresholds.model_dump() if response.match_thresholds else None,
             "match_score": response.match_score,
             "facets": None if response.facets is None else [f.model_dump() for f in response.facets],
+            "corrected_query": response.corrected_query,
         }
         return json.dumps(payload).encode()
 
@@ -197,6 +198,7 @@ class ResponseBuilder:
                 match_thresholds=payload["match_thresholds"],
                 match_score=payload["match_score"],
                 facets=payload.get("facets"),
+                corrected_query=payload.get("corrected_query"),
             )
         except (ValueError, KeyError, TypeError):
             return None

@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ccrk_settings import DEFAULT_MODEL_DIR
@@ -15,6 +16,7 @@ from store.layout import LEXICAL_DIR, MANIFEST_FILE, index_dir, sha256_file
 from store.manifest import IndexManifest
 from store.products import PRODUCTS_FILE
 from store.reader import IndexVersion
+from store.spelling import Nearest
 from store.verify import verify_version
 from store.versions import current_version
 from tests.fixtures import Catalogue, LiveServer, catalogue, encoder, make_settings
@@ -126,3 +128,18 @@ def test_a_version_whose_stored_fusion_cannot_be_parsed_verifies_with_it_named_a
             fused = "none" if case["request"].get("mode") == "image" else "rrf"
             assert {h["explain"]["method"] for h in results} <= {fused}, case["request"]
             assert results or "sort" in case["request"], case["request"]  # a sort cuts at "weak"
+
+
+def test_the_fts5_version_derives_a_vocabulary_and_finds_a_corrected_word(root: Path) -> None:
+    """Typo tolerance on a version written before it (and before tantivy): the vocabulary comes from its
+    stored text values; FTS5 cannot weigh terms, so weights leave its BM25 as it was."""
+    with IndexVersion.open(root, NAME) as version:
+        channels = version.products
+        assert channels is not None
+        vocabulary = channels.vocabulary()
+        assert vocabulary.words["background"] == 10 and vocabulary.words["hintergrund"] == 8
+        assert vocabulary.nearest("backgruond", [], 2) == Nearest("background", 1)
+        plain = channels.lexical(["background"], 5, None)
+        weighted = channels.lexical(["background"], 5, None, weights={"background": 0.5})
+        assert plain.owners.size and weighted.owners.tolist() == plain.owners.tolist()
+        np.testing.assert_array_equal(weighted.scores, plain.scores)

@@ -92,6 +92,12 @@
     meta.append(" · ", el("span", { class: "reranked" },
       data.reranked ? "re-ranked" : (searched || "dual encoder")));
     section.append(meta);
+    // Typo tolerance corrected some of the query's words: say what was searched instead.
+    if (data.corrected_query) {
+      const said = el("p", { class: "corrected", role: "status" }, "Showing results for ");
+      said.append(el("q", { class: "corrected-query" }, data.corrected_query));
+      section.append(said);
+    }
     // The query's match quality (calibrated on the index): nothing in the catalogue matches it well.
     if (data.match === "none") {
       section.append(el("p", { class: "no-match", role: "status" },
@@ -138,6 +144,8 @@
         if (hit.explain.terms && hit.explain.terms.length) {
           why.push("words in " + hit.explain.lexical_field + ": " + hit.explain.terms.join(", "));
         }
+        const typos = Object.entries(hit.explain.typos || {});
+        if (typos.length) why.push("as corrected: " + typos.map(([typed, form]) => typed + " → " + form).join(", "));
         if (hit.explain.text_field) why.push("meaning of " + hit.explain.text_field);
         const ch = hit.explain.channels || {};
         if (ch.image && ch.image.rank !== null && ch.image.rank < 10) why.push("photo");

@@ -1,0 +1,169 @@
+"""Typo tolerance (service.search.typos): mistyped query words corrected to the catalogue's words, the
+corrected query searched and shown, exact matches above corrected ones, ``typos: 0`` off, spaceless
+scripts never fuzzed, hostile ``typos`` values refused. Real product channels written by the store, and a
+product index built by the indexer and served by the app with the shipped demo model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from indexer.build import build
+from service.app import create_app
+from service.search.typos import FUZZY_WEIGHT, Correction, correct_query, edit_budget
+from store.lexical import analyze
+from store.products import PhotoRows, ProductChannels, ProductInfo, TextRows, write_product_channels
+from tests.fixtures import Catalogue, make_settings
+
+TITLES = [
+    ("en", "Hass avocado"),
+    ("en", "Apple juice"),
+    ("en", "Strawberry yoghurt"),
+    ("sv", "Ekologisk havredryck"),
+    ("zh", "新鲜牛奶"),
+    ("en", "Chocolate biscuits"),
+    ("en", "Tomato ketchup"),
+    ("en", "Basmati rice"),
+]
+
+
+@pytest.fixture
+def channels(tmp_path: Path) -> Any:
+    rng = np.random.default_rng(0)
+    n = len(TITLES)
+    owners = np.arange(n, dtype=np.int64)
+    vectors = rng.normal(size=(n, 8)).astype(np.float32)
+    info = ProductInfo(
+        fields=["title"], text_languages=["en", "sv", "zh"], language_counts={}, photos=0, texts=0
+    )
+    write_product_channels(
+        tmp_path,
+        info,
+        PhotoRows(owners, [f"p{i}.jpg" for i in range(n)], vectors),
+        TextRows(
+            owners,
+            ["title"] * n,
+            [lang for lang, _ in TITLES],
+            [t for _, t in TITLES],
+            [analyze(t, lang) for lang, t in TITLES],
+            vectors,
+        ),
+    )
+    opened = ProductChannels(tmp_path, n)
+    yield opened
+    opened.close()
+
+
+def test_the_edit_budget_is_one_from_five_letters_and_two_from_nine() -> None:
+    assert [edit_budget("x" * n, 2) for n in (4, 5, 8, 9, 20)] == [0, 1, 1, 2, 2]
+    assert [edit_budget("x" * n, 1) for n in (4, 5, 9)] == [0, 1, 1]
+    assert edit_budget("x" * 9, 0) == 0
+
+
+def test_a_mistyped_word_is_corrected_to_the_catalogues(channels: ProductChannels) -> None:
+    got = correct_query(channels, "Avocdo", ["en"], None)
+    assert got == Correction("avocado", {"avocdo": "avocado"}, {"avocado": "avocdo"})
+    assert got.weights() == {"avocado": FUZZY_WEIGHT}
+    # Known words stay as typed (case too); each mistyped one is corrected (9+ letters: two edits).
+    got = correct_query(channels, "Basmati ricee with Strawbery yoghutr", ["en"], None)
+    assert got is not None and got.text == "Basmati ricee with strawberry yoghurt"
+    assert got.words == {"strawbery": "strawberry", "yoghutr": "yoghurt"}
+    assert correct_query(channels, "havredyrck", ["sv"], None) == Correction(
+        "havredryck", {"havredyrck": "havredryck"}, {"havredryck": "havredyrck"}
+    )
+    assert got.matched(["strawberri", "basmati"]) == {"strawbery": "strawberry"}
+
+
+def test_nothing_is_corrected_when_off_known_too_short_or_of_a_spaceless_script(
+    channels: ProductChannels,
+) -> None:
+    assert correct_query(channels, "avocdo", ["en"], 0) is None  # typos 0: off
+    assert correct_query(channels, "avocado juices", ["en"], None) is None  # known, as stemmed too
+    assert correct_query(channels, "jiuce", ["en"], None) is not None
+    assert correct_query(channels, "rcie", ["en"], None) is None  # 4 letters: no edit
+    assert correct_query(channels, "新鲜牛乃", ["zh"], None) is None  # bigrams: never fuzzed
+    assert correct_query(channels, "ketchup2", ["en"], None) is None  # not letters only
+    assert correct_query(channels, "chocolatte", ["en"], 1) is not None
+    assert correct_query(channels, "chocolattte", ["en"], 1) is None  # two edits, one allowed
+    assert correct_query(channels, "chocolattte", ["en"], 2) is not None
+    assert correct_query(None, "avocdo", ["en"], None) is None  # no product channels
+
+
+# -- through the service -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def served(catalogue: Catalogue, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    root = tmp_path_factory.mktemp("typos")
+    rows = [
+        {"id": f"p{i}", "paths": [str(catalogue.records[i].image)], f"title@{lang}": title}
+        for i, (lang, title) in enumerate(TITLES)
+    ]
+    manifest = root / "products.jsonl"
+    manifest.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    settings = make_settings(root / "indexes", index_name="typos", text_fields=["title"], index_workers=1)
+    report = build("typos", [manifest], settings=settings)
+    assert report.published
+    with TestClient(create_app(settings.model_copy(update={"text_fields": []}))) as client:
+        yield client
+
+
+def _search(client: TestClient, **body: Any) -> dict[str, Any]:
+    response = client.post("/v1/search", json={"mode": "text", "top_k": 8, "explain": True, **body})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_a_mistyped_query_finds_the_product_by_its_words_and_says_what_it_searched(served: Any) -> None:
+    body = _search(served, query="avocdo")
+    assert body["corrected_query"] == "avocado"
+    top = body["results"][0]
+    assert top["id"] == "p0" and top["explain"]["channels"]["lexical"]["rank"] == 0
+    assert top["explain"]["terms"] == ["avocado"] and top["explain"]["typos"] == {"avocdo": "avocado"}
+    assert sum(h["explain"]["channels"]["lexical"]["rank"] is not None for h in body["results"]) == 1
+    # Off: nothing corrected, nothing found by its words.
+    off = _search(served, query="avocdo", typos=0)
+    assert off["corrected_query"] is None
+    assert all(h["explain"]["channels"]["lexical"]["rank"] is None for h in off["results"])
+    # Spaceless scripts: never corrected.
+    assert _search(served, query="新鲜牛乃")["corrected_query"] is None
+
+
+def test_a_product_matching_as_typed_ranks_above_one_matching_as_corrected(served: Any) -> None:
+    body = _search(served, query="avocdo juice")
+    assert body["corrected_query"] == "avocado juice"
+    lexical = {h["id"]: h["explain"]["channels"]["lexical"] for h in body["results"]}
+    # "Apple juice" (typed term) and "Hass avocado" (corrected term) score alike but for the weight.
+    assert lexical["p1"]["rank"] == 0 and lexical["p0"]["rank"] == 1
+    assert lexical["p0"]["score"] < lexical["p1"]["score"]
+    by_id = {h["id"]: h["explain"] for h in body["results"]}
+    assert by_id["p1"]["typos"] == {} and by_id["p0"]["typos"] == {"avocdo": "avocado"}
+
+
+@pytest.mark.parametrize("value", [-1, 3, 10**30, 1.5, 1.0, "1", True, [1], {"n": 1}])
+def test_hostile_typos_values_are_refused_naming_the_field(served: Any, value: object) -> None:
+    response = served.post("/v1/search", json={"query": "avocdo", "typos": value})
+    assert response.status_code == 422, response.text
+    assert any(e["loc"][:2] == ["body", "typos"] for e in response.json()["detail"])
+
+
+@pytest.mark.parametrize("value", [None, 0, 1, 2])
+def test_each_typos_value_of_the_schema_is_answered(served: Any, value: int | None) -> None:
+    body = _search(served, query="chocolattte", typos=value)
+    # Eleven letters, two edits from "chocolate": corrected with two edits allowed (the default) only.
+    assert body["corrected_query"] == ("chocolate" if value in (None, 2) else None)
+
+
+def test_a_query_certainly_in_a_language_the_catalogue_does_not_write_is_not_corrected(
+    channels: ProductChannels,
+) -> None:
+    # "tomaco" is one edit from "tomato": corrected unless the
+    # query is known to be in a language the shop never writes, whose words are not typos of the shop's.
+    assert correct_query(channels, "tomaco", ["es"], None) is not None
+    assert correct_query(channels, "tomaco", ["es"], None, certain=True) is None
+    assert correct_query(channels, "tomaco", ["en"], None, certain=True) is not None
