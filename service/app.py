@@ -23,6 +23,7 @@ from service.api.routes import (
     languages,
     model,
     pages,
+    rules,
     search,
 )
 from service.api.routes import metrics as metrics_route
@@ -109,6 +110,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         health,
         metrics_route,
         admin,
+        rules,
         dashboard,
         pages,
         docs,

@@ -34,6 +34,7 @@ from service.schemas import (
     SortBy,
 )
 from service.search.responses import image_url
+from service.search.rules import ActingRules
 from store.hybrid import (
     CANDIDATES,
     CHANNELS,
@@ -191,13 +192,15 @@ class HybridRanker:
         rerank: Reranker | None = None,
         rerank_k: int = 128,
         cosine_labels: tuple[float, float] | None = None,
+        rules: ActingRules | None = None,
     ) -> HybridPage:
         """One page of products for a text query. ``rerank`` (a CCRk model, re-ranking on): the head of the
         fused order (``rerank_k`` products) is ordered again by reciprocal-rank fusion of the fused order
         and the fusion encoder's re-rank scores of the products' first photos: the fusion encoder still
         re-ranks on top, without overruling the text channels it cannot see. ``cosine_labels`` (none_below,
         strong_from of the dual encoder's cosine): labels where nothing was calibrated for the fused score
-        (image mode, a catalogue with too little text), read on the best photo's cosine."""
+        (image mode, a catalogue with too little text), read on the best photo's cosine. ``rules``: the
+        merchandising rules acting on the query (``service.search.rules``: pins, hide, boost, bury)."""
         start = time.perf_counter()
         stored = self.fusion(channels)
         fusion = stored.model
@@ -216,6 +219,10 @@ class HybridRanker:
             use_image=mode != "text",
             use_text=mode != "image",
         )
+        if rules is not None:  # pinned products no channel found join the candidates
+            cands = rules.with_pins(
+                channels, cands, embed, mask, use_image=mode != "text", use_text=mode != "image"
+            )
         if mode == "image":  # the photos' cosines
             scores, params = cands.features[:, 0].copy(), None
         else:
@@ -245,6 +252,8 @@ class HybridRanker:
             params, quality, top = self._uncertain_labels(
                 fusion, cands, mode, group, order, params, quality, top
             )
+        if rules is not None:  # hide, boost and bury, before the cut
+            order = rules.reorder(cands, scores, order)
         cut = "weak" if (sort is not None and min_score == "auto") else min_score
         ordered = order
         if cut in ("weak", "strong") and params is not None and params.none_below is not None:
@@ -263,6 +272,12 @@ class HybridRanker:
             items = served.items([int(cands.rows[i]) for i in chosen])
             paired = sorted_by_field(list(zip(chosen, items, strict=True)), sort.field, sort.order)
             chosen, items = [p[0] for p in paired][page], [p[1] for p in paired][page]
+            if rules is not None and rules.pins:  # pins hold their places in the sorted list too
+                chosen = rules.place(cands, [p[0] for p in paired])[page]
+                items = served.items([int(cands.rows[i]) for i in chosen])
+        elif rules is not None and rules.pins:
+            chosen = rules.place(cands, chosen)[page]
+            items = served.items([int(cands.rows[i]) for i in chosen])
         else:  # only the page's
             chosen = chosen[page]
             items = served.items([int(cands.rows[i]) for i in chosen])
@@ -283,6 +298,8 @@ class HybridRanker:
             explain,
             served.image_base,
         )
+        if rules is not None:
+            rules.mark(hits, [int(cands.rows[i]) for i in chosen])
         label = label_of(top, params) if top is not None else None
         labelled = params if params is not None and params.none_below is not None else None
         return HybridPage(hits, label, labelled, search_s, rerank_s, head, top if label is not None else None)

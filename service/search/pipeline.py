@@ -43,6 +43,7 @@ from service.search.hybrid import HybridRanker, channels_of, is_certain
 from service.search.query import digest, normalise_query
 from service.search.ranking import Ranked, Ranker, RerankPolicyName
 from service.search.responses import ResponseBuilder, since_ms
+from service.search.rules import RuleBook
 from service.uploads import decode_upload
 from store.products import ProductChannels, default_mode
 from store.reader import IndexVersion
@@ -107,6 +108,7 @@ class SearchPipeline:
         self.responses = ResponseBuilder(model_name)
         self.judge = MatchJudge(encoder)
         self.hybrid = HybridRanker()
+        self.rules = RuleBook(self.rule_embedding)  # merchandising rules (``service.search.rules``)
         # A model without a fusion encoder cannot re-rank: its default is off, and asking is refused.
         self.can_rerank = encoder.capabilities.rerank
         self.default_rerank = default_rerank and self.can_rerank
@@ -114,6 +116,11 @@ class SearchPipeline:
         self.rerank_score = rerank_score
         self.max_upload_bytes = max_upload_bytes
         self.max_query_pixels = max_query_pixels
+
+    def rule_embedding(self, query: str, lang: str | None) -> np.ndarray:
+        """A merchandising rule's query embedded as a search query is (normalised, its language resolved)."""
+        text = normalise_query(query)
+        return self.ranker.encode_text(text, self.detector.resolve(text, lang).code).embeds[0]
 
     def resolve_rerank(self, requested: bool | None, lang: str | None = None) -> bool:
         """Whether to re-rank: the request's choice, else the server default, except for a language the model
@@ -265,6 +272,7 @@ class SearchPipeline:
             rerank=reranker,
             rerank_k=request.rerank_k,
             cosine_labels=(cosine.none_below, cosine.strong_from),
+            rules=self.rules.match(served, query.embeds[0]),
         )
         label, params = page.label, page.thresholds
         return self.responses.hybrid(
@@ -328,6 +336,7 @@ class SearchPipeline:
                 request.mode,
                 request.explain,
                 None if request.sort is None else request.sort.model_dump_json(),
+                self.rules.etag(served),  # an edited rule is not hidden by an answer cached before it
             ]
         )
 
