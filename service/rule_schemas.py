@@ -14,7 +14,7 @@ MAX_RULES = 100  # per index: every search compares its query with each enabled 
 MAX_ACTIONS = 10  # per rule
 MAX_PIN_POSITION = 100  # 1-based; a deeper pin is past any page a shopper reads
 MAX_ITEM_ID_CHARS = 512
-RECOMMENDED_THRESHOLD = 0.8  # docs/how-to/products-and-hybrid-search.md: measured on the shared grocery half
+RECOMMENDED_THRESHOLD = 0.7  # measured on the shared grocery half (docs/how-to/products-and-hybrid-search.md)
 RuleId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
 ItemId = Annotated[UnicodeText, StringConstraints(min_length=1, max_length=MAX_ITEM_ID_CHARS)]
 RuleFilters = Annotated[Filters, Field(min_length=1)]  # a rule's filter names at least one field
