@@ -56,24 +56,34 @@ class CompiledRule:
     id: str
     threshold: float
     pins: tuple[tuple[str, int], ...]  # (product id, 1-based position)
-    weights: tuple[tuple[dict[str, Any], float], ...]  # (filter, +weight for boost / -weight for bury)
-    hides: tuple[dict[str, Any], ...]
+    weights: tuple[tuple[str, float], ...]  # (filter key, +weight for boost / -weight for bury)
+    hides: tuple[str, ...]  # filter keys
+    filters: dict[str, dict[str, Any]]  # filter key (its canonical JSON) -> the filter
 
 
 def compile_rule(rule: Rule) -> CompiledRule:
     pins, weights, hides = [], [], []
+    filters: dict[str, dict[str, Any]] = {}
+
+    def key(plain: dict[str, Any]) -> str:
+        text = json.dumps(plain, sort_keys=True)
+        filters[text] = plain
+        return text
+
     for action in rule.actions:
         if isinstance(action, PinAction):
             pins.append((action.pin, action.position))
         elif isinstance(action, BoostAction | BuryAction):
             flt = SearchFilters.of(action.boost if isinstance(action, BoostAction) else action.bury)
             assert flt is not None  # a rule's filter names at least one field (``RuleFilters``)
-            weights.append((flt.plain, action.weight if isinstance(action, BoostAction) else -action.weight))
+            weights.append(
+                (key(flt.plain), action.weight if isinstance(action, BoostAction) else -action.weight)
+            )
         elif isinstance(action, HideAction):
             flt = SearchFilters.of(action.hide)
             assert flt is not None
-            hides.append(flt.plain)
-    return CompiledRule(rule.id, rule.threshold, tuple(pins), tuple(weights), tuple(hides))
+            hides.append(key(flt.plain))
+    return CompiledRule(rule.id, rule.threshold, tuple(pins), tuple(weights), tuple(hides), filters)
 
 
 @dataclass(frozen=True)
@@ -103,6 +113,7 @@ class RuleBook:
         self._masks: weakref.WeakKeyDictionary[Any, dict[str, np.ndarray | None]] = (
             weakref.WeakKeyDictionary()
         )
+        self._rows: weakref.WeakKeyDictionary[Any, dict[str, int | None]] = weakref.WeakKeyDictionary()
 
     @staticmethod
     def path_of(served: Served) -> Path | None:
@@ -192,10 +203,18 @@ class RuleBook:
         acting = acting[np.argsort(-sims[acting], kind="stable")]
         return ActingRules(self, served, [loaded.rules[i] for i in acting.tolist()])
 
-    def mask(self, served: Served, plain: dict[str, Any]) -> np.ndarray | None:
-        """The served version's live rows matching ``plain`` as a boolean mask; None where the version
-        lacks one of its fields (the action is skipped)."""
-        key = json.dumps(plain, sort_keys=True)
+    def row_of(self, served: Served, item_id: str) -> int | None:
+        """A pinned product's row in the served version (None: not in it), looked up once per version."""
+        per_version = self._rows.setdefault(served.index, {})
+        if item_id not in per_version:
+            if len(per_version) >= 4096:
+                per_version.clear()
+            per_version[item_id] = served.index.row_of(item_id)
+        return per_version[item_id]
+
+    def mask(self, served: Served, key: str, plain: dict[str, Any]) -> np.ndarray | None:
+        """The served version's live rows matching filter ``plain`` (``key``: its canonical JSON) as a
+        boolean mask; None where the version lacks one of its fields (the action is skipped)."""
         per_version = self._masks.setdefault(served.index, {})
         if key in per_version:
             return per_version[key]
@@ -219,6 +238,7 @@ class ActingRules:
     acted: dict[int, list[str]] = field(default_factory=dict)  # product row -> ids of rules acting on it
     pins: list[tuple[int, int]] = field(default_factory=list)  # (product row, 1-based position)
     hidden: np.ndarray | None = None
+    hide_masks: list[tuple[str, np.ndarray]] | None = None
 
     @property
     def ids(self) -> list[str]:
@@ -229,13 +249,21 @@ class ActingRules:
         if rule_id not in names:
             names.append(rule_id)
 
+    def _hides(self) -> list[tuple[str, np.ndarray]]:
+        """(rule id, mask) of every hide acting on this search."""
+        if self.hide_masks is None:
+            self.hide_masks = [
+                (rule.id, m)
+                for rule in self.rules
+                for key in rule.hides
+                if (m := self.book.mask(self.served, key, rule.filters[key])) is not None
+            ]
+            for _, m in self.hide_masks:
+                self.hidden = m.copy() if self.hidden is None else self.hidden | m
+        return self.hide_masks
+
     def _hidden(self) -> np.ndarray | None:
-        if self.hidden is None:
-            for rule in self.rules:
-                for plain in rule.hides:
-                    m = self.book.mask(self.served, plain)
-                    if m is not None:
-                        self.hidden = m.copy() if self.hidden is None else self.hidden | m
+        self._hides()
         return self.hidden
 
     def with_pins(
@@ -254,7 +282,7 @@ class ActingRules:
         seen: set[int] = set()
         for rule in self.rules:
             for item_id, position in rule.pins:
-                row = self.served.index.row_of(item_id)
+                row = self.book.row_of(self.served, item_id)
                 if row is None or row in seen:  # not in this version, or pinned by a more similar rule
                     continue
                 if (allowed is not None and not allowed[row]) or (hidden is not None and hidden[row]):
@@ -273,19 +301,18 @@ class ActingRules:
         """The order with hidden products dropped and boosts and buries applied (see the module docstring)."""
         hidden = self._hidden()
         if hidden is not None:
-            gone = hidden[cands.rows[order]]
-            for row in cands.rows[order[gone]].tolist():
-                for rule in self.rules:
-                    if any((m := self.book.mask(self.served, p)) is not None and m[row] for p in rule.hides):
-                        self._note(int(row), rule.id)
-            order = order[~gone]
+            rows = cands.rows[order]
+            for rule_id, m in self._hides():
+                for row in rows[m[rows]].tolist():
+                    self._note(int(row), rule_id)
+            order = order[~hidden[rows]]
         if not order.size:
             return order
         adjust = np.zeros(len(cands), np.float64)
         moved = False
         for rule in self.rules:
-            for plain, weight in rule.weights:
-                m = self.book.mask(self.served, plain)
+            for key, weight in rule.weights:
+                m = self.book.mask(self.served, key, rule.filters[key])
                 if m is None:
                     continue
                 hit = m[cands.rows[order]]

@@ -78,6 +78,11 @@
       if (hit.images && hit.images.length > 1) cap.append(" ", el("span", { class: "photos" }, hit.images.length + " photos"));
       cap.append(el("br"), el("span", { class: "score" }, score));
       if (hit.match) cap.append(" ", el("span", { class: "match", title: "match quality" }, hit.match));
+      // Placed by a merchandising rule of the shop (its rules named when explained).
+      if (hit.pinned) {
+        const rules = hit.explain && hit.explain.rules ? hit.explain.rules.join(", ") : "";
+        cap.append(" ", el("span", { class: "pinned", title: rules ? "pinned by rule " + rules : "pinned" }, "pinned"));
+      }
       if (hit.explain) {
         const why = [];
         if (hit.explain.terms && hit.explain.terms.length) {
