@@ -23,6 +23,7 @@ from service.api.routes import (
     languages,
     model,
     pages,
+    rules,
     search,
     synonyms,
 )
@@ -111,6 +112,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics_route,
         admin,
         synonyms,
+        rules,
         dashboard,
         pages,
         docs,

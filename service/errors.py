@@ -107,6 +107,13 @@ class BusyError(ServiceError):
     retry_after_s = 1
 
 
+class ConflictError(ServiceError):
+    """The state on disk does not allow the change (a rules file that cannot be read: fix or delete it)."""
+
+    status_code = 409
+    error_type = "conflict"
+
+
 class ReloadFailedError(ServiceError):
     """A requested reload could not open the new version; the old one keeps serving."""
 

@@ -326,6 +326,9 @@ class HitExplanation(BaseModel):
         "field at once, a fusion feature); null without text, or in an index written before it.",
     )
     image_url: str | None = Field(None, description="The photo that matched best.")
+    rules: list[str] = Field(
+        default_factory=list, description="The merchandising rules that acted on this hit (pin, boost, bury)."
+    )
 
 
 class SearchHit(BaseModel):
@@ -344,6 +347,7 @@ class SearchHit(BaseModel):
     image_url: str = Field(description="The item's image: for a product, the photo that matched best.")
     images: list[str] | None = Field(None, description="All photos of a product, first photo first.")
     explain: HitExplanation | None = None
+    pinned: bool = Field(False, description="Placed by a merchandising rule's pin (products search).")
 
 
 class Timings(BaseModel):

@@ -3,6 +3,7 @@
 Layout::
 
     INDEX_ROOT/NAME/CURRENT             the published version name, switched atomically
+    INDEX_ROOT/NAME/rules.json          merchandising rules (``store.rules``), beside the versions
     INDEX_ROOT/NAME/<version>/          immutable once published (version: sortable UTC stamp + suffix)
         manifest.json                   IndexManifest (``store.manifest``)
         index.faiss                     faiss index, inner product on L2-normalised embeddings; ids = rows

@@ -36,6 +36,7 @@ from service.schemas import (
 )
 from service.search.facets import spread
 from service.search.responses import image_url
+from service.search.rules import ActingRules
 from service.search.typos import Correction
 from store.hybrid import (
     CANDIDATES,
@@ -219,6 +220,7 @@ class HybridRanker:
         want_hits: bool = True,
         variants: Sequence[str] = (),
         correction: Correction | None = None,
+        rules: ActingRules | None = None,
     ) -> HybridPage:
         """One page of products for a text query. ``rerank`` (a CCRk model, re-ranking on): the head of the
         fused order (``rerank_k`` products) is ordered again by reciprocal-rank fusion of the fused order
@@ -231,7 +233,9 @@ class HybridRanker:
         ``variants``: the query's synonym variants (``service.search.synonyms``), each read as the query is,
         more readings.
         ``correction``: the query's mistyped words corrected (``service.search.typos``), its terms searched
-        at less weight."""
+        at less weight.
+        ``rules``: the merchandising rules acting on the query (``service.search.rules``: pins, hide, boost,
+        bury)."""
         start = time.perf_counter()
         stored = self.fusion(channels)
         fusion = stored.model
@@ -254,6 +258,10 @@ class HybridRanker:
             use_image=mode != "text",
             use_text=mode != "image",
         )
+        if rules is not None:  # pinned products no channel found join the candidates
+            cands = rules.with_pins(
+                channels, cands, embed, mask, use_image=mode != "text", use_text=mode != "image"
+            )
         if mode == "image":  # the photos' cosines
             scores, params = cands.features[:, 0].copy(), None
         else:
@@ -283,6 +291,8 @@ class HybridRanker:
             params, quality, top = self._uncertain_labels(
                 fusion, cands, mode, group, order, params, quality, top
             )
+        if rules is not None:  # hide, boost and bury, before the cut
+            order = rules.reorder(cands, scores, order)
         cut = "weak" if (sort is not None and min_score == "auto") else min_score
         ordered = kept_by_cut(order, quality, scores, params, cut)
         # What facets count: the results the cut keeps, 'auto' counting those not labelled none.
@@ -302,6 +312,12 @@ class HybridRanker:
                 spread_order = spread([i for i, _ in paired], value.get, max_per, top_k, offset + top_k)
                 paired = [(i, item_of[i]) for i in spread_order]
             chosen, items = [p[0] for p in paired][page], [p[1] for p in paired][page]
+            if rules is not None and rules.pins:  # pins hold their places in the sorted list too
+                chosen = rules.place(cands, [p[0] for p in paired])[page]
+                items = served.items([int(cands.rows[i]) for i in chosen])
+        elif rules is not None and rules.pins:
+            chosen = rules.place(cands, chosen)[page]
+            items = served.items([int(cands.rows[i]) for i in chosen])
         else:  # only the page's
             chosen = chosen[page]
             items = served.items([int(cands.rows[i]) for i in chosen])
@@ -326,6 +342,8 @@ class HybridRanker:
             for hit in hits:
                 if hit.explain is not None:
                     hit.explain.typos = correction.matched(hit.explain.terms)
+        if rules is not None:
+            rules.mark(hits, [int(cands.rows[i]) for i in chosen])
         label = label_of(top, params) if top is not None else None
         labelled = params if params is not None and params.none_below is not None else None
         return HybridPage(

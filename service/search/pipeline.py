@@ -48,6 +48,7 @@ from service.search.hybrid import HybridRanker, channels_of, is_certain
 from service.search.query import digest, normalise_query
 from service.search.ranking import Ranked, Ranker, RerankPolicyName
 from service.search.responses import ResponseBuilder, since_ms
+from service.search.rules import RuleBook
 from service.search.synonyms import SynonymSource, expanded_query
 from service.search.typos import Correction, correct_query
 from service.uploads import decode_upload
@@ -117,6 +118,7 @@ class SearchPipeline:
         self.judge = MatchJudge(encoder)
         self.hybrid = HybridRanker()
         self.synonyms = SynonymSource()  # each served version's synonyms, the index-level set over its own
+        self.rules = RuleBook(self.rule_embedding)  # merchandising rules (``service.search.rules``)
         # A model without a fusion encoder cannot re-rank: its default is off, and asking is refused.
         self.can_rerank = encoder.capabilities.rerank
         self.default_rerank = default_rerank and self.can_rerank
@@ -124,6 +126,11 @@ class SearchPipeline:
         self.rerank_score = rerank_score
         self.max_upload_bytes = max_upload_bytes
         self.max_query_pixels = max_query_pixels
+
+    def rule_embedding(self, query: str, lang: str | None) -> np.ndarray:
+        """A merchandising rule's query embedded as a search query is (normalised, its language resolved)."""
+        text = normalise_query(query)
+        return self.ranker.encode_text(text, self.detector.resolve(text, lang).code).embeds[0]
 
     def resolve_rerank(self, requested: bool | None, lang: str | None = None) -> bool:
         """Whether to re-rank: the request's choice, else the server default, except for a language the model
@@ -308,6 +315,8 @@ class SearchPipeline:
         products = channels is not None and self._products_path(served, channels, mode, request)
         lang = language.code if language.supported else None
 
+        acting = self.rules.match(served, query.embeds[0]) if products else None
+
         def relevant(scope: SearchFilters | None) -> np.ndarray:
             allowed = allowed_rows(scope, served)
             if products:
@@ -330,6 +339,7 @@ class SearchPipeline:
                     want_hits=False,
                     variants=variants,
                     correction=correction,
+                    rules=acting,  # hidden products are no result, whatever the filters
                 ).relevant
             return self._photo_relevant(served, query, allowed, request, language)
 
@@ -409,6 +419,7 @@ class SearchPipeline:
             max_per=request.max_per,
             variants=variants or (),
             correction=correction,
+            rules=self.rules.match(served, query.embeds[0]),
         )
         label, params = page.label, page.thresholds
         response = self.responses.hybrid(
@@ -476,6 +487,7 @@ class SearchPipeline:
                 None if request.facets is None else [f.model_dump_json() for f in request.facets],
                 None if request.max_per is None else request.max_per.model_dump_json(),
                 request.typos,
+                self.rules.etag(served),  # an edited rule is not hidden by an answer cached before it
             ]
         )
 

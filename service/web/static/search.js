@@ -133,12 +133,14 @@
           cap.append(el("span", { class: "matched-photo" }, "photo " + (matched + 1) + " of " + hit.images.length + " matched"));
         }
       }
-      if (hit.pinned) {
-        card.classList.add("pinned");
-        cap.append(" ", el("span", { class: "pin", title: "placed here by a merchandising rule" }, "pinned"));
-      }
       cap.append(el("br"), el("span", { class: "score" }, score));
       if (hit.match) cap.append(" ", el("span", { class: "match", title: "match quality" }, hit.match));
+      // Placed by a merchandising rule of the shop (its rules named when explained).
+      if (hit.pinned) {
+        card.classList.add("pinned");
+        const rules = hit.explain && hit.explain.rules ? hit.explain.rules.join(", ") : "";
+        cap.append(" ", el("span", { class: "pinned", title: rules ? "pinned by rule " + rules : "pinned" }, "pinned"));
+      }
       if (hit.explain) {
         const why = [];
         if (hit.explain.terms && hit.explain.terms.length) {
