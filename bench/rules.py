@@ -278,7 +278,10 @@ def main() -> None:
     parser.add_argument("--model", type=Path, help="the serving model (e.g. artifacts/models/ccrk-starter)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    result: dict[str, Any] = {"date": datetime.now(UTC).isoformat(timespec="seconds")}
+    result: dict[str, Any] = {
+        "command": "python bench/rules.py " + " ".join(sys.argv[1:]),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
     if args.products:
         result["cost"] = cost(args.products, args.queries)
     if args.model is not None:
