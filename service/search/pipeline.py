@@ -49,6 +49,7 @@ from service.search.query import digest, normalise_query
 from service.search.ranking import Ranked, Ranker, RerankPolicyName
 from service.search.responses import ResponseBuilder, since_ms
 from service.search.synonyms import SynonymSource, expanded_query
+from service.search.dictionaries import QueryDictionaries
 from service.search.typos import Correction, correct_query
 from service.uploads import decode_upload
 from store.hybrid import CANDIDATES
@@ -117,6 +118,8 @@ class SearchPipeline:
         self.judge = MatchJudge(encoder)
         self.hybrid = HybridRanker()
         self.synonyms = SynonymSource()  # each served version's synonyms, the index-level set over its own
+        # Typo tolerance's query-language dictionaries, each built on its first use.
+        self.dictionaries = QueryDictionaries(detector.supported)
         # A model without a fusion encoder cannot re-rank: its default is off, and asking is refused.
         self.can_rerank = encoder.capabilities.rerank
         self.default_rerank = default_rerank and self.can_rerank
@@ -182,7 +185,12 @@ class SearchPipeline:
         # Mistyped words corrected first (service.search.typos): a typo moves the embedding too, and a
         # corrected word may be one a synonym expands.
         correction = correct_query(
-            channels_of(served), text, [language.code], request.typos, certain=is_certain(language)
+            channels_of(served),
+            text,
+            [language.code],
+            request.typos,
+            certain=is_certain(language),
+            dictionaries=self.dictionaries,
         )
         searched = text if correction is None else correction.text
         # Synonyms (service.search.synonyms): variants of the query, searched by every channel.
