@@ -10,8 +10,8 @@ The dictionaries are wordfreq's word lists, installed with the package (code Apa
   inflections and compounds a shop's queries hold), else the "small" one (1e-6), kept as sorted 64-bit
   hashes (~5 MB for German's 630k words);
 - corrections: the "small" list's words of 5+ letters (~25-35k per language, each written at least once
-  in a million words), in a tantivy fuzzy index in memory (``store.spelling.Vocabulary``: a Levenshtein automaton,
-  a swap of neighbours one edit), the most frequent of the nearest winning.
+  in a million words), in a tantivy fuzzy index in memory (``store.spelling.Vocabulary``: a Levenshtein
+  automaton, a swap of neighbours one edit), chosen as ``nearest_in`` says.
 
 Each language's dictionary is built on first use, once per process (~0.2-0.5 s), by the
 ``QueryDictionaries`` the search pipeline owns; nothing is read at import.

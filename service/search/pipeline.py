@@ -42,6 +42,7 @@ from service.schemas import (
     SearchResponse,
     SimilarRequest,
 )
+from service.search.dictionaries import QueryDictionaries
 from service.search.facets import check_fields, facet_counts, spread_hits
 from service.search.filters import SearchFilters, allowed_rows
 from service.search.hybrid import HybridRanker, channels_of, is_certain
@@ -49,7 +50,6 @@ from service.search.query import digest, normalise_query
 from service.search.ranking import Ranked, Ranker, RerankPolicyName
 from service.search.responses import ResponseBuilder, since_ms
 from service.search.synonyms import SynonymSource, expanded_query
-from service.search.dictionaries import QueryDictionaries
 from service.search.typos import Correction, correct_query
 from service.uploads import decode_upload
 from store.hybrid import CANDIDATES
