@@ -17,6 +17,11 @@ thread's CPU time of the lexical channel as served (analysis + BM25, best value 
 with typo tolerance (correction + analysis of the corrected query + BM25 with weighted terms), for clean
 queries (2-3 vocabulary words: the common case, one look-up per word) and for queries with one typo in a
 word of 5+ letters (a fuzzy look-up each); p50 and p99, and the one-off derivation of the vocabulary.
+The query-language dictionaries (``service.search.dictionaries``) are those of ``--model``'s languages,
+built before the timing (their one-off build is reported per language), as the service looks a word up in
+them when the query's language is uncertain. Pseudo-words are in no dictionary, so the cost of a real
+foreign typo is measured apart (``dictionary_lookup``): the grocery queries' typo'd words of the quality
+run (seeded alike), each looked up in every dictionary, thread CPU p50 and p99.
 
     python bench/typos.py --grocery ../shared/data/grocery --model artifacts/models/ccrk-starter \\
         --scale 100000 --out bench/results/typos-DATE.json
@@ -43,7 +48,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from ccrk_settings import Settings  # noqa: E402
-from service.search.typos import correct_query  # noqa: E402
+from service.search.dictionaries import QueryDictionaries, nearest_in  # noqa: E402
+from service.search.typos import correct_query, edit_budget  # noqa: E402
 from store.hybrid import CANDIDATES  # noqa: E402
 from store.lexical import analyze  # noqa: E402
 from store.products import PhotoRows, ProductChannels, ProductInfo, TextRows, write_product_channels  # noqa: E402
@@ -194,7 +200,48 @@ def _pseudo_words(rng: np.random.Generator, n: int) -> list[str]:
     return sorted(words)
 
 
-def cost(products: int, queries: int = 1000, vocab_size: int = 20_000) -> dict[str, Any]:
+def build_dictionaries(languages: list[str]) -> tuple[QueryDictionaries, dict[str, float]]:
+    """The dictionaries of ``languages``, each built now: {language: thread CPU seconds of its build}."""
+    dictionaries = QueryDictionaries(languages)
+    built = {}
+    for lang in dictionaries.languages:
+        c0 = time.thread_time()
+        if dictionaries.of(lang) is not None:
+            built[lang] = round(time.thread_time() - c0, 3)
+    return dictionaries, built
+
+
+def dictionary_lookup(dictionaries: QueryDictionaries) -> dict[str, Any]:
+    """Thread CPU of looking the grocery queries' typo'd words up in every dictionary of their script."""
+    spec = json.loads(QUERIES.read_text())
+    rng = np.random.default_rng(SEED)
+    typed = []
+    for by_lang in spec["in_catalogue"].values():
+        for lang in LATIN:
+            typo = add_typo(by_lang[lang], rng)
+            if typo is not None:
+                typed += [w for w in typo.casefold().split(" ") if edit_budget(w, 2) and w.isalpha()]
+    cpu, corrected = [], 0
+    for word in typed:
+        c0 = time.thread_time()
+        found = dictionaries.for_word(word, list(dictionaries.languages))
+        near = nearest_in(word, found, edit_budget(word, 2))
+        cpu.append(time.thread_time() - c0)
+        corrected += near is not None
+    return {
+        "words": len(typed),
+        "corrected": corrected,
+        "languages": list(dictionaries.languages),
+        "thread_cpu_ms": {
+            "p50": round(1000 * statistics.median(cpu), 4),
+            "p99": round(1000 * float(np.quantile(cpu, 0.99)), 4),
+        },
+    }
+
+
+def cost(
+    products: int, dictionaries: QueryDictionaries, queries: int = 1000, vocab_size: int = 20_000
+) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     vocab = _pseudo_words(rng, vocab_size)
     zipf = 1.0 / np.arange(1, vocab_size + 1) ** 1.07
@@ -243,8 +290,8 @@ def cost(products: int, queries: int = 1000, vocab_size: int = 20_000) -> dict[s
         typo_q = [t for t in (add_typo(q, rng) for q in clean_q) if t is not None]
 
         def lexical(text: str, typos: int) -> None:
-            correction = correct_query(channels, text, ["en"], typos)
-            analysed = text if correction is None else correction.text
+            correction = correct_query(channels, text, ["en"], typos, dictionaries=dictionaries)
+            analysed = text if correction is None else correction.lexical_text
             terms = analyze(analysed, "en")
             channels.lexical(
                 terms, CANDIDATES, None, None, None if correction is None else correction.weights()
@@ -259,7 +306,10 @@ def cost(products: int, queries: int = 1000, vocab_size: int = 20_000) -> dict[s
                     lexical(q, typos)
                     if i >= 20:  # warm-up left out
                         cpu[f"{name}_typos_{typos}"].append(time.thread_time() - c)
-                if name == "typo" and correct_query(channels, q, ["en"], 2) is not None:
+                if (
+                    name == "typo"
+                    and correct_query(channels, q, ["en"], 2, dictionaries=dictionaries) is not None
+                ):
                     corrected += 1
         channels.close()
     ms = {
@@ -301,6 +351,14 @@ def print_table(result: dict[str, Any]) -> None:
             f"clean - typo: {q['gap_clean_minus_typo']:.3f};"
             f" typo'd queries corrected: {q['typo_queries_corrected']}"
         )
+    if "dictionary_lookup" in result:
+        d = result["dictionary_lookup"]
+        print(f"\nDictionaries built (thread CPU s): {result['dictionary_build_cpu_s']}")
+        print(
+            f"{d['words']} typo'd grocery words looked up in {len(d['languages'])} languages' dictionaries:"
+            f" {d['corrected']} corrected, thread CPU p50 {d['thread_cpu_ms']['p50']:.3f} ms,"
+            f" p99 {d['thread_cpu_ms']['p99']:.3f} ms"
+        )
     for c in result.get("cost", []):
         print(
             f"\n{c['products']} products ({c['texts']} text values, {c['vocabulary_words']} words);"
@@ -329,9 +387,14 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             result["grocery"] = quality(args.grocery, args.model, args.held_out, Path(tmp))
     if args.scale:
+        languages = json.loads((args.model / "config.json").read_text())["languages"]
+        dictionaries, built = build_dictionaries(languages)
+        result["dictionary_build_cpu_s"] = built
+        result["dictionary_lookup"] = dictionary_lookup(dictionaries)
+        print(json.dumps(result["dictionary_lookup"]), file=sys.stderr, flush=True)
         result["cost"] = []
         for n in args.scale.split(","):
-            result["cost"].append(cost(int(n)))
+            result["cost"].append(cost(int(n), dictionaries))
             print(json.dumps(result["cost"][-1]), file=sys.stderr, flush=True)
     text = json.dumps(result, indent=2, ensure_ascii=False)
     print(text)

@@ -318,7 +318,9 @@ class HitExplanation(BaseModel):
     terms: list[str] = Field(default_factory=list, description="The query's terms found in it.")
     typos: dict[str, str] = Field(
         default_factory=dict,
-        description="Query words matched only as corrected: {typed word: the catalogue's word}.",
+        description="Query words matched only as corrected: {typed word: the catalogue's word}, and "
+        "words corrected from the query language's dictionary (the catalogue does not hold them: every "
+        "hit's dense channels were scored with them) as {typed word: the dictionary's word}.",
     )
     centroid: float | None = Field(
         None,

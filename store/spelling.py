@@ -124,6 +124,12 @@ class Vocabulary:
                 return Nearest(self._most_frequent(by_stem), edits, via_stem=True)
         return None
 
+    def within(self, word: str, edits: int) -> list[str]:
+        """The vocabulary words exactly ``edits`` or fewer edits from ``word`` (no stems), in no order."""
+        if not word or len(word) > MAX_WORD:
+            return []
+        return self._within(_WORD, word, edits)
+
     def _most_frequent(self, words: Sequence[str]) -> str:
         return min(words, key=lambda w: (-self.words.get(w, 0), w))
 

@@ -241,7 +241,7 @@ class HybridRanker:
         fusion = stored.model
         lang = language.code if language.code != "und" else None
         certain = is_certain(language)
-        analysed = text if correction is None else correction.text
+        analysed = text if correction is None else correction.lexical_text
         readings = [analyze(analysed, lang)] if certain else readings_of(analysed, [lang, *fusion.languages])
         for variant in variants:  # a synonym's match covers the query as the original's would
             more = [analyze(variant, lang)] if certain else readings_of(variant, [lang, *fusion.languages])

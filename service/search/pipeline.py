@@ -42,6 +42,7 @@ from service.schemas import (
     SearchResponse,
     SimilarRequest,
 )
+from service.search.dictionaries import QueryDictionaries
 from service.search.facets import check_fields, facet_counts, spread_hits
 from service.search.filters import SearchFilters, allowed_rows
 from service.search.hybrid import HybridRanker, channels_of, is_certain
@@ -119,6 +120,8 @@ class SearchPipeline:
         self.hybrid = HybridRanker()
         self.synonyms = SynonymSource()  # each served version's synonyms, the index-level set over its own
         self.rules = RuleBook(self.rule_embedding)  # merchandising rules (``service.search.rules``)
+        # Typo tolerance's query-language dictionaries, each built on its first use.
+        self.dictionaries = QueryDictionaries(detector.supported)
         # A model without a fusion encoder cannot re-rank: its default is off, and asking is refused.
         self.can_rerank = encoder.capabilities.rerank
         self.default_rerank = default_rerank and self.can_rerank
@@ -189,7 +192,12 @@ class SearchPipeline:
         # Mistyped words corrected first (service.search.typos): a typo moves the embedding too, and a
         # corrected word may be one a synonym expands.
         correction = correct_query(
-            channels_of(served), text, [language.code], request.typos, certain=is_certain(language)
+            channels_of(served),
+            text,
+            [language.code],
+            request.typos,
+            certain=is_certain(language),
+            dictionaries=self.dictionaries,
         )
         searched = text if correction is None else correction.text
         # Synonyms (service.search.synonyms): variants of the query, searched by every channel.

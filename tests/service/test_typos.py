@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from indexer.build import build
 from service.app import create_app
+from service.search.dictionaries import QueryDictionaries, nearest_in
 from service.search.typos import FUZZY_WEIGHT, Correction, correct_query, edit_budget
 from store.lexical import analyze
 from store.products import PhotoRows, ProductChannels, ProductInfo, TextRows, write_product_channels
@@ -167,3 +168,78 @@ def test_a_query_certainly_in_a_language_the_catalogue_does_not_write_is_not_cor
     assert correct_query(channels, "tomaco", ["es"], None) is not None
     assert correct_query(channels, "tomaco", ["es"], None, certain=True) is None
     assert correct_query(channels, "tomaco", ["en"], None, certain=True) is not None
+
+
+# -- the query language's dictionary -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dictionaries() -> QueryDictionaries:
+    return QueryDictionaries(["en", "de", "es"])  # the model's languages; each built on first use
+
+
+def test_a_word_the_catalogue_cannot_correct_is_corrected_from_the_query_languages_dictionary(
+    channels: ProductChannels, dictionaries: QueryDictionaries
+) -> None:
+    # A German query in a shop that writes English and Swedish: no catalogue word is near "äpcel".
+    assert correct_query(channels, "Äpcel", ["de"], None, certain=True) is None
+    got = correct_query(channels, "Äpcel", ["de"], None, certain=True, dictionaries=dictionaries)
+    assert got is not None and got.text == "äpfel" and got.words == {"äpcel": "äpfel"}
+    assert got.dictionary == {"äpcel": "de"}
+    # The catalogue holds no "äpfel": the lexical channel reads the query as typed, no term weighted.
+    assert got.lexical_text == "Äpcel" and got.terms == {} and got.weights() == {}
+    assert got.matched([]) == {"äpcel": "äpfel"}  # what every hit's dense channels were scored with
+    # Several words: the known ones kept as typed, the catalogue's correction beside the dictionary's.
+    got = correct_query(channels, "frische Äpcel Avocdo", ["de"], None, dictionaries=dictionaries)
+    assert got is not None and got.text == "frische äpfel avocado"
+    assert got.lexical_text == "frische Äpcel avocado" and got.dictionary == {"äpcel": "de"}
+    assert got.weights() == {"avocado": FUZZY_WEIGHT}
+
+
+def test_an_uncertain_query_is_looked_up_in_every_language_of_the_model(
+    channels: ProductChannels, dictionaries: QueryDictionaries
+) -> None:
+    # "Milfh" (German "Milch" mistyped) is detected as anything; German is one of the model's languages.
+    got = correct_query(channels, "Milfh", ["nl"], None, dictionaries=dictionaries)
+    assert got is not None and got.words == {"milfh": "milch"} and got.dictionary == {"milfh": "de"}
+    # Certain of another language: only that one's dictionary (English has no word one edit away).
+    assert correct_query(channels, "Milfh", ["en"], None, certain=True, dictionaries=dictionaries) is None
+
+
+def test_a_word_of_a_dictionary_is_left_alone_and_the_catalogues_correction_comes_first(
+    channels: ProductChannels, dictionaries: QueryDictionaries
+) -> None:
+    for clean in ("Milch", "frische Milch", "leche", "manzanas"):  # German and Spanish words, clean
+        assert correct_query(channels, clean, ["de"], None, dictionaries=dictionaries) is None
+        assert correct_query(channels, clean, ["es"], None, certain=True, dictionaries=dictionaries) is None
+    got = correct_query(channels, "avocdo", ["en"], None, dictionaries=dictionaries)
+    assert got == Correction("avocado", {"avocdo": "avocado"}, {"avocado": "avocdo"})
+    assert correct_query(channels, "Äpcel", ["de"], 0, dictionaries=dictionaries) is None  # typos 0: off
+    assert correct_query(channels, "新鲜牛乃", ["zh"], None, dictionaries=dictionaries) is None  # bigrams
+    assert correct_query(channels, "Äpc", ["de"], None, dictionaries=dictionaries) is None  # 3 letters
+
+
+def test_a_dictionary_knows_its_words_and_is_asked_only_for_words_of_its_script(
+    dictionaries: QueryDictionaries,
+) -> None:
+    german = dictionaries.of("de")
+    assert german is not None and german.knows("äpfel") and german.knows("fruchtsaft")  # large list
+    assert not german.knows("äpcel")
+    assert [d.lang for d in dictionaries.for_word("milfh", ["de", "ru", "en"])] == ["de", "en"]
+    assert dictionaries.for_word("молоко", ["de", "en"]) == []
+    assert dictionaries.of("xx") is None  # no word list
+    near = nearest_in("manzznas", dictionaries.for_word("manzznas", ["en", "es"]), 1)
+    assert near is not None and (near.word, near.lang, near.edits) == ("manzanas", "es", 1)
+    # Two edits from nine letters only when asked; a word of one of them is never corrected.
+    assert nearest_in("manzzznas", dictionaries.for_word("manzzznas", ["es"]), 1) is None
+    assert nearest_in("manzzznas", dictionaries.for_word("manzzznas", ["es"]), 2) is not None
+    assert nearest_in("manzanas", dictionaries.for_word("manzanas", ["es"]), 2) is None
+
+
+def test_a_mistyped_german_query_is_searched_as_corrected_and_says_so(served: Any) -> None:
+    body = _search(served, query="Äpcel", lang="de")
+    assert body["corrected_query"] == "äpfel"
+    assert all(h["explain"]["typos"] == {"äpcel": "äpfel"} for h in body["results"])
+    assert all(h["explain"]["channels"]["lexical"]["rank"] is None for h in body["results"])
+    assert _search(served, query="Äpcel", lang="de", typos=0)["corrected_query"] is None
+    assert _search(served, query="Äpfel", lang="de")["corrected_query"] is None  # clean: left alone
