@@ -364,6 +364,14 @@ class Settings(BaseSettings):
         description="Open connections per process from one client address; beyond it new ones get 503."
         " Behind a proxy every client has the proxy's address: set it to max_connections there.",
     )
+    max_connections_client_share: float = Field(
+        0.25,
+        gt=0.0,
+        le=1.0,
+        description="Most of max_connections one client address may hold per process (slow bodies"
+        " included), whatever max_connections_per_client says: with max_connections 20, 5. Behind a proxy"
+        " every client has the proxy's address: set it to 1 there.",
+    )
     max_query_pixels: int = Field(
         24_000_000,
         ge=10_000,
