@@ -288,7 +288,19 @@ class Settings(BaseSettings):
         description="How the shortlist is re-ordered: dual logit plus match log-odds (the product's), or the "
         "match logit alone (the paper's, to reproduce published numbers; needs a recent ONNX export).",
     )
-    admin_api_key: str | None = Field(None, description="Key for /v1/admin/*; admin routes are off if unset.")
+    admin_api_key: str | None = Field(
+        None,
+        description="Key for /v1/admin/*; admin routes are off if unset. `ccrk serve` warns when it is"
+        " shorter than 32 characters (e.g. `openssl rand -base64 32`).",
+    )
+    auth_failures_per_minute: int = Field(
+        30,
+        ge=1,
+        le=100_000,
+        description="Wrong API or admin keys one client address may send per minute (shared by every"
+        " process through Redis, else counted per process); then every request of it sending a key gets 429"
+        " with Retry-After until the minute is up. Behind a proxy every client has the proxy's address.",
+    )
     search_requires_key: bool = Field(
         False,
         description="Search routes (search, image search, similar items, consistency) need an API key"

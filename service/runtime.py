@@ -24,6 +24,7 @@ from threadpoolctl import threadpool_limits
 
 from ccrk_settings import Settings
 from model.runtime import Int8Limits, load_encoder
+from service.auth_throttle import AuthThrottle
 from service.cache import Cache
 from service.errors import IndexUnavailableError, NotFoundError, RateLimitedError, ReloadFailedError
 from service.hugepages import advise_huge_pages
@@ -101,6 +102,13 @@ class Runtime:
             timeout_s=settings.redis_timeout_s,
             retry_s=settings.redis_retry_s,
             on_event=metrics.cache_event,
+        )
+        self.auth_throttle = AuthThrottle(
+            limit=settings.auth_failures_per_minute,
+            redis_url=settings.redis_url,
+            prefix=settings.cache_prefix,
+            timeout_s=settings.redis_timeout_s,
+            retry_s=settings.redis_retry_s,
         )
         self.expensive_slots = ExpensiveSlots(settings.max_expensive_per_caller)
         self.caller_queues = CallerQueues(settings.max_concurrent_per_caller)
@@ -447,6 +455,7 @@ class Runtime:
             for holder in (*self.holders.values(), *self._joining.values()):
                 holder.close()
             self.rate_limiter.close()
+            self.auth_throttle.close()
             if self.cache is not None:
                 self.cache.close()
             self.metrics.process_exited()
