@@ -26,6 +26,7 @@ from ccrk_settings import Settings
 from model.runtime import Int8Limits, load_encoder
 from service.auth_throttle import AuthThrottle
 from service.cache import Cache
+from service.caller_slots import CallerQueues, ExpensiveSlots, QueueTimeout
 from service.errors import IndexUnavailableError, NotFoundError, RateLimitedError, ReloadFailedError
 from service.hugepages import advise_huge_pages
 from service.index_holder import IndexHolder, Served, image_base_of
@@ -33,7 +34,8 @@ from service.keys import KeyRecord, KeyRing
 from service.language import LanguageDetector
 from service.metrics import Metrics
 from service.monitor import Monitor
-from service.ratelimit import CallerQueues, ExpensiveSlots, Limit, QueueTimeout, RateLimiter
+from service.quota_ledger import QuotaLedger
+from service.ratelimit import Limit, RateLimiter
 from service.search.facade import SearchFacade
 from service.search.pipeline import SearchPipeline
 from service.search.telemetry import SearchTelemetry
@@ -102,6 +104,7 @@ class Runtime:
             timeout_s=settings.redis_timeout_s,
             retry_s=settings.redis_retry_s,
             on_event=metrics.cache_event,
+            ledger=QuotaLedger(settings.index_root),  # daily quotas outlive a Redis restart
         )
         self.auth_throttle = AuthThrottle(
             limit=settings.auth_failures_per_minute,
