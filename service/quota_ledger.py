@@ -6,9 +6,11 @@ forgotten), and while Redis is down each process counts on from the last total i
 ``flush_s`` (N processes may then each spend what was left, N times the remainder at most, but a spent
 quota stays spent).
 
-A flush is one small locked file write on the event loop, at most every ``flush_s``, only while keys with
-quotas are in use. A root that cannot be written (a read-only mount) is logged once and the ledger keeps
-counting in memory: quotas are then as durable as Redis.
+A flush is one small locked, fsynced file write (16 ms p50, 88 ms at worst on the dev machine's disk), so
+it runs in a thread of its own, at most every ``flush_s`` and only while keys with quotas are in use; the
+checks on the event loop only read and update a dict (and read the day's file once a day). A root that
+cannot be written (a read-only mount) is logged once and the ledger keeps counting in memory: quotas are
+then as durable as Redis.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from store.quota_state import QuotaStateError, merge_counts
+from store.quota_state import QuotaStateError, merge_counts, quota_path, read_counts
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,7 @@ class QuotaLedger:
         self._dirty = False
         self._next_flush = 0.0
         self._warned = False
+        self._flushing = False  # a flush thread is running
 
     def floor(self, identity: str, day: str) -> int:
         """The least ``identity`` has used on ``day`` as far as this process knows."""
@@ -51,10 +54,21 @@ class QuotaLedger:
             if used > self._known.get(identity, 0):
                 self._known[identity] = used
                 self._dirty = True
-        if self._dirty and self.clock() >= self._next_flush:
+            due = self._dirty and not self._flushing and self.clock() >= self._next_flush
+            if due:
+                self._flushing = True
+                self._next_flush = self.clock() + self.flush_s
+        if due:
+            threading.Thread(target=self._flush_in_thread, name="quota-ledger", daemon=True).start()
+
+    def _flush_in_thread(self) -> None:
+        try:
             self.flush()
+        finally:
+            self._flushing = False
 
     def flush(self) -> None:
+        """Merge what this process knows into the state now (and learn the other processes' counts)."""
         with self._lock:
             if not self._day:
                 return
@@ -90,7 +104,7 @@ class QuotaLedger:
                 merge_counts(self.root, old, counts)
         self._day, self._dirty = day, False
         try:
-            self._known = merge_counts(self.root, day, {})
+            self._known = read_counts(quota_path(self.root, day))
         except (OSError, QuotaStateError) as exc:
             self._known = {}
             if not self._warned:

@@ -16,7 +16,7 @@ QUOTA = Limit(rate=1000.0, burst=1000, quota_per_day=5)
 
 
 def limiter(url: str, root: Path, retry_s: float = 30.0) -> RateLimiter:
-    ledger = QuotaLedger(root, flush_s=0.0)  # every count written at once: no timing in the test
+    ledger = QuotaLedger(root)  # flushed in a thread every 2 s; the tests flush where they need to
     return RateLimiter(redis_url=url, prefix="q:", timeout_s=0.5, retry_s=retry_s, ledger=ledger)
 
 
@@ -27,6 +27,9 @@ def test_a_spent_quota_survives_a_redis_restart(tmp_path: Path) -> None:
         one, two = limiter(redis_server.url, tmp_path), limiter(redis_server.url, tmp_path)
         answers = [(one if n % 2 else two).check("key:aaaaaaaa", QUOTA) for n in range(6)]
         assert [a.allowed for a in answers] == [True] * 5 + [False] and answers[-1].quota_spent
+        for lim in (one, two):  # what a flush thread does within 2 s
+            assert lim.ledger is not None
+            lim.ledger.flush()
         redis_server.stop()
         redis_server.start()
         # The processes that counted it (Redis errors first: in process for retry_s, from the state) ...
@@ -48,6 +51,8 @@ def test_while_redis_is_down_processes_count_on_from_each_other(tmp_path: Path) 
     down = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     one, two = limiter(down, tmp_path), limiter(down, tmp_path)
     assert [one.check("key:cccccccc", QUOTA).allowed for _ in range(3)] == [True] * 3
+    assert one.ledger is not None
+    one.ledger.flush()  # what its flush thread does within 2 s
     assert [two.check("key:cccccccc", QUOTA).allowed for _ in range(3)] == [True, True, False]
     assert one.backend == two.backend == "memory"
     one.close()
