@@ -288,7 +288,19 @@ class Settings(BaseSettings):
         description="How the shortlist is re-ordered: dual logit plus match log-odds (the product's), or the "
         "match logit alone (the paper's, to reproduce published numbers; needs a recent ONNX export).",
     )
-    admin_api_key: str | None = Field(None, description="Key for /v1/admin/*; admin routes are off if unset.")
+    admin_api_key: str | None = Field(
+        None,
+        description="Key for /v1/admin/*; admin routes are off if unset. `ccrk serve` warns when it is"
+        " shorter than 32 characters (e.g. `openssl rand -base64 32`).",
+    )
+    auth_failures_per_minute: int = Field(
+        30,
+        ge=1,
+        le=100_000,
+        description="Wrong API or admin keys one client address may send per minute (shared by every"
+        " process through Redis, else counted per process); then every request of it sending a key gets 429"
+        " with Retry-After until the minute is up. Behind a proxy every client has the proxy's address.",
+    )
     search_requires_key: bool = Field(
         False,
         description="Search routes (search, image search, similar items, consistency) need an API key"
@@ -363,6 +375,14 @@ class Settings(BaseSettings):
         ge=1,
         description="Open connections per process from one client address; beyond it new ones get 503."
         " Behind a proxy every client has the proxy's address: set it to max_connections there.",
+    )
+    max_connections_client_share: float = Field(
+        0.25,
+        gt=0.0,
+        le=1.0,
+        description="Most of max_connections one client address may hold per process (slow bodies"
+        " included), whatever max_connections_per_client says: with max_connections 20, 5. Behind a proxy"
+        " every client has the proxy's address: set it to 1 there.",
     )
     max_query_pixels: int = Field(
         24_000_000,

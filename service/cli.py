@@ -15,6 +15,21 @@ if TYPE_CHECKING:
 
 # prometheus_client's own switch to multiprocess mode, read when a worker process imports it.
 PROMETHEUS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# An operator-chosen admin key shorter than this is warned about (32 random characters are ~190 bits).
+ADMIN_KEY_MIN_CHARS = 32
+
+
+def startup_warnings(settings: Settings) -> list[str]:
+    """What ``ccrk serve`` warns about before it starts (it starts anyway)."""
+    warnings = []
+    key = settings.admin_api_key
+    if key and len(key) < ADMIN_KEY_MIN_CHARS:
+        warnings.append(
+            f"CCRK_ADMIN_API_KEY is {len(key)} characters long, under {ADMIN_KEY_MIN_CHARS}: a short key can"
+            " be guessed (wrong keys are throttled per address, not per key); use e.g."
+            " `openssl rand -base64 32`"
+        )
+    return warnings
 
 
 def serve_command(
@@ -105,6 +120,8 @@ def serve_command(
         settings = settings_with(overrides)
     except SettingsError as exc:
         raise typer.BadParameter(exc.describe({"model_dir": "--model"})) from None
+    for warning in startup_warnings(settings):
+        typer.echo(f"Warning: {warning}", err=True)
     if not settings.model_dir.is_dir():
         raise typer.BadParameter(f"model directory {settings.model_dir} does not exist")
     from model.model_check import ModelDirError, check_model_dir

@@ -12,9 +12,14 @@ its head (a body sending a byte every 20 s never paused long enough, and was sti
 the connection is closed. A head over ``http_max_head_bytes`` (request line and headers) gets a 431.
 
 ``max_connections`` is uvicorn's ``limit_concurrency`` (503 beyond it). One client address may hold at most
-``max_connections_per_client`` of them; beyond it a new connection gets a 503 and is closed at once, so a few
-slow clients from one address cannot fill the process's cap (25 such bodies made every other client's
-search a 503 with the cap at 20). Behind a proxy every client has the proxy's address: raise it there.
+``per_client_cap``: ``max_connections_per_client``, and never more than ``max_connections_client_share`` of
+``max_connections`` (a quarter by default, so 5 of a cap of 20); beyond it a new connection gets a 503 and
+is closed at once, so slow clients from one address cannot fill the process's cap, whatever its size (25
+slow bodies from one address made every other client's search a 503 for 120 s with the cap at 20). Behind a
+proxy every client has the proxy's address: raise both there.
+
+The answers sent from here (431, and the 503 of an address over its share) carry the security headers of
+every other answer (``service.security``), the Content-Security-Policy included.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ccrk_settings import Settings
+from service.security import CONTENT_SECURITY_POLICY
 
 log = logging.getLogger("uvicorn.error")
 REFUSAL_LINGER_S = 1.0
@@ -45,6 +51,7 @@ def _answer(status: bytes, message: str, error_type: str, loc: list[str]) -> byt
         b"x-content-type-options: nosniff",
         b"x-frame-options: DENY",
         b"referrer-policy: no-referrer",
+        b"content-security-policy: " + CONTENT_SECURITY_POLICY.encode(),
     ]
     if status.startswith(b"503"):
         head.append(b"retry-after: 1")
@@ -281,6 +288,13 @@ def guarded_protocol(
     return GuardedHttpToolsProtocol
 
 
+def per_client_cap(settings: Settings) -> int:
+    """Connections one client address may hold per process: ``max_connections_per_client``, at most
+    ``max_connections_client_share`` of ``max_connections`` (at least one)."""
+    share = max(1, int(settings.max_connections * settings.max_connections_client_share))
+    return min(settings.max_connections_per_client, share)
+
+
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
     """Keyword arguments of ``uvicorn.Config`` / ``uvicorn.run`` for the connection limits."""
     return {
@@ -289,7 +303,7 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
             settings.http_body_timeout_s,
             body_total_s=settings.http_body_total_s,
             max_head_bytes=settings.http_max_head_bytes,
-            max_per_client=settings.max_connections_per_client,
+            max_per_client=per_client_cap(settings),
         ),
         "timeout_keep_alive": settings.http_keep_alive_s,
         "limit_concurrency": settings.max_connections,

@@ -1,12 +1,14 @@
-"""Fair share: a token bucket per caller (an API key, or the client address of anonymous traffic), and a
-cap on each caller's concurrent expensive work (re-ranking, image search).
+"""Fair share: a token bucket per caller (an API key, or the client address of anonymous traffic) and its
+daily quota (the caps on a caller's concurrent work are ``service.caller_slots``).
 
 Buckets live in Redis when ``CCRK_REDIS_URL`` is set, so every process of ``--workers N`` (and every Ray
 ingress replica) draws from the same bucket: one Lua script (``EVALSHA``, one round trip) refills, takes a
 token, counts the daily quota and answers what the ``RateLimit-*`` headers need. Redis is never a
 dependency: after an error the buckets are kept in process for ``redis_retry_s`` (as ``service.cache``
 does), so a dead Redis costs one timeout per retry window, and each process then allows the limit on its
-own (N processes: up to N times the rate).
+own (N processes: up to N times the rate). Daily quotas are also kept in the index root's state
+(``service.quota_ledger``): the script never counts a quota below what that state knows, so a spent quota
+stays spent when Redis restarts without persistence, or while it is down.
 
 The script runs on the event loop, over a connection of its own (``BucketConnection``): ~40 us p50 on
 loopback (bench/fair_share.py), less than a hop to a worker thread would cost; a Redis that hangs costs
@@ -27,22 +29,24 @@ import math
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import unquote, urlsplit
 
-import anyio
 import redis
 from cachetools import LRUCache
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from service.quota_ledger import QuotaLedger
+
 log = logging.getLogger(__name__)
 
 # KEYS[1] the bucket (hash: t tokens, s stamp ms), KEYS[2] the day's quota counter.
-# ARGV: rate per s, burst, now ms ('' : Redis TIME), quota (0: none), quota counter lifetime s.
-# Answers {allowed 0/1, remaining tokens (floor), retry after ms (-1: quota spent), full again in ms}.
+# ARGV: rate per s, burst, now ms ('' : Redis TIME), quota (0: none), quota counter lifetime s, the least
+# the quota's counter may read (``service.quota_ledger``: a counter lost in a Redis restart resumes there).
+# Answers {allowed 0/1, remaining tokens (floor), retry after ms (-1: quota spent), full again in ms, used}.
 BUCKET_LUA = """
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
@@ -65,10 +69,11 @@ if now > stamp then
   stamp = now
 end
 local quota = tonumber(ARGV[4])
+local used = 0
 if quota > 0 then
-  local used = tonumber(redis.call('GET', KEYS[2]) or '0')
+  used = math.max(tonumber(redis.call('GET', KEYS[2]) or '0'), tonumber(ARGV[6]))
   if used >= quota then
-    return {0, math.floor(tokens), -1, 0}
+    return {0, math.floor(tokens), -1, 0, used}
   end
 end
 local allowed = 0
@@ -77,15 +82,15 @@ if tokens >= 1 then
   tokens = tokens - 1
   allowed = 1
   if quota > 0 then
-    redis.call('INCR', KEYS[2])
-    redis.call('EXPIRE', KEYS[2], tonumber(ARGV[5]))
+    used = used + 1
+    redis.call('SET', KEYS[2], used, 'EX', tonumber(ARGV[5]))
   end
 else
   wait = math.ceil((1 - tokens) * 1000 / rate)
 end
 redis.call('HSET', KEYS[1], 't', string.format('%.17g', tokens), 's', string.format('%.17g', stamp))
 redis.call('PEXPIRE', KEYS[1], math.ceil(burst * 1000 / rate) + 1000)
-return {allowed, math.floor(tokens), wait, math.ceil((burst - tokens) * 1000 / rate)}
+return {allowed, math.floor(tokens), wait, math.ceil((burst - tokens) * 1000 / rate), used}
 """
 
 
@@ -242,8 +247,10 @@ class RateLimiter:
         retry_s: float,
         local_buckets: int = 100_000,
         on_event: Callable[[str, str], None] | None = None,
+        ledger: QuotaLedger | None = None,
     ) -> None:
         self.prefix = prefix
+        self.ledger = ledger  # daily quotas kept beyond Redis
         self.retry_s = retry_s
         self._on_event = on_event or (lambda kind, detail: None)
         self._lock = threading.Lock()
@@ -283,9 +290,11 @@ class RateLimiter:
 
     def check(self, identity: str, limit: Limit, now_ms: int | None = None) -> Decision:
         day = datetime.now(UTC).strftime("%Y%m%d")
+        ledger = self.ledger if limit.quota_per_day else None
+        floor = ledger.floor(identity, day) if ledger is not None else 0
         if (self._conn is not None or self._script is not None) and time.monotonic() >= self._down_until:
             try:
-                allowed, remaining, wait, reset = self._run_script(
+                allowed, remaining, wait, reset, used = self._run_script(
                     [f"{self.prefix}rl:{identity}", f"{self.prefix}rq:{identity}:{day}"],
                     [
                         repr(float(limit.rate)),
@@ -293,6 +302,7 @@ class RateLimiter:
                         "" if now_ms is None else str(now_ms),
                         str(limit.quota_per_day or 0),
                         str(2 * 86400),
+                        str(floor),
                     ],
                 )
             except (redis.RedisError, OSError, ScriptError, ValueError) as exc:
@@ -305,21 +315,28 @@ class RateLimiter:
                     self.retry_s,
                 )
             else:
+                if ledger is not None:
+                    ledger.note(identity, day, int(used))
                 return self._decision(limit, int(allowed), int(remaining), int(wait), int(reset))
-        return self._check_local(identity, limit, day, now_ms)
+        return self._check_local(identity, limit, day, now_ms, floor)
 
-    def _check_local(self, identity: str, limit: Limit, day: str, now_ms: int | None) -> Decision:
+    def _check_local(
+        self, identity: str, limit: Limit, day: str, now_ms: int | None, floor: int = 0
+    ) -> Decision:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         quota_key = f"{identity}:{day}"
         with self._lock:
             state = self._local.get(identity)
-            if limit.quota_per_day and self._quota.get(quota_key, 0) >= limit.quota_per_day:
+            used = max(self._quota.get(quota_key, 0), floor)
+            if limit.quota_per_day and used >= limit.quota_per_day:
                 tokens = state.tokens if state is not None else float(limit.burst)
                 return self._decision(limit, 0, math.floor(tokens), -1, 0)
             state, allowed, wait, reset = take(state, now, limit.rate, limit.burst)
             self._local[identity] = state
             if allowed and limit.quota_per_day:
-                self._quota[quota_key] = self._quota.get(quota_key, 0) + 1
+                used = self._quota[quota_key] = used + 1
+        if allowed and limit.quota_per_day and self.ledger is not None:
+            self.ledger.note(identity, day, used)
         return self._decision(limit, allowed, math.floor(state.tokens), wait, reset)
 
     @staticmethod
@@ -330,70 +347,10 @@ class RateLimiter:
         return Decision(bool(allowed), limit.burst, remaining, retry, math.ceil(reset_ms / 1000))
 
     def close(self) -> None:
+        if self.ledger is not None:
+            self.ledger.flush()
         if self._conn is not None:
             self._conn.close()
         if self._redis is not None:
             with contextlib.suppress(redis.RedisError):
                 self._redis.close()
-
-
-class QueueTimeout(Exception):
-    """A caller's request waited ``CallerQueues.wait_s`` for its turn."""
-
-
-class CallerQueues:
-    """At most ``per_caller`` searches of one caller in the worker threads at once in this process; the
-    caller's others wait on the event loop (holding no thread) in arrival order, up to ``wait_s``. A burst
-    of one caller then queues behind itself, not in front of everyone else: with search_workers 4 and
-    2 per caller, a greedy client's 16 connections leave 2 threads to the others."""
-
-    def __init__(self, per_caller: int, wait_s: float = 10.0) -> None:
-        self.per_caller = per_caller
-        self.wait_s = wait_s
-        self._queues: dict[str, anyio.Semaphore] = {}
-
-    @contextlib.asynccontextmanager
-    async def hold(self, identity: str) -> AsyncIterator[None]:
-        """The caller's slot, held to the end of the block; ``QueueTimeout`` after ``wait_s`` in line."""
-        sem = self._queues.get(identity)
-        if sem is None:
-            sem = self._queues[identity] = anyio.Semaphore(self.per_caller)
-        try:
-            try:
-                sem.acquire_nowait()
-            except anyio.WouldBlock:
-                try:
-                    with anyio.fail_after(self.wait_s):
-                        await sem.acquire()
-                except TimeoutError:
-                    raise QueueTimeout(identity) from None
-            try:
-                yield
-            finally:
-                sem.release()
-        finally:
-            if sem.value == self.per_caller and not sem.statistics().tasks_waiting:
-                self._queues.pop(identity, None)
-
-
-class ExpensiveSlots:
-    """At most ``per_caller`` expensive requests (re-ranking, image search) of one caller at once in this
-    process; the event loop's own counter (no lock: only coroutines on one loop touch it)."""
-
-    def __init__(self, per_caller: int) -> None:
-        self.per_caller = per_caller
-        self._held: dict[str, int] = {}
-
-    def try_acquire(self, identity: str) -> bool:
-        held = self._held.get(identity, 0)
-        if held >= self.per_caller:
-            return False
-        self._held[identity] = held + 1
-        return True
-
-    def release(self, identity: str) -> None:
-        held = self._held.get(identity, 0) - 1
-        if held > 0:
-            self._held[identity] = held
-        else:
-            self._held.pop(identity, None)

@@ -24,7 +24,9 @@ from threadpoolctl import threadpool_limits
 
 from ccrk_settings import Settings
 from model.runtime import Int8Limits, load_encoder
+from service.auth_throttle import AuthThrottle
 from service.cache import Cache
+from service.caller_slots import CallerQueues, ExpensiveSlots, QueueTimeout
 from service.errors import IndexUnavailableError, NotFoundError, RateLimitedError, ReloadFailedError
 from service.hugepages import advise_huge_pages
 from service.index_holder import IndexHolder, Served, image_base_of
@@ -32,7 +34,8 @@ from service.keys import KeyRecord, KeyRing
 from service.language import LanguageDetector
 from service.metrics import Metrics
 from service.monitor import Monitor
-from service.ratelimit import CallerQueues, ExpensiveSlots, Limit, QueueTimeout, RateLimiter
+from service.quota_ledger import QuotaLedger
+from service.ratelimit import Limit, RateLimiter
 from service.search.facade import SearchFacade
 from service.search.pipeline import SearchPipeline
 from service.search.telemetry import SearchTelemetry
@@ -101,6 +104,14 @@ class Runtime:
             timeout_s=settings.redis_timeout_s,
             retry_s=settings.redis_retry_s,
             on_event=metrics.cache_event,
+            ledger=QuotaLedger(settings.index_root),  # daily quotas outlive a Redis restart
+        )
+        self.auth_throttle = AuthThrottle(
+            limit=settings.auth_failures_per_minute,
+            redis_url=settings.redis_url,
+            prefix=settings.cache_prefix,
+            timeout_s=settings.redis_timeout_s,
+            retry_s=settings.redis_retry_s,
         )
         self.expensive_slots = ExpensiveSlots(settings.max_expensive_per_caller)
         self.caller_queues = CallerQueues(settings.max_concurrent_per_caller)
@@ -447,6 +458,7 @@ class Runtime:
             for holder in (*self.holders.values(), *self._joining.values()):
                 holder.close()
             self.rate_limiter.close()
+            self.auth_throttle.close()
             if self.cache is not None:
                 self.cache.close()
             self.metrics.process_exited()

@@ -343,7 +343,12 @@ class SearchHit(BaseModel):
     )
     rank: int = Field(description="0-based rank in the full result list (offset included).")
     match: MatchLabel | None = Field(
-        None, description="How good a match this result is (calibrated on the index): strong, weak or none."
+        None,
+        description="How good a match this result is (calibrated on the index): strong, weak or none. Null "
+        "on image-search and similar-items hits: a version calibrates text queries against its photos, and "
+        "a photo's cosine to other photos lies on another scale (demo model: the nearest other product's "
+        "photo scores 0.92 at the median, above the text queries' 'strong' threshold whether or not it "
+        "shows the same thing), so no calibrated label exists for it.",
     )
     metadata: dict[str, Any]
     image_url: str = Field(description="The item's image: for a product, the photo that matched best.")

@@ -140,6 +140,9 @@ def make_settings(index_root: Path, **overrides: object) -> Settings:
         "index_poll_s": 0.2,
         "admin_api_key": "test-admin-key",
         "search_workers": 2,
+        # Every test client is 127.0.0.1, and many send wrong keys on purpose: the default (30 a minute)
+        # is tested on a server of its own (tests/service/test_auth_throttle.py).
+        "auth_failures_per_minute": 100_000,
         # A history file of its own, not artifacts/monitoring.sqlite in the checkout.
         "history_db": Path(tempfile.mkdtemp(prefix="ccrk-test-history-")) / "history.sqlite",
     }

@@ -5,15 +5,16 @@ pool, one thread hop per dependency per request."""
 
 from __future__ import annotations
 
-import secrets
+import hashlib
+import hmac
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader
 
 from ccrk_settings import Settings
-from service.errors import NotFoundError, ScopeError, UnauthorizedError
+from service.errors import NotFoundError, RateLimitedError, ScopeError, UnauthorizedError
 from service.keys import KeyRecord
 from service.runtime import Caller, Runtime
 from service.search.pipeline import SearchPipeline
@@ -40,6 +41,43 @@ async def get_pipeline(runtime: RuntimeDep) -> SearchPipeline:
 
 
 PipelineDep = Annotated[SearchPipeline, Depends(get_pipeline)]
+
+
+def _address(request: Request) -> str:
+    return request.client.host if request.client is not None else "unknown"
+
+
+def is_admin_key(key: str, admin_key: str | None) -> bool:
+    """Whether ``key`` is the admin key, compared in constant time whatever either's length (their SHA-256
+    digests: ``compare_digest`` of the strings themselves returns at once on a length mismatch)."""
+    if not admin_key:
+        return False
+    digests = [hashlib.sha256(k.encode("utf-8", "surrogateescape")).digest() for k in (key, admin_key)]
+    return hmac.compare_digest(digests[0], digests[1])
+
+
+def _throttled(wait_s: int) -> RateLimitedError:
+    return RateLimitedError(
+        f"too many failed authentications from your address; retry after {wait_s} s",
+        headers={"Retry-After": str(wait_s)},
+        loc=("header", "authorization"),
+    )
+
+
+def _check_throttle(runtime: Runtime, request: Request) -> None:
+    """429 for an address over its failed authentications (``service.auth_throttle``), before its key is
+    checked, a right one included."""
+    wait = runtime.auth_throttle.blocked(_address(request))
+    if wait is not None:
+        raise _throttled(wait)
+
+
+def _refuse(runtime: Runtime, request: Request, error: UnauthorizedError) -> NoReturn:
+    """``error`` (401) for a key that did not authenticate, counted; 429 once the address is over."""
+    wait = runtime.auth_throttle.failed(_address(request))
+    if wait is not None:
+        raise _throttled(wait) from None
+    raise error
 
 
 def _presented_key(authorization: str | None, x_api_key: str | None) -> str | None:
@@ -80,17 +118,20 @@ async def get_caller(
 ) -> Caller:
     """Who calls: the key sent (401 when it is unknown or revoked; the keys file is re-read within 0.5 s
     of a change), the admin key, or nobody (the client's address names anonymous traffic)."""
-    key = _presented_key(authorization, x_api_key)
-    if key is None:
-        host = request.client.host if request.client is not None else "unknown"
-        return Caller(identity=f"ip:{host}", record=None)
-    admin_key = runtime.settings.admin_api_key
-    if admin_key and secrets.compare_digest(key.encode(), admin_key.encode()):
+    if authorization is None and x_api_key is None:
+        return Caller(identity=f"ip:{_address(request)}", record=None)
+    _check_throttle(runtime, request)
+    try:
+        key = _presented_key(authorization, x_api_key)
+    except UnauthorizedError as exc:
+        _refuse(runtime, request, exc)
+    assert key is not None
+    if is_admin_key(key, runtime.settings.admin_api_key):
         return Caller(identity="admin", record=None, admin=True)
     record = runtime.keys.lookup(key)
     if record is None:
         where = "authorization" if authorization is not None else "x-api-key"
-        raise UnauthorizedError("unknown or revoked API key", loc=("header", where))
+        _refuse(runtime, request, UnauthorizedError("unknown or revoked API key", loc=("header", where)))
     return Caller(identity=f"key:{record.id}", record=record)
 
 
@@ -126,19 +167,30 @@ ExpensiveCallerDep = Annotated[Caller, Depends(expensive_slot)]
 
 
 async def require_admin(
-    runtime: RuntimeDep, authorization: AuthorizationHeader = None, x_api_key: ApiKeyHeader = None
+    request: Request,
+    runtime: RuntimeDep,
+    authorization: AuthorizationHeader = None,
+    x_api_key: ApiKeyHeader = None,
 ) -> KeyRecord | None:
     """The admin key (CCRK_ADMIN_API_KEY: None, every index) or an API key of scope admin (its record,
-    whose indexes the route checks); 404 when neither exists."""
+    whose indexes the route checks); 404 when neither exists. Wrong keys are throttled per address."""
     admin_key = runtime.settings.admin_api_key
     if not admin_key and not runtime.keys.has_admin_keys:
         raise NotFoundError("admin routes are disabled (CCRK_ADMIN_API_KEY is not set, no admin API key)")
-    key = _presented_key(authorization, x_api_key)
-    if key is not None and admin_key and secrets.compare_digest(key.encode(), admin_key.encode()):
+    missing = UnauthorizedError("missing or wrong X-API-Key header", loc=("header", "x-api-key"))
+    if authorization is None and x_api_key is None:
+        raise missing
+    _check_throttle(runtime, request)
+    try:
+        key = _presented_key(authorization, x_api_key)
+    except UnauthorizedError as exc:
+        _refuse(runtime, request, exc)
+    assert key is not None
+    if is_admin_key(key, admin_key):
         return None
-    record = runtime.keys.lookup(key) if key is not None else None
+    record = runtime.keys.lookup(key)
     if record is None:
-        raise UnauthorizedError("missing or wrong X-API-Key header", loc=("header", "x-api-key"))
+        _refuse(runtime, request, missing)
     if not record.allows_scope("admin"):
         raise ScopeError("this API key has scope search, not admin", loc=("header", "x-api-key"))
     return record

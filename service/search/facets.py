@@ -36,6 +36,7 @@ from service.schemas import (
     FacetValueCount,
     MaxPer,
     SearchHit,
+    SortBy,
 )
 from service.search.filters import SearchFilters, describe
 
@@ -242,9 +243,15 @@ def spread_hits(hits: list[SearchHit], max_per: MaxPer, top_k: int, offset: int)
     return page
 
 
-def check_fields(facets: Sequence[FacetSpec] | None, max_per: MaxPer | None, known: set[str]) -> None:
-    """A 422 naming a faceted or ``max_per`` field the served version's items do not have (a typo would
-    otherwise count every result as missing, or cap nothing, without a word)."""
+def check_fields(
+    facets: Sequence[FacetSpec] | None,
+    max_per: MaxPer | None,
+    known: set[str],
+    sort: SortBy | None = None,
+) -> None:
+    """A 422 naming a faceted, ``max_per`` or ``sort`` field the served version's items do not have (a typo
+    would otherwise count every result as missing, cap nothing, or leave the results unsorted, without a
+    word)."""
     names = ", ".join(sorted(known)) or "none"
     for spec in facets or []:
         if spec.field not in known:
@@ -256,6 +263,10 @@ def check_fields(facets: Sequence[FacetSpec] | None, max_per: MaxPer | None, kno
         raise InvalidInputError(
             f"unknown max_per field {max_per.field!r}; known fields: {names}",
             loc=("body", "max_per", "field"),
+        )
+    if sort is not None and sort.field not in known:
+        raise InvalidInputError(
+            f"unknown sort field {sort.field!r}; known fields: {names}", loc=("body", "sort", "field")
         )
 
 

@@ -188,7 +188,7 @@ class SearchPipeline:
         language = self.detector.resolve(text, request.lang)
         rerank = self.resolve_rerank(request.rerank, language.code)
         filters = SearchFilters.of(request.filters)
-        check_fields(request.facets, request.max_per, served.index.fields)
+        check_fields(request.facets, request.max_per, served.index.fields, request.sort)
         # Mistyped words corrected first (service.search.typos): a typo moves the embedding too, and a
         # corrected word may be one a synonym expands.
         correction = correct_query(

@@ -226,6 +226,18 @@ def test_bad_max_per_gets_a_422(client: httpx.Client, max_per: Any) -> None:
     assert answer.json()["detail"][0]["loc"][:2] == ["body", "max_per"]
 
 
+@pytest.mark.parametrize("prefix", ["/v1", "/v1/indexes/shards"])
+def test_an_unknown_sort_field_gets_a_422_naming_the_known_ones(client: httpx.Client, prefix: str) -> None:
+    """As filters and facets: a mistyped sort field was answered 200, unsorted, without a word."""
+    answer = client.post(f"{prefix}/search", json={"query": "lamp", "sort": {"field": "prize"}})
+    assert answer.status_code == 422, answer.text
+    detail = answer.json()["detail"][0]
+    assert detail["loc"] == ["body", "sort", "field"]
+    assert "'prize'" in detail["msg"] and "price" in detail["msg"] and "brand" in detail["msg"]
+    sorted_ok = client.post(f"{prefix}/search", json={"query": "lamp", "sort": {"field": "price"}})
+    assert sorted_ok.status_code == 200, sorted_ok.text
+
+
 @pytest.mark.parametrize("prefix", ["/v1", "/v1/indexes/shards", "/v1/indexes/photos"])
 def test_similar_and_photo_searches_count_their_first_fifty(
     client: httpx.Client, live: LiveServer, prefix: str

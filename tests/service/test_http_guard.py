@@ -1,6 +1,7 @@
 """The HTTP edge against slow and oversized requests (a real `ccrk serve` process, bounded loopback
 traffic): a body trickling in is closed at the total body limit however short its pauses; clients of one
-address cannot fill the process's connection cap; an oversized request head is a 431."""
+address cannot fill the process's connection cap (by default a quarter of it at most); an oversized request
+head is a 431 with the security headers of every answer."""
 
 from __future__ import annotations
 
@@ -104,6 +105,35 @@ def test_slow_clients_of_one_address_do_not_block_another(index_root: Path) -> N
                 conn.close()
 
 
+def test_one_address_holds_a_share_of_the_cap_by_default(index_root: Path) -> None:
+    """The outside sweep's setup, CCRK_MAX_CONNECTIONS=20 and nothing else: 25 slow bodies from 127.0.0.2
+    hold a quarter of the cap (5), the other 20 get a 503 at once, and searches from 127.0.0.1 are answered
+    (with only max_connections_per_client, 100, they held the whole cap: every other client got a 503)."""
+    index = ("--index-root", str(index_root), "--index-name", "shop")
+    sockets: list[socket.socket] = []
+    with ServeProcess(*index, env={"CCRK_MAX_CONNECTIONS": "20"}) as served:
+        try:
+            for _ in range(25):
+                conn = socket.socket()
+                conn.bind(("127.0.0.2", 0))
+                conn.settimeout(5)
+                conn.connect(("127.0.0.1", served.port))
+                sockets.append(conn)
+                with contextlib.suppress(OSError):
+                    conn.sendall(HEAD + b" ")
+            time.sleep(0.5)
+            for conn in sockets[5:]:
+                answer = read_all(conn)
+                assert answer.startswith(b"HTTP/1.1 503 Service Unavailable"), answer[:100]
+                assert b"at most 5" in answer and b"content-security-policy: default-src 'self'" in answer
+            for _ in range(5):
+                answer = httpx.post(served.url + "/v1/search", json={"query": "a red mug"}, timeout=10)
+                assert answer.status_code == 200, answer.text
+        finally:
+            for conn in sockets:
+                conn.close()
+
+
 def test_an_oversized_request_head_is_a_431(index_root: Path) -> None:
     index = ("--index-root", str(index_root), "--index-name", "shop")
     with ServeProcess(*index) as served:
@@ -120,6 +150,7 @@ def test_an_oversized_request_head_is_a_431(index_root: Path) -> None:
                 answer = read_all(conn)
             assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large"), answer[:100]
             assert b"over 32768 bytes" in answer and b"x-content-type-options: nosniff" in answer
+            assert b"content-security-policy: default-src 'self'; script-src 'self';" in answer
 
 
 class RecordingTransport:

@@ -182,6 +182,24 @@ def test_image_search_finds_the_same_image(
             assert results[0]["score"] == pytest.approx(1.0, abs=1e-4)
 
 
+def test_photo_queries_carry_no_match_label_and_the_schema_says_why(
+    client: httpx.Client, catalogue: Catalogue
+) -> None:
+    """Text hits are labelled by the version's calibration of text queries; a photo query's hits (image
+    search, similar items) carry null, which the schema explains (it read as a missing feature)."""
+    record = catalogue.records[3]
+    with open(record.image, "rb") as fh:
+        files = {"file": ("q.png", fh.read(), "image/png")}
+    photo = client.post("/v1/search/image", files=files, data={"top_k": "5"}).json()["results"]
+    similar = client.post(f"/v1/items/{record.id}/similar", json={"top_k": 5}).json()["results"]
+    text = client.post("/v1/search", json={"query": "a red mug", "top_k": 5}).json()["results"]
+    assert {h["match"] for h in photo + similar} == {None}
+    assert {h["match"] for h in text} <= {"strong", "weak", "none"} and text
+    described = client.get("/openapi.json").json()["components"]["schemas"]["SearchHit"]
+    description = described["properties"]["match"]["description"]
+    assert "Null on image-search and similar-items hits" in description and "another scale" in description
+
+
 def test_image_search_with_filters(client: httpx.Client, catalogue: Catalogue) -> None:
     record = catalogue.records[3]
     category = record.attributes["category"]
