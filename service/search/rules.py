@@ -277,8 +277,10 @@ class ActingRules:
         use_text: bool,
     ) -> Candidates:
         """``cands`` with each pinned product that may be shown (live, allowed by the request's filters, not
-        hidden) and that no channel found."""
+        hidden) and that no channel found. The pins are those of this ranking's ``allowed`` alone (one
+        ``ActingRules`` serves one ranking; a second call starts afresh)."""
         hidden = self._hidden()
+        self.pins = []
         seen: set[int] = set()
         for rule in self.rules:
             for item_id, position in rule.pins:
