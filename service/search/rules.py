@@ -206,11 +206,14 @@ class RuleBook:
     def row_of(self, served: Served, item_id: str) -> int | None:
         """A pinned product's row in the served version (None: not in it), looked up once per version."""
         per_version = self._rows.setdefault(served.index, {})
-        if item_id not in per_version:
-            if len(per_version) >= 4096:
-                per_version.clear()
-            per_version[item_id] = served.index.row_of(item_id)
-        return per_version[item_id]
+        known = per_version.get(item_id, -1)  # one read: another search may clear the dict at any time
+        if known != -1:
+            return known
+        row = served.index.row_of(item_id)
+        if len(per_version) >= 4096:
+            per_version.clear()
+        per_version[item_id] = row
+        return row
 
     def mask(self, served: Served, key: str, plain: dict[str, Any]) -> np.ndarray | None:
         """The served version's live rows matching filter ``plain`` (``key``: its canonical JSON) as a
