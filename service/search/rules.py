@@ -42,8 +42,9 @@ from service.schemas import SearchHit
 from service.search.filters import SearchFilters
 from store.errors import IndexFormatError
 from store.hybrid import Candidates
+from store.layout import FileSignature, file_signature
 from store.products import ProductChannels
-from store.rules import RulesFile, Signature, read_rules_file, rules_beside, signature
+from store.rules import RulesFile, read_rules_file, rules_beside
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class LoadedRules:
     embeds: np.ndarray  # (len(rules), D) float32, L2-normalised
     thresholds: np.ndarray  # (len(rules),) float32
     etag: str
-    signature: Signature
+    signature: FileSignature
 
 
 NO_RULES = LoadedRules((), np.zeros((0, 0), np.float32), np.zeros(0, np.float32), "", None)
@@ -125,13 +126,13 @@ class RuleBook:
         path = self.path_of(served)
         if path is None:
             return NO_RULES
-        now = signature(path)
+        now = file_signature(path)
         cached = self._loaded.get(path)
         if cached is not None and cached.signature == now:
             return cached
         with self._lock:
             cached = self._loaded.get(path)
-            if cached is not None and cached.signature == signature(path):
+            if cached is not None and cached.signature == file_signature(path):
                 return cached
             try:
                 fresh = self._load(read_rules_file(path))

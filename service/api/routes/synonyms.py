@@ -14,12 +14,12 @@ from service.api.deps import AdministeredIndexDep
 from service.errors import IndexUnavailableError, InvalidInputError
 from service.index_holder import IndexHolder
 from service.synonym_schemas import OneWaySynonyms, SynonymsDocument, SynonymsResponse, TwoWaySynonyms
+from store.layout import file_signature
 from store.synonyms import (
     SYNONYMS_FILE,
     SynonymsError,
     SynonymSet,
     delete_index_synonyms,
-    file_state,
     index_synonyms_path,
     parse,
     read_document,
@@ -51,7 +51,7 @@ def _state(holder: IndexHolder) -> SynonymsResponse:
     problems: list[str] = []
 
     def read(path: Path) -> SynonymSet | None:
-        if file_state(path) is None:
+        if file_signature(path) is None:
             return None
         try:
             return read_document(path)
@@ -64,7 +64,7 @@ def _state(holder: IndexHolder) -> SynonymsResponse:
     return SynonymsResponse(
         index=holder.name,
         synonyms=_entries(read(path)),
-        stored=file_state(path) is not None,
+        stored=file_signature(path) is not None,
         version=served.version if served is not None else None,
         version_synonyms=_entries(own),
         problem="; ".join(problems) or None,
