@@ -173,6 +173,20 @@ def test_the_route_needs_the_admin_key(client: httpx.Client, boutique: Path) -> 
         assert c.get(ROUTE, headers=ADMIN).status_code == 404  # admin disabled
 
 
+def test_an_edit_is_not_hidden_by_the_result_cache_and_a_cached_answer_keeps_its_variants(
+    client: httpx.Client,
+) -> None:
+    _search(client, "trainers")
+    assert _search(client, "trainers")["cached"] is True
+    put = client.put(ROUTE, headers=ADMIN, json={"synonyms": [{"terms": ["sneakers", "trainers"]}]})
+    assert put.status_code == 200, put.text
+    fresh = _search(client, "trainers")
+    assert fresh["cached"] is False and fresh["expanded"] == ["sneakers"]
+    cached = _search(client, "trainers")
+    assert cached["cached"] is True and cached["expanded"] == ["sneakers"]
+    assert [h["id"] for h in cached["results"]] == [h["id"] for h in fresh["results"]]
+
+
 def test_a_write_the_file_system_refuses_is_a_503_and_searches_go_on(
     client: httpx.Client, boutique: Path
 ) -> None:

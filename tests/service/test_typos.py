@@ -167,3 +167,12 @@ def test_a_query_certainly_in_a_language_the_catalogue_does_not_write_is_not_cor
     assert correct_query(channels, "tomaco", ["es"], None) is not None
     assert correct_query(channels, "tomaco", ["es"], None, certain=True) is None
     assert correct_query(channels, "tomaco", ["en"], None, certain=True) is not None
+
+
+def test_a_cached_answer_says_what_it_searched_and_typos_are_in_its_key(served: Any) -> None:
+    first = _search(served, query="avocdo", top_k=3)
+    again = _search(served, query="avocdo", top_k=3)
+    assert again["cached"] is True and again["corrected_query"] == first["corrected_query"] == "avocado"
+    assert [h["id"] for h in again["results"]] == [h["id"] for h in first["results"]]
+    off = _search(served, query="avocdo", top_k=3, typos=0)  # another key: not the corrected answer
+    assert off["cached"] is False and off["corrected_query"] is None
