@@ -267,8 +267,10 @@ class HybridRanker:
         else:
             scores, params = fusion.score(cands, mode, group), fusion.params(mode, group)
         order = np.argsort(-scores, kind="stable")
+        if rules is not None:  # hidden products are no result: not re-ranked, labelled or kept
+            order = rules.drop_hidden(cands, order)
         search_s = time.perf_counter() - start
-        rerank_scores = np.full(order.size, np.nan, np.float32)
+        rerank_scores = np.full(scores.size, np.nan, np.float32)  # per candidate (order may leave some out)
         rerank_s, head = 0.0, 0
         if rerank is not None and mode != "text" and order.size:
             t0 = time.perf_counter()
@@ -291,7 +293,7 @@ class HybridRanker:
             params, quality, top = self._uncertain_labels(
                 fusion, cands, mode, group, order, params, quality, top
             )
-        if rules is not None:  # hide, boost and bury, before the cut
+        if rules is not None:  # boost and bury, before the cut
             order = rules.reorder(cands, scores, order)
         cut = "weak" if (sort is not None and min_score == "auto") else min_score
         ordered = kept_by_cut(order, quality, scores, params, cut)

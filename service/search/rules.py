@@ -10,10 +10,12 @@ What acting rules do to a products search (``service.search.hybrid.HybridRanker.
 ``ActingRules`` in this order):
 - ``with_pins``: a pinned product that is live, allowed by the request's filters and not hidden joins the
   candidates when no channel found it (scored by its photos and text embeddings; no lexical match);
-- ``reorder``: ``hide`` drops the products its filter matches; ``boost`` / ``bury`` add / subtract their
-  weight on the fused score normalised to [0, 1] over the query's candidates (each place of the order keeps
-  the normalised score of that place in the fused order, so a re-ranked order stays as it was where no rule
-  acts); before the ``min_score`` cut, which still reads each product's own match quality;
+- ``drop_hidden``: ``hide`` drops the products its filter matches from the fused order, before re-ranking
+  and the query's match label (which read only products that may be shown);
+- ``reorder``: ``boost`` / ``bury`` add / subtract their weight on the fused score normalised to [0, 1]
+  over the query's candidates (each place of the order keeps the normalised score of that place in the
+  fused order, so a re-ranked order stays as it was where no rule acts); before the ``min_score`` cut,
+  which still reads each product's own match quality;
 - ``place``: after the cut and ``sort``, each pinned product is put at its 1-based position of the whole
   list (offset counted), the most similar rule first where two pin the same place or the same product;
 - ``mark``: hits of pinned products say ``pinned``; ``explain`` names every rule that acted on a hit.
@@ -303,15 +305,14 @@ class ActingRules:
             return cands
         return _joined(channels, cands, missing, embed, use_image=use_image, use_text=use_text)
 
-    def reorder(self, cands: Candidates, scores: np.ndarray, order: np.ndarray) -> np.ndarray:
-        """The order with hidden products dropped and boosts and buries applied (see the module docstring)."""
+    def drop_hidden(self, cands: Candidates, order: np.ndarray) -> np.ndarray:
+        """The order without the products a ``hide`` matches: no result, so neither re-ranked, nor read by
+        the query's match label, nor kept by the cut (see the module docstring)."""
         hidden = self._hidden()
-        if hidden is not None:
-            rows = cands.rows[order]
-            for rule_id, m in self._hides():
-                for row in rows[m[rows]].tolist():
-                    self._note(int(row), rule_id)
-            order = order[~hidden[rows]]
+        return order if hidden is None else order[~hidden[cands.rows[order]]]
+
+    def reorder(self, cands: Candidates, scores: np.ndarray, order: np.ndarray) -> np.ndarray:
+        """The order with boosts and buries applied (see the module docstring)."""
         if not order.size:
             return order
         adjust = np.zeros(len(cands), np.float64)

@@ -384,3 +384,20 @@ def test_a_pin_counts_in_no_facet_whose_filters_leave_it_out(
     assert target in [h["id"] for h in brand["results"]] and target not in [h["id"] for h in alone["results"]]
     assert both["facets"][0] == brand["facets"][0]  # brand's counts: the price filter alone, the pin in them
     assert both["facets"][1] == alone["facets"][0]  # price's counts: brand other alone, without the pin
+
+
+def test_a_hidden_product_does_not_label_the_query(
+    client: httpx.Client, query: tuple[str, list[str]]
+) -> None:
+    """The query's match label and score read the products a shopper can be shown: with the best match
+    (p0, its own title's product) hidden, they are those of the best product left."""
+    query, plain = query
+    assert plain[0] == "p0"
+    before = _search(client, query)
+    assert before["match_score"] is not None
+    assert _put(
+        client, "no-p0", query=query, threshold=0.95, actions=[{"hide": {"price": {"lt": 1}}}]
+    ).is_success
+    after = _search(client, query)
+    assert "p0" not in [h["id"] for h in after["results"]]
+    assert after["match_score"] is not None and after["match_score"] < before["match_score"]
