@@ -5,8 +5,10 @@ the hits' photos and explanations. Image-to-image search (an uploaded photo, "mo
 products by their best photo's visual embedding.
 
 Blocking (faiss, tantivy, SQLite); runs in the facade's worker thread like the rest of the pipeline.
-Over 400 lines: one ranking's steps (fusion, labels, the cut, sort, paging, hits and their explanations)
-on the same candidates.
+Over 400 lines: one ranking's steps on the same candidates (fusion, the merchandising rules' hooks in
+their places, labels, the cut, sort, ``max_per``, pins, paging, hits and their explanations): their order is
+the contract (hidden products dropped before re-ranking and labels, boosts before the cut, pins after sort
+and ``max_per``), and it reads in one method.
 """
 
 from __future__ import annotations

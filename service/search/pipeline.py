@@ -1,9 +1,14 @@
-"""The search pipelines, each a method run on one leased version: text (language -> result cache -> encode
--> ANN, filtered -> re-rank -> page -> metadata -> match labels), image (decode -> encode -> ANN, filtered
--> page -> metadata) and consistency (one intent in several languages, compared).
+"""The search pipelines, each a method run on one leased version: text (language -> typo correction ->
+synonym variants -> result cache -> encode -> ANN, filtered -> re-rank -> page -> metadata -> match labels
+-> facets), image (decode -> encode -> ANN, filtered -> page -> metadata -> facets), more like this, and
+consistency (one intent in several languages, compared).
 
 Over 400 lines: one method per kind of search, each the whole of that search's path (the products path of a
-text query beside the dual encoder's, which it leaves as it was), so each reads in one place.
+text query beside the dual encoder's, which it leaves as it was), so each reads in one place; and the text
+search's order of the issue-43 steps (correction before expansion before encoding; the facets' re-rankings
+through the same ``_hybrid_page`` as the page, so they see the same correction, variants and rules), which
+is what a reader has to check and would have to follow across modules if split. The steps themselves live
+in their modules (``facets``, ``typos``, ``synonyms``, ``rules``).
 
 Everything here is blocking (ONNX Runtime, faiss, sqlite, Redis) and runs in a worker thread
 (``service.search.facade``), except a short text search (``is_short``), which runs on the event loop.
