@@ -6,11 +6,11 @@ values each, clustered vectors) with a real ``metadata.sqlite`` (brand, price) w
 rules, each with a pin, a boost, a bury and a hide (filters on brand and price), written to a real rules
 file and read by ``service.search.rules.RuleBook`` as the service reads it. Per query, this thread's CPU
 time of what the rules add to ``HybridRanker.text``: ``RuleBook.match`` (the file's ``stat``, one matrix
-product), ``with_pins``, ``reorder`` and ``place`` on the candidates of a real hybrid gather; p50 and p99,
-with the rules' thresholds set so that about 2 of the 50 act on a query (``typical``), and so that all 50
-act (``all_act``). The per-version filter masks are built once, before timing (a served version's first
-search pays them: one SQLite scan per filter, ``rules_first_search_ms``). The gather + fusion alone is
-timed beside it for scale.
+product), ``with_pins``, ``drop_hidden``, ``reorder`` and ``place`` on the candidates of a real hybrid
+gather; p50 and p99, with the rules' thresholds set so that about 2 of the 50 act on a query (``typical``),
+and so that all 50 act (``all_act``). The per-version filter masks are built once, before timing (a
+served version's first search pays them: one SQLite scan per filter, ``rules_first_search_ms``). The
+gather + fusion alone is timed beside it for scale.
 
 Cross-language share (``--model DIR``): the 22 product types of
 ``bench/data/grocery_queries.json`` (and the not-sold ones, as unrelated queries); for each type a rule is
@@ -179,6 +179,7 @@ def _cost(products: int, queries: int) -> dict[str, Any]:
                     if cands.rows.size != scores.size:
                         scores = model.score(cands, "hybrid", "other")
                         order = np.argsort(-scores, kind="stable")
+                    order = acted.drop_hidden(cands, order)
                     order = acted.reorder(cands, scores, order)
                     acted.place(cands, order.tolist())
                 c2 = time.thread_time()

@@ -384,7 +384,9 @@ class FacetRangeCount(BaseModel):
 
 class FacetResult(BaseModel):
     field: str
-    values: list[FacetValueCount] = Field(description="The most frequent values, most first (ties by value).")
+    values: list[FacetValueCount] = Field(
+        description="The most frequent values, most first (ties in the order the ranking met them)."
+    )
     distinct: int = Field(
         description="Distinct values among the relevant results (values lists the top size)."
     )

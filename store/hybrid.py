@@ -407,11 +407,16 @@ def query_match_score(
 ) -> float | None:
     """The match score a query's label reads (``GroupParams.match_over``): its top-ranked candidate's, or
     the best of any candidate's among each channel's first ``CANDIDATES`` (the depth it was calibrated at,
-    so that a page reaching further, which gathers more, does not move it); None without candidates."""
+    so that a page reaching further, which gathers more, does not move it); None without candidates. Only
+    the candidates of ``order`` count (a caller may have left some out: merchandising rules' hidden ones)."""
     if not order.size:
         return None
     if params is not None and params.match_over == "any" and params.match:
         within = ((candidates.ranks >= 0) & (candidates.ranks < CANDIDATES)).any(axis=1)
+        if order.size < within.size:
+            listed = np.zeros(within.size, bool)
+            listed[order] = True
+            within &= listed
         return float(quality[within].max()) if within.any() else float(quality[order[0]])
     return float(quality[order[0]])
 

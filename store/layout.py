@@ -88,6 +88,20 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+FileSignature = tuple[int, int, int] | None  # (inode, size, mtime_ns); None: no file
+
+
+def file_signature(path: Path) -> FileSignature:
+    """What tells a file was replaced or changed without reading it (``write_atomic`` renames a new inode
+    into place); None where there is no file. One ``stat``: cheap enough for every search, which polls the
+    index-level files beside the versions so (``store.rules``, ``store.synonyms``)."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """Temp file in the same folder, fsync, os.replace, fsync the folder: readers see old or new, never
     a torn file."""

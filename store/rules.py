@@ -10,7 +10,8 @@ The store keeps each rule as the plain JSON object the service validated (``serv
 checks only the frame here (an object per rule, a unique string id), so that a hand-edited file cannot make
 a reader crash. Writes are atomic (``layout.write_atomic``: readers see the old file or the new one), and a
 read-modify-write holds ``rules_lock`` (an ``flock`` on ``.rules.lock``), so two server processes editing
-rules at once do not lose each other's change. Readers poll cheaply with ``signature`` (one ``stat``).
+rules at once do not lose each other's change. Readers poll cheaply with ``layout.file_signature`` (one
+``stat``).
 """
 
 from __future__ import annotations
@@ -26,14 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from store.errors import IndexFormatError
-from store.layout import index_dir, write_atomic
+from store.layout import FileSignature, file_signature, index_dir, write_atomic
 
 RULES_FILE = "rules.json"
 RULES_LOCK = ".rules.lock"
 RULES_FORMAT = 1
 MAX_RULES_BYTES = 4 << 20  # far above what the service's limits let through; a stray file is not read whole
-
-Signature = tuple[int, int, int] | None  # (inode, mtime_ns, size); None: no file
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,7 @@ class RulesFile:
 
     rules: tuple[dict[str, Any], ...]
     etag: str  # sha256 of the file's bytes, "" without a file: the result cache's key reads it
-    signature: Signature
+    signature: FileSignature
 
     def get(self, rule_id: str) -> dict[str, Any] | None:
         return next((r for r in self.rules if r["id"] == rule_id), None)
@@ -60,23 +59,15 @@ def rules_beside(version_dir: Path) -> Path:
     return Path(version_dir).parent / RULES_FILE
 
 
-def signature(path: Path) -> Signature:
-    """What changes whenever the file is replaced (``write_atomic`` renames a new inode into place)."""
-    try:
-        st = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-
 def read_rules_file(path: Path) -> RulesFile:
     """The rules in ``path``; ``EMPTY`` when there is none. IndexFormatError (naming the file) for one that
     is not such a file: the service then keeps serving without rules rather than failing searches."""
-    before = signature(path)
+    before = file_signature(path)
     if before is None:
         return EMPTY
-    if before[2] > MAX_RULES_BYTES:
-        raise IndexFormatError(f"{path}: {before[2]} bytes, more than a rules file holds ({MAX_RULES_BYTES})")
+    size = before[1]  # (inode, size, mtime_ns)
+    if size > MAX_RULES_BYTES:
+        raise IndexFormatError(f"{path}: {size} bytes, more than a rules file holds ({MAX_RULES_BYTES})")
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -114,7 +105,7 @@ def write_rules(root: Path, name: str, rules: list[dict[str, Any]]) -> RulesFile
     data = json.dumps({"format": RULES_FORMAT, "rules": rules}, ensure_ascii=False, indent=1).encode("utf-8")
     path = base / RULES_FILE
     write_atomic(path, data)
-    return RulesFile(tuple(rules), hashlib.sha256(data).hexdigest(), signature(path))
+    return RulesFile(tuple(rules), hashlib.sha256(data).hexdigest(), file_signature(path))
 
 
 @contextmanager

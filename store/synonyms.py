@@ -36,7 +36,7 @@ from typing import Any
 
 import regex
 
-from store.layout import fsync_dir, index_dir, write_atomic
+from store.layout import file_signature, fsync_dir, index_dir, write_atomic
 from store.versions import current_version
 
 SYNONYMS_FILE = "synonyms.json"
@@ -280,7 +280,7 @@ def current_synonyms(root: Path, name: str) -> SynonymSet | None:
     used is not carried (searches ignore it)."""
     version = current_version(root, name)
     path = index_dir(root, name) / version / SYNONYMS_FILE if version else None
-    if path is None or file_state(path) is None:
+    if path is None or file_signature(path) is None:
         return None
     try:
         return read_document(path)
@@ -309,13 +309,3 @@ def delete_index_synonyms(root: Path, name: str) -> bool:
     with contextlib.suppress(OSError):  # the unlink is done; a folder that cannot be synced keeps it
         fsync_dir(path.parent)
     return True
-
-
-def file_state(path: Path) -> tuple[int, int, int] | None:
-    """What tells a file's content changed without reading it (inode, size, mtime); None: no file. One
-    ``stat``: cheap enough for every search (``service.search.synonyms``)."""
-    try:
-        st = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)

@@ -11,10 +11,12 @@ from collections.abc import AsyncIterator
 from typing import Annotated, NoReturn
 
 from fastapi import Depends, Request, Security
+from fastapi import Path as PathParam
 from fastapi.security import APIKeyHeader
 
 from ccrk_settings import Settings
 from service.errors import NotFoundError, RateLimitedError, ScopeError, UnauthorizedError
+from service.index_holder import IndexHolder
 from service.keys import KeyRecord
 from service.runtime import Caller, Runtime
 from service.search.pipeline import SearchPipeline
@@ -197,3 +199,20 @@ async def require_admin(
 
 
 AdminDep = Annotated[KeyRecord | None, Depends(require_admin)]
+
+
+IndexName = Annotated[
+    str,
+    PathParam(max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="A served index."),
+]
+
+
+async def administered_index(admin: AdminDep, runtime: RuntimeDep, name: IndexName) -> IndexHolder:
+    """The holder of served index ``name`` for an admin route on it (its rules, its synonyms): 403 for an
+    API key of scope admin restricted to other indexes, 404 for an index this process does not serve."""
+    if admin is not None and not admin.allows_index(name):
+        raise ScopeError(f"this API key may not administer index {name!r}", loc=("path", "name"))
+    return runtime.catalogue_holder(name)
+
+
+AdministeredIndexDep = Annotated[IndexHolder, Depends(administered_index)]

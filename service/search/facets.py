@@ -23,10 +23,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
 from service.errors import InvalidInputError
-from service.json_limits import JsonLimitError, parse_json
 from service.schemas import (
     MAX_FACET_VALUE_CHARS,
     FacetRangeCount,
@@ -38,7 +37,7 @@ from service.schemas import (
     SearchHit,
     SortBy,
 )
-from service.search.filters import SearchFilters, describe
+from service.search.filters import SearchFilters, form_json
 
 # A counted value keyed so that JSON's true and 1 stay apart (Python's True == 1).
 ValueKey = tuple[bool, Any]
@@ -278,13 +277,4 @@ def facets_from_form(text: str | None) -> list[FacetSpec] | None:
     ``facets`` otherwise."""
     if not text:
         return None
-    try:
-        return _FACETS.validate_python(parse_json(text))
-    except JsonLimitError as exc:
-        raise InvalidInputError(
-            f"facets must be a JSON array of facets: {exc}", loc=("body", "facets")
-        ) from None
-    except ValidationError as exc:
-        raise InvalidInputError(
-            f"facets must be a JSON array of facets: {describe(exc)}", loc=("body", "facets")
-        ) from None
+    return form_json(text, _FACETS, "facets", "a JSON array of facets")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -22,6 +22,7 @@ from service.json_limits import JsonLimitError, parse_json
 from service.schemas import Filters, FilterValue
 
 _FILTERS = TypeAdapter(Filters)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -48,17 +49,7 @@ class SearchFilters:
         naming ``filters`` when it is not a JSON object of filters."""
         if not text:
             return None
-        try:
-            parsed = _FILTERS.validate_python(parse_json(text))
-        except JsonLimitError as exc:
-            raise InvalidInputError(
-                f"filters must be a JSON object of filters: {exc}", loc=("body", "filters")
-            ) from None
-        except ValidationError as exc:
-            raise InvalidInputError(
-                f"filters must be a JSON object of filters: {describe(exc)}", loc=("body", "filters")
-            ) from None
-        return cls.of(parsed)
+        return cls.of(form_json(text, _FILTERS, "filters", "a JSON object of filters"))
 
     def rows(self, served: Served) -> np.ndarray:
         """The served version's live rows matching every filter; a 422 naming the field for a field this
@@ -71,6 +62,17 @@ class SearchFilters:
                     loc=("body", "filters", name),
                 )
         return served.index.filter_rows(self.plain)
+
+
+def form_json(text: str, adapter: TypeAdapter[T], field: str, what: str) -> T:
+    """A multipart form field's JSON text (the image search's ``filters``, ``facets``) validated by
+    ``adapter`` as the JSON body's field is; a 422 naming ``field`` ("``field`` must be ``what``: why")."""
+    try:
+        return adapter.validate_python(parse_json(text))
+    except JsonLimitError as exc:
+        raise InvalidInputError(f"{field} must be {what}: {exc}", loc=("body", field)) from None
+    except ValidationError as exc:
+        raise InvalidInputError(f"{field} must be {what}: {describe(exc)}", loc=("body", field)) from None
 
 
 def describe(exc: ValidationError, most: int = 3) -> str:

@@ -5,8 +5,10 @@ the hits' photos and explanations. Image-to-image search (an uploaded photo, "mo
 products by their best photo's visual embedding.
 
 Blocking (faiss, tantivy, SQLite); runs in the facade's worker thread like the rest of the pipeline.
-Over 400 lines: one ranking's steps (fusion, labels, the cut, sort, paging, hits and their explanations)
-on the same candidates.
+Over 400 lines: one ranking's steps on the same candidates (fusion, the merchandising rules' hooks in
+their places, labels, the cut, sort, ``max_per``, pins, paging, hits and their explanations): their order is
+the contract (hidden products dropped before re-ranking and labels, boosts before the cut, pins after sort
+and ``max_per``), and it reads in one method.
 """
 
 from __future__ import annotations
@@ -267,8 +269,10 @@ class HybridRanker:
         else:
             scores, params = fusion.score(cands, mode, group), fusion.params(mode, group)
         order = np.argsort(-scores, kind="stable")
+        if rules is not None:  # hidden products are no result: not re-ranked, labelled or kept
+            order = rules.drop_hidden(cands, order)
         search_s = time.perf_counter() - start
-        rerank_scores = np.full(order.size, np.nan, np.float32)
+        rerank_scores = np.full(scores.size, np.nan, np.float32)  # per candidate (order may leave some out)
         rerank_s, head = 0.0, 0
         if rerank is not None and mode != "text" and order.size:
             t0 = time.perf_counter()
@@ -291,7 +295,7 @@ class HybridRanker:
             params, quality, top = self._uncertain_labels(
                 fusion, cands, mode, group, order, params, quality, top
             )
-        if rules is not None:  # hide, boost and bury, before the cut
+        if rules is not None:  # boost and bury, before the cut
             order = rules.reorder(cands, scores, order)
         cut = "weak" if (sort is not None and min_score == "auto") else min_score
         ordered = kept_by_cut(order, quality, scores, params, cut)

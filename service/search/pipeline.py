@@ -1,9 +1,14 @@
-"""The search pipelines, each a method run on one leased version: text (language -> result cache -> encode
--> ANN, filtered -> re-rank -> page -> metadata -> match labels), image (decode -> encode -> ANN, filtered
--> page -> metadata) and consistency (one intent in several languages, compared).
+"""The search pipelines, each a method run on one leased version: text (language -> typo correction ->
+synonym variants -> result cache -> encode -> ANN, filtered -> re-rank -> page -> metadata -> match labels
+-> facets), image (decode -> encode -> ANN, filtered -> page -> metadata -> facets), more like this, and
+consistency (one intent in several languages, compared).
 
 Over 400 lines: one method per kind of search, each the whole of that search's path (the products path of a
-text query beside the dual encoder's, which it leaves as it was), so each reads in one place.
+text query beside the dual encoder's, which it leaves as it was), so each reads in one place; and the text
+search's order of the issue-43 steps (correction before expansion before encoding; the facets' re-rankings
+through the same ``_hybrid_page`` as the page, so they see the same correction, variants and rules), which
+is what a reader has to check and would have to follow across modules if split. The steps themselves live
+in their modules (``facets``, ``typos``, ``synonyms``, ``rules``).
 
 Everything here is blocking (ONNX Runtime, faiss, sqlite, Redis) and runs in a worker thread
 (``service.search.facade``), except a short text search (``is_short``), which runs on the event loop.
@@ -45,7 +50,7 @@ from service.schemas import (
 from service.search.dictionaries import QueryDictionaries
 from service.search.facets import check_fields, facet_counts, spread_hits
 from service.search.filters import SearchFilters, allowed_rows
-from service.search.hybrid import HybridRanker, channels_of, is_certain
+from service.search.hybrid import HybridPage, HybridRanker, channels_of, is_certain
 from service.search.query import digest, normalise_query
 from service.search.ranking import Ranked, Ranker, RerankPolicyName
 from service.search.responses import ResponseBuilder, since_ms
@@ -321,33 +326,23 @@ class SearchPipeline:
         filters on, over those of the same query without that filter."""
         assert request.facets is not None
         products = channels is not None and self._products_path(served, channels, mode, request)
-        lang = language.code if language.supported else None
-
-        acting = self.rules.match(served, query.embeds[0]) if products else None
 
         def relevant(scope: SearchFilters | None) -> np.ndarray:
             allowed = allowed_rows(scope, served)
             if products:
                 assert channels is not None
-                cosine = self.judge.calibration(served).thresholds(lang)
-                return self.hybrid.text(
+                return self._hybrid_page(
                     served,
                     channels,
-                    query.embeds[0],
+                    request,
+                    query,
                     text,
                     language,
-                    mode=mode,
-                    top_k=request.top_k,
-                    offset=request.offset,
-                    allowed_rows=allowed,
-                    min_score=request.min_score,
-                    sort=None,
-                    explain=False,
-                    cosine_labels=(cosine.none_below, cosine.strong_from),
+                    mode,
+                    allowed,
+                    variants,
+                    correction,
                     want_hits=False,
-                    variants=variants,
-                    correction=correction,
-                    rules=acting,  # hidden products are no result, whatever the filters
                 ).relevant
             return self._photo_relevant(served, query, allowed, request, language)
 
@@ -400,34 +395,23 @@ class SearchPipeline:
         allowed: np.ndarray | None,
         encode_s: float,
         start: float,
-        variants: list[str] | None = None,
-        correction: Correction | None = None,
+        variants: list[str],
+        correction: Correction | None,
     ) -> tuple[SearchResponse, np.ndarray]:
         """A text query's products (``service.search.hybrid``), the CCRk fusion encoder re-ranking on top,
         and the rows of its relevant results (what facets count)."""
-        reranker = partial(self.ranker.rerank_head, served, query) if rerank and mode != "text" else None
-        # Labels where nothing was calibrated for the fused score: the photos' cosine, as the dual encoder's.
-        cosine = self.judge.calibration(served).thresholds(language.code if language.supported else None)
-        page = self.hybrid.text(
+        page = self._hybrid_page(
             served,
             channels,
-            query.embeds[0],
+            request,
+            query,
             text,
             language,
-            mode=mode,
-            top_k=request.top_k,
-            offset=request.offset,
-            allowed_rows=allowed,
-            min_score=request.min_score,
-            sort=request.sort,
-            explain=request.explain,
-            rerank=reranker,
-            rerank_k=request.rerank_k,
-            cosine_labels=(cosine.none_below, cosine.strong_from),
-            max_per=request.max_per,
-            variants=variants or (),
-            correction=correction,
-            rules=self.rules.match(served, query.embeds[0]),
+            mode,
+            allowed,
+            variants,
+            correction,
+            rerank=rerank,
         )
         label, params = page.label, page.thresholds
         response = self.responses.hybrid(
@@ -445,6 +429,52 @@ class SearchPipeline:
             start=start,
         )
         return response, page.relevant
+
+    def _hybrid_page(
+        self,
+        served: Served,
+        channels: ProductChannels,
+        request: SearchRequest,
+        query: EncodedTexts,
+        text: str,
+        language: LanguageInfo,
+        mode: str,
+        allowed: np.ndarray | None,
+        variants: list[str],
+        correction: Correction | None,
+        *,
+        rerank: bool = False,
+        want_hits: bool = True,
+    ) -> HybridPage:
+        """A text query's products ranking (``HybridRanker.text``), the one call the page and each facet's
+        re-ranking under other filters (``want_hits`` False) share, so that they read the same corrected
+        query, synonym variants and cut. The acting rules are matched afresh for each ranking: an
+        ``ActingRules`` records the pins it placed under that ranking's filters."""
+        reranker = partial(self.ranker.rerank_head, served, query) if rerank and mode != "text" else None
+        # Labels where nothing was calibrated for the fused score: the photos' cosine, as the dual encoder's.
+        cosine = self.judge.calibration(served).thresholds(language.code if language.supported else None)
+        return self.hybrid.text(
+            served,
+            channels,
+            query.embeds[0],
+            text,
+            language,
+            mode=mode,
+            top_k=request.top_k,
+            offset=request.offset,
+            allowed_rows=allowed,
+            min_score=request.min_score,
+            sort=request.sort,
+            explain=request.explain,
+            rerank=reranker,
+            rerank_k=request.rerank_k,
+            cosine_labels=(cosine.none_below, cosine.strong_from),
+            max_per=request.max_per,
+            want_hits=want_hits,
+            variants=variants,
+            correction=correction,
+            rules=self.rules.match(served, query.embeds[0]),
+        )
 
     @staticmethod
     def _mode(channels: ProductChannels | None, request: SearchRequest | ConsistencyRequest) -> str:

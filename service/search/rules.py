@@ -10,10 +10,12 @@ What acting rules do to a products search (``service.search.hybrid.HybridRanker.
 ``ActingRules`` in this order):
 - ``with_pins``: a pinned product that is live, allowed by the request's filters and not hidden joins the
   candidates when no channel found it (scored by its photos and text embeddings; no lexical match);
-- ``reorder``: ``hide`` drops the products its filter matches; ``boost`` / ``bury`` add / subtract their
-  weight on the fused score normalised to [0, 1] over the query's candidates (each place of the order keeps
-  the normalised score of that place in the fused order, so a re-ranked order stays as it was where no rule
-  acts); before the ``min_score`` cut, which still reads each product's own match quality;
+- ``drop_hidden``: ``hide`` drops the products its filter matches from the fused order, before re-ranking
+  and the query's match label (which read only products that may be shown);
+- ``reorder``: ``boost`` / ``bury`` add / subtract their weight on the fused score normalised to [0, 1]
+  over the query's candidates (each place of the order keeps the normalised score of that place in the
+  fused order, so a re-ranked order stays as it was where no rule acts); before the ``min_score`` cut,
+  which still reads each product's own match quality;
 - ``place``: after the cut and ``sort``, each pinned product is put at its 1-based position of the whole
   list (offset counted), the most similar rule first where two pin the same place or the same product;
 - ``mark``: hits of pinned products say ``pinned``; ``explain`` names every rule that acted on a hit.
@@ -42,8 +44,9 @@ from service.schemas import SearchHit
 from service.search.filters import SearchFilters
 from store.errors import IndexFormatError
 from store.hybrid import Candidates
+from store.layout import FileSignature, file_signature
 from store.products import ProductChannels
-from store.rules import RulesFile, Signature, read_rules_file, rules_beside, signature
+from store.rules import RulesFile, read_rules_file, rules_beside
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +97,7 @@ class LoadedRules:
     embeds: np.ndarray  # (len(rules), D) float32, L2-normalised
     thresholds: np.ndarray  # (len(rules),) float32
     etag: str
-    signature: Signature
+    signature: FileSignature
 
 
 NO_RULES = LoadedRules((), np.zeros((0, 0), np.float32), np.zeros(0, np.float32), "", None)
@@ -125,13 +128,13 @@ class RuleBook:
         path = self.path_of(served)
         if path is None:
             return NO_RULES
-        now = signature(path)
+        now = file_signature(path)
         cached = self._loaded.get(path)
         if cached is not None and cached.signature == now:
             return cached
         with self._lock:
             cached = self._loaded.get(path)
-            if cached is not None and cached.signature == signature(path):
+            if cached is not None and cached.signature == file_signature(path):
                 return cached
             try:
                 fresh = self._load(read_rules_file(path))
@@ -206,11 +209,14 @@ class RuleBook:
     def row_of(self, served: Served, item_id: str) -> int | None:
         """A pinned product's row in the served version (None: not in it), looked up once per version."""
         per_version = self._rows.setdefault(served.index, {})
-        if item_id not in per_version:
-            if len(per_version) >= 4096:
-                per_version.clear()
-            per_version[item_id] = served.index.row_of(item_id)
-        return per_version[item_id]
+        known = per_version.get(item_id, -1)  # one read: another search may clear the dict at any time
+        if known != -1:
+            return known
+        row = served.index.row_of(item_id)
+        if len(per_version) >= 4096:
+            per_version.clear()
+        per_version[item_id] = row
+        return row
 
     def mask(self, served: Served, key: str, plain: dict[str, Any]) -> np.ndarray | None:
         """The served version's live rows matching filter ``plain`` (``key``: its canonical JSON) as a
@@ -277,8 +283,10 @@ class ActingRules:
         use_text: bool,
     ) -> Candidates:
         """``cands`` with each pinned product that may be shown (live, allowed by the request's filters, not
-        hidden) and that no channel found."""
+        hidden) and that no channel found. The pins are those of this ranking's ``allowed`` alone (one
+        ``ActingRules`` serves one ranking; a second call starts afresh)."""
         hidden = self._hidden()
+        self.pins = []
         seen: set[int] = set()
         for rule in self.rules:
             for item_id, position in rule.pins:
@@ -297,15 +305,14 @@ class ActingRules:
             return cands
         return _joined(channels, cands, missing, embed, use_image=use_image, use_text=use_text)
 
-    def reorder(self, cands: Candidates, scores: np.ndarray, order: np.ndarray) -> np.ndarray:
-        """The order with hidden products dropped and boosts and buries applied (see the module docstring)."""
+    def drop_hidden(self, cands: Candidates, order: np.ndarray) -> np.ndarray:
+        """The order without the products a ``hide`` matches: no result, so neither re-ranked, nor read by
+        the query's match label, nor kept by the cut (see the module docstring)."""
         hidden = self._hidden()
-        if hidden is not None:
-            rows = cands.rows[order]
-            for rule_id, m in self._hides():
-                for row in rows[m[rows]].tolist():
-                    self._note(int(row), rule_id)
-            order = order[~hidden[rows]]
+        return order if hidden is None else order[~hidden[cands.rows[order]]]
+
+    def reorder(self, cands: Candidates, scores: np.ndarray, order: np.ndarray) -> np.ndarray:
+        """The order with boosts and buries applied (see the module docstring)."""
         if not order.size:
             return order
         adjust = np.zeros(len(cands), np.float64)

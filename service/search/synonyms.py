@@ -31,12 +31,12 @@ from pathlib import Path
 import numpy as np
 
 from model.runtime import EncodedTexts
+from store.layout import FileSignature, file_signature
 from store.lexical import word_spans
 from store.synonyms import (
     SYNONYMS_FILE,
     SynonymsError,
     SynonymSet,
-    file_state,
     merged,
     read_document,
     term_key,
@@ -156,11 +156,9 @@ class SynonymSource:
         self._lock = threading.Lock()
         self._versions: OrderedDict[Path, SynonymSet | None] = OrderedDict()
         # Index-level file -> (its state when read, its set or None where it could not be used).
-        self._indexes: dict[Path, tuple[tuple[int, int, int] | None, SynonymSet | None]] = {}
+        self._indexes: dict[Path, tuple[FileSignature, SynonymSet | None]] = {}
         # (version folder, index-level file state) -> the compiled merge of the two.
-        self._compiled: OrderedDict[tuple[Path, tuple[int, int, int] | None], CompiledSynonyms | None] = (
-            OrderedDict()
-        )
+        self._compiled: OrderedDict[tuple[Path, FileSignature], CompiledSynonyms | None] = OrderedDict()
 
     def of(self, version_dir: Path | None) -> CompiledSynonyms | None:
         """The synonyms a search of the version in ``version_dir`` expands with; None: none."""
@@ -168,7 +166,7 @@ class SynonymSource:
             return None
         version_dir = Path(version_dir)
         index_file = version_dir.parent / SYNONYMS_FILE
-        state = file_state(index_file)  # the one stat a search pays
+        state = file_signature(index_file)  # the one stat a search pays
         key = (version_dir, state)
         with self._lock:
             if key in self._compiled:
@@ -188,14 +186,15 @@ class SynonymSource:
         with self._lock:
             if version_dir in self._versions:
                 return self._versions[version_dir]
-        found = self._read(version_dir / SYNONYMS_FILE) if file_state(version_dir / SYNONYMS_FILE) else None
+        own = version_dir / SYNONYMS_FILE
+        found = self._read(own) if file_signature(own) else None
         with self._lock:
             self._versions[version_dir] = found
             while len(self._versions) > VERSIONS_KEPT:
                 self._versions.popitem(last=False)
         return found
 
-    def _index_set(self, path: Path, state: tuple[int, int, int] | None) -> SynonymSet | None:
+    def _index_set(self, path: Path, state: FileSignature) -> SynonymSet | None:
         with self._lock:
             held = self._indexes.get(path)
         if held is not None and held[0] == state:

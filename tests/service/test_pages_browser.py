@@ -356,7 +356,8 @@ BRANDS = ["Oatly", "Arla", "Valio"]
 @pytest.fixture(scope="module")
 def shop_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """A product index built by the real indexer (two photos a product, a title searched, brand, category
-    and a price in euros), served with the page's price display set (CCRK_PAGE_CURRENCY)."""
+    and a price in euros, long care notes not searched), served with the page's price display set
+    (CCRK_PAGE_CURRENCY)."""
     from ccrk_settings import DEFAULT_MODEL_DIR, Settings
     from indexer.build import build
     from synthetic.synth import SynthConfig, generate_catalogue
@@ -372,6 +373,8 @@ def shop_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
             "brand": BRANDS[i % 3],
             "category": recs[2 * i]["attributes"]["category"],
             "price": round(2.5 + 1.75 * i, 2),
+            # Not searched, so offered as a facet by default, and too long to count: the page drops it.
+            "notes": f"Care and origin of product {i}: " + "hand wash cold, dry flat, do not bleach. " * 8,
         }
         for i in range(24)
     ]

@@ -363,3 +363,41 @@ def test_no_5xx_over_the_rules_routes_schema_with_the_admin_key(shop: LiveServer
                 case.validate_response(response, checks=[not_a_server_error])
 
             check()
+
+
+def test_a_pin_counts_in_no_facet_whose_filters_leave_it_out(
+    client: httpx.Client, query: tuple[str, list[str]]
+) -> None:
+    """Disjunctive facets re-rank once per filtered field, each under its own filters: a pin allowed under
+    one field's (brand's: the price filter alone) is no result under another's (price's: brand other)."""
+    query, _ = query
+    target = "p8"  # brand acme, price 8
+    assert _put(
+        client, "pin", query=query, threshold=0.95, actions=[{"pin": target, "position": 1}]
+    ).is_success
+    extra = {"top_k": 60, "min_score": -1.0}
+    both = _search(
+        client, query, facets=["brand", "price"], filters={"brand": "other", "price": {"gte": 0}}, **extra
+    )
+    alone = _search(client, query, facets=["price"], filters={"brand": "other"}, **extra)
+    brand = _search(client, query, facets=["brand"], filters={"price": {"gte": 0}}, **extra)
+    assert target in [h["id"] for h in brand["results"]] and target not in [h["id"] for h in alone["results"]]
+    assert both["facets"][0] == brand["facets"][0]  # brand's counts: the price filter alone, the pin in them
+    assert both["facets"][1] == alone["facets"][0]  # price's counts: brand other alone, without the pin
+
+
+def test_a_hidden_product_does_not_label_the_query(
+    client: httpx.Client, query: tuple[str, list[str]]
+) -> None:
+    """The query's match label and score read the products a shopper can be shown: with the best match
+    (p0, its own title's product) hidden, they are those of the best product left."""
+    query, plain = query
+    assert plain[0] == "p0"
+    before = _search(client, query)
+    assert before["match_score"] is not None
+    assert _put(
+        client, "no-p0", query=query, threshold=0.95, actions=[{"hide": {"price": {"lt": 1}}}]
+    ).is_success
+    after = _search(client, query)
+    assert "p0" not in [h["id"] for h in after["results"]]
+    assert after["match_score"] is not None and after["match_score"] < before["match_score"]

@@ -173,6 +173,40 @@ def test_the_route_needs_the_admin_key(client: httpx.Client, boutique: Path) -> 
         assert c.get(ROUTE, headers=ADMIN).status_code == 404  # admin disabled
 
 
+def test_an_edit_is_not_hidden_by_the_result_cache_and_a_cached_answer_keeps_its_variants(
+    client: httpx.Client,
+) -> None:
+    _search(client, "trainers")
+    assert _search(client, "trainers")["cached"] is True
+    put = client.put(ROUTE, headers=ADMIN, json={"synonyms": [{"terms": ["sneakers", "trainers"]}]})
+    assert put.status_code == 200, put.text
+    fresh = _search(client, "trainers")
+    assert fresh["cached"] is False and fresh["expanded"] == ["sneakers"]
+    cached = _search(client, "trainers")
+    assert cached["cached"] is True and cached["expanded"] == ["sneakers"]
+    assert [h["id"] for h in cached["results"]] == [h["id"] for h in fresh["results"]]
+
+
+def test_a_write_the_file_system_refuses_is_a_503_and_searches_go_on(
+    client: httpx.Client, boutique: Path
+) -> None:
+    """The index-level file's place taken by a folder (a botched restore): PUT and DELETE cannot replace or
+    remove it, a 503 naming the index (not a 500), and searches go on without an index-level set."""
+    blocked = boutique / "boutique" / SYNONYMS_FILE
+    blocked.mkdir()
+    (blocked / "keep").write_text("x")
+    try:
+        body = {"synonyms": [{"terms": ["sneakers", "trainers"], "lang": "en"}]}
+        for answer in (client.put(ROUTE, headers=ADMIN, json=body), client.delete(ROUTE, headers=ADMIN)):
+            assert answer.status_code == 503, answer.text
+            assert "boutique" in answer.json()["detail"][0]["msg"]
+        assert client.get(ROUTE, headers=ADMIN).json()["problem"]
+        assert _search(client, "trainers")["expanded"] == []
+    finally:
+        (blocked / "keep").unlink()
+        blocked.rmdir()
+
+
 def test_expansion_is_one_step_longest_match_and_per_language() -> None:
     compiled = CompiledSynonyms(
         parse(

@@ -243,3 +243,12 @@ def test_a_mistyped_german_query_is_searched_as_corrected_and_says_so(served: An
     assert all(h["explain"]["channels"]["lexical"]["rank"] is None for h in body["results"])
     assert _search(served, query="Äpcel", lang="de", typos=0)["corrected_query"] is None
     assert _search(served, query="Äpfel", lang="de")["corrected_query"] is None  # clean: left alone
+
+
+def test_a_cached_answer_says_what_it_searched_and_typos_are_in_its_key(served: Any) -> None:
+    first = _search(served, query="avocdo", top_k=3)
+    again = _search(served, query="avocdo", top_k=3)
+    assert again["cached"] is True and again["corrected_query"] == first["corrected_query"] == "avocado"
+    assert [h["id"] for h in again["results"]] == [h["id"] for h in first["results"]]
+    off = _search(served, query="avocdo", top_k=3, typos=0)  # another key: not the corrected answer
+    assert off["cached"] is False and off["corrected_query"] is None

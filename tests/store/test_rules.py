@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from store.errors import IndexFormatError
-from store.layout import index_dir
+from store.layout import file_signature, index_dir
 from store.rules import (
     EMPTY,
     RULES_FILE,
@@ -18,7 +18,6 @@ from store.rules import (
     rules_beside,
     rules_lock,
     rules_path,
-    signature,
     write_rules,
 )
 
@@ -32,9 +31,8 @@ def root(tmp_path: Path) -> Path:
 
 
 def test_no_file_reads_as_no_rules(root: Path) -> None:
-    assert (
-        read_rules(root, "shop") == EMPTY and EMPTY.etag == "" and signature(rules_path(root, "shop")) is None
-    )
+    assert read_rules(root, "shop") == EMPTY and EMPTY.etag == ""
+    assert file_signature(rules_path(root, "shop")) is None
 
 
 def test_written_rules_read_back_with_a_new_etag_per_content(root: Path) -> None:

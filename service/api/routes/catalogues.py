@@ -9,9 +9,8 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
-from fastapi import Path as PathParam
 
-from service.api.deps import ExpensiveCallerDep, RuntimeDep, SearchCallerDep
+from service.api.deps import ExpensiveCallerDep, IndexName, RuntimeDep, SearchCallerDep
 from service.api.routes.images import IMAGE_RESPONSES, Photo, Size, image_response
 from service.api.routes.images import ItemId as ImageItemId
 from service.api.routes.items import JSON_BODY_LIMIT as SIMILAR_BODY_LIMIT
@@ -33,12 +32,6 @@ from service.schemas import ImageSearchResponse, SearchRequest, SearchResponse, 
 
 router = APIRouter(prefix="/v1/indexes/{name}", tags=["indexes"])
 
-IndexName = Annotated[
-    str,
-    PathParam(
-        min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="A served index."
-    ),
-]
 NOT_SERVED = {404: {"description": "The index is not served here (or, for items, an unknown id)."}}
 
 

@@ -12,10 +12,9 @@ from typing import Annotated, Any
 import anyio
 from fastapi import APIRouter, Path, Response
 
-from service.api.deps import AdminDep, RuntimeDep
-from service.errors import ConflictError, IndexUnavailableError, InvalidInputError, NotFoundError, ScopeError
+from service.api.deps import AdministeredIndexDep, RuntimeDep
+from service.errors import ConflictError, IndexUnavailableError, InvalidInputError, NotFoundError
 from service.index_holder import IndexHolder, Served
-from service.keys import KeyRecord
 from service.rule_schemas import LIMITS, MAX_RULES, PinAction, Rule, RuleBody, RuleId, RuleList
 from service.runtime import Runtime
 from store.errors import IndexFormatError
@@ -23,9 +22,6 @@ from store.rules import RulesFile, read_rules, rules_lock, write_rules
 
 router = APIRouter(prefix="/v1/admin/indexes/{name}/rules", tags=["admin"])
 
-IndexName = Annotated[
-    str, Path(max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="A served index.")
-]
 RuleIdPath = Annotated[RuleId, Path(description="The rule's id: letters, digits, '.', '_', '-'; 64 at most.")]
 ADMIN_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "Missing or wrong API key."},
@@ -33,12 +29,6 @@ ADMIN_ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"description": "Admin disabled, the index is not served here, or no such rule."},
     409: {"description": "The index's rules file cannot be read (fix or delete it)."},
 }
-
-
-def _holder(runtime: Runtime, admin: KeyRecord | None, name: str) -> IndexHolder:
-    if admin is not None and not admin.allows_index(name):
-        raise ScopeError(f"this API key may not administer index {name!r}", loc=("path", "name"))
-    return runtime.catalogue_holder(name)
 
 
 def _read(holder: IndexHolder) -> RulesFile:
@@ -126,20 +116,18 @@ def _delete(runtime: Runtime, holder: IndexHolder, rule_id: str) -> None:
 
 
 @router.get("", response_model=RuleList, responses=ADMIN_ERRORS)
-async def list_rules(admin: AdminDep, runtime: RuntimeDep, name: IndexName) -> RuleList:
+async def list_rules(holder: AdministeredIndexDep) -> RuleList:
     """Every rule of the index, in the order written, with the limits rules are held to."""
-    holder = _holder(runtime, admin, name)
     file = await anyio.to_thread.run_sync(_read, holder)
     return RuleList(rules=_rules(file), etag=file.etag, limits=LIMITS)
 
 
 @router.get("/{rule_id}", response_model=Rule, responses=ADMIN_ERRORS)
-async def get_rule(admin: AdminDep, runtime: RuntimeDep, name: IndexName, rule_id: RuleIdPath) -> Rule:
-    holder = _holder(runtime, admin, name)
+async def get_rule(holder: AdministeredIndexDep, rule_id: RuleIdPath) -> Rule:
     file = await anyio.to_thread.run_sync(_read, holder)
     found = next((r for r in _rules(file) if r.id == rule_id), None)
     if found is None:
-        raise NotFoundError(f"no rule {rule_id!r} in index {name!r}", loc=("path", "rule_id"))
+        raise NotFoundError(f"no rule {rule_id!r} in index {holder.name!r}", loc=("path", "rule_id"))
     return found
 
 
@@ -156,15 +144,13 @@ async def get_rule(admin: AdminDep, runtime: RuntimeDep, name: IndexName, rule_i
     },
 )
 async def put_rule(
-    admin: AdminDep, runtime: RuntimeDep, name: IndexName, rule_id: RuleIdPath, body: RuleBody
+    runtime: RuntimeDep, holder: AdministeredIndexDep, rule_id: RuleIdPath, body: RuleBody
 ) -> Rule:
     """Create or replace a rule. It acts on searches from the next one on, in every server process."""
-    holder = _holder(runtime, admin, name)
     return await anyio.to_thread.run_sync(_put, runtime, holder, rule_id, body)
 
 
 @router.delete("/{rule_id}", status_code=204, responses=ADMIN_ERRORS)
-async def delete_rule(admin: AdminDep, runtime: RuntimeDep, name: IndexName, rule_id: RuleIdPath) -> Response:
-    holder = _holder(runtime, admin, name)
+async def delete_rule(runtime: RuntimeDep, holder: AdministeredIndexDep, rule_id: RuleIdPath) -> Response:
     await anyio.to_thread.run_sync(_delete, runtime, holder, rule_id)
     return Response(status_code=204)

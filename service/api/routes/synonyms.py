@@ -5,21 +5,21 @@ query (``service.search.synonyms``), in every server process, without a reload."
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import anyio
 from fastapi import APIRouter
-from fastapi import Path as PathParam
 
-from service.api.deps import AdminDep, RuntimeDep
-from service.errors import InvalidInputError, ScopeError
+from service.api.deps import AdministeredIndexDep
+from service.errors import IndexUnavailableError, InvalidInputError
+from service.index_holder import IndexHolder
 from service.synonym_schemas import OneWaySynonyms, SynonymsDocument, SynonymsResponse, TwoWaySynonyms
+from store.layout import file_signature
 from store.synonyms import (
     SYNONYMS_FILE,
     SynonymsError,
     SynonymSet,
     delete_index_synonyms,
-    file_state,
     index_synonyms_path,
     parse,
     read_document,
@@ -28,14 +28,11 @@ from store.synonyms import (
 
 router = APIRouter(prefix="/v1/admin/indexes", tags=["admin"])
 
-IndexName = Annotated[
-    str,
-    PathParam(max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="A served index."),
-]
 RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"description": "Missing or wrong API key."},
     403: {"description": "An API key of scope search, or one not allowed this index."},
     404: {"description": "Admin disabled, or the index is not served."},
+    503: {"description": "The index-level set could not be written or removed (the old one stays)."},
 }
 
 
@@ -47,15 +44,14 @@ def _entries(synonyms: SynonymSet | None) -> list[TwoWaySynonyms | OneWaySynonym
     return out
 
 
-def _state(runtime: RuntimeDep, name: str) -> SynonymsResponse:
+def _state(holder: IndexHolder) -> SynonymsResponse:
     """What the route answers: the index-level set and the served version's (blocking: file reads)."""
-    holder = runtime.catalogue_holder(name)
     served = holder.served
     version_dir = getattr(served.index, "path", None) if served is not None else None
     problems: list[str] = []
 
     def read(path: Path) -> SynonymSet | None:
-        if file_state(path) is None:
+        if file_signature(path) is None:
             return None
         try:
             return read_document(path)
@@ -63,29 +59,38 @@ def _state(runtime: RuntimeDep, name: str) -> SynonymsResponse:
             problems.append(exc.message)
             return None
 
-    path = index_synonyms_path(runtime.settings.index_root, name)
+    path = index_synonyms_path(holder.root, holder.name)
     own = read(Path(version_dir) / SYNONYMS_FILE) if version_dir is not None else None
     return SynonymsResponse(
-        index=name,
+        index=holder.name,
         synonyms=_entries(read(path)),
-        stored=file_state(path) is not None,
+        stored=file_signature(path) is not None,
         version=served.version if served is not None else None,
         version_synonyms=_entries(own),
         problem="; ".join(problems) or None,
     )
 
 
-def _check(runtime: RuntimeDep, admin: AdminDep, name: str) -> None:
-    if admin is not None and not admin.allows_index(name):
-        raise ScopeError(f"this API key may not administer index {name!r}", loc=("path", "name"))
-    runtime.catalogue_holder(name)  # 404 for an index this process does not serve
+def _save(holder: IndexHolder, synonyms: SynonymSet | None) -> SynonymsResponse:
+    """Replace (``synonyms``) or remove (None) the index-level set, then the route's answer; a 503 where the
+    file system refuses (the old set stays: the write is an atomic replace)."""
+    try:
+        if synonyms is None:
+            delete_index_synonyms(holder.root, holder.name)
+        else:
+            save_index_synonyms(holder.root, holder.name, synonyms)
+    except OSError as exc:
+        raise IndexUnavailableError(
+            f"cannot {'remove' if synonyms is None else 'write'} the synonyms of index {holder.name!r}: "
+            f"{exc.strerror or exc}"
+        ) from None
+    return _state(holder)
 
 
 @router.get("/{name}/synonyms", response_model=SynonymsResponse, responses=RESPONSES)
-async def get_synonyms(admin: AdminDep, runtime: RuntimeDep, name: IndexName) -> SynonymsResponse:
+async def get_synonyms(holder: AdministeredIndexDep) -> SynonymsResponse:
     """The index-level synonyms and the served version's own."""
-    _check(runtime, admin, name)
-    return await anyio.to_thread.run_sync(_state, runtime, name)
+    return await anyio.to_thread.run_sync(_state, holder)
 
 
 @router.put(
@@ -93,23 +98,16 @@ async def get_synonyms(admin: AdminDep, runtime: RuntimeDep, name: IndexName) ->
     response_model=SynonymsResponse,
     responses={**RESPONSES, 422: {"description": "A malformed set, a limit passed, or a cycle (named)."}},
 )
-async def put_synonyms(
-    admin: AdminDep, runtime: RuntimeDep, name: IndexName, body: SynonymsDocument
-) -> SynonymsResponse:
+async def put_synonyms(holder: AdministeredIndexDep, body: SynonymsDocument) -> SynonymsResponse:
     """Replace the index-level synonyms (written atomically; searches use them from their next query)."""
-    _check(runtime, admin, name)
     try:
         synonyms = parse(body.model_dump(by_alias=True, exclude_none=True))
     except SynonymsError as exc:  # what the schema cannot say: a cycle, a term without words, a duplicate
         raise InvalidInputError(exc.message, loc=("body", *exc.loc)) from None
-    root = runtime.settings.index_root
-    await anyio.to_thread.run_sync(save_index_synonyms, root, name, synonyms)
-    return await anyio.to_thread.run_sync(_state, runtime, name)
+    return await anyio.to_thread.run_sync(_save, holder, synonyms)
 
 
 @router.delete("/{name}/synonyms", response_model=SynonymsResponse, responses=RESPONSES)
-async def delete_synonyms(admin: AdminDep, runtime: RuntimeDep, name: IndexName) -> SynonymsResponse:
+async def delete_synonyms(holder: AdministeredIndexDep) -> SynonymsResponse:
     """Remove the index-level synonyms (the served version's own stay)."""
-    _check(runtime, admin, name)
-    await anyio.to_thread.run_sync(delete_index_synonyms, runtime.settings.index_root, name)
-    return await anyio.to_thread.run_sync(_state, runtime, name)
+    return await anyio.to_thread.run_sync(_save, holder, None)

@@ -71,6 +71,16 @@
     });
     const data = await response.json();
     if (!response.ok) {
+      // A facet field the page offers (by default every field not searched) that the index refuses to
+      // count: values too long for a facet (a description), or a field it lacks. The page counts it no
+      // more and asks again, rather than failing every search.
+      const refused = response.status === 422 && body.facets && (data.detail || []).map((d) => d.loc || [])
+        .find((loc) => loc[0] === "body" && loc[1] === "facets" && typeof loc[2] === "string");
+      if (refused) {
+        const at = facetFields.indexOf(refused[2]);
+        if (at >= 0) facetFields.splice(at, 1);
+        return search(query, lang);
+      }
       const detail = (data.detail || []).map((d) => (d.loc || []).join(".") + ": " + d.msg).join("; ");
       throw new Error(detail || response.statusText);
     }
