@@ -5,7 +5,7 @@ new ``CURRENT`` (seen by the poller, or asked for by ``/v1/admin/reload``) is op
 while the old version keeps answering; the swap is one reference assignment under a lock. The old version
 is closed when its last lease is returned (on a thread of its own), so no request ever sees a closed index.
 
-About 450 lines, kept in one module: the lease counts, the swap and the poller's state (failed, overridden,
+About 500 lines, kept in one module: the lease counts, the swap and the poller's state (failed, overridden,
 unreachable and unread versions, the give-up waits) are one state machine under two locks, and splitting it
 would put its transitions out of sight of each other.
 """
@@ -67,6 +67,13 @@ def memory_retry_delay(times: int) -> float:
 def image_base_of(name: str, default: str) -> str:
     """Where the images of served index ``name`` are served, ``default`` being the service's default index."""
     return DEFAULT_IMAGE_BASE if name == default else f"/v1/indexes/{quote(name, safe='')}/images"
+
+
+def _damage_of(index: OpenedIndex) -> str | None:
+    """``index.damage()``: what changed in its files since the open (``store.guard``), None when nothing; an
+    injected opener's index without the check has none."""
+    damage = getattr(index, "damage", None)
+    return damage() if damage is not None else None
 
 
 def _close_logged(index: OpenedIndex) -> None:
@@ -212,21 +219,58 @@ class IndexHolder:
 
     @contextmanager
     def lease(self) -> Iterator[Served]:
-        """The current version, kept open until the block ends; 503 when none is loaded."""
-        with self._lock:
-            served = self._served
-            if served is None:
-                reason = self.last_error or f"no version of index {self.name!r} published under {self.root}"
-                raise IndexUnavailableError(f"no index loaded: {reason}")
-            served.leases += 1
+        """The current version, kept open until the block ends; 503 when none is loaded, or when its files
+        were changed in place since its open (``retire_damaged``: checked before the request reads them)."""
+        while True:
+            with self._lock:
+                served = self._served
+                if served is None:
+                    reason = (
+                        self.last_error or f"no version of index {self.name!r} published under {self.root}"
+                    )
+                    raise IndexUnavailableError(f"no index loaded: {reason}")
+                served.leases += 1
+            problem = _damage_of(served.index)
+            if problem is None:
+                break
+            self.retire_damaged(served, problem)
+            self._release(served)  # then the version swapped in meanwhile, or the 503 naming the damage
         try:
             yield served
         finally:
-            with self._lock:
-                served.leases -= 1
-                close = served.retired and served.leases == 0
-            if close:
-                _close_apart(served.index)
+            self._release(served)
+
+    def _release(self, served: Served) -> None:
+        with self._lock:
+            served.leases -= 1
+            close = served.retired and served.leases == 0
+        if close:
+            _close_apart(served.index)
+
+    def retire_damaged(self, served: Served, problem: str) -> None:
+        """Stop serving ``served``, whose files ``problem`` says were changed in place (``store.guard``): its
+        searches in flight end, then it is closed (which lets a truncation the kernel holds back go on); the
+        index answers 503 naming the problem until a new publish (or an admin reload) opens a sound
+        version. Requests of other indexes never touch it."""
+        # The problem first (names the file): a client sees the first ``ECHO_CHARS`` of it.
+        message = (
+            f"{problem}; version {served.version!r} of index {self.name!r} is retired: publish another (or "
+            "reload it once its files are restored)"
+        )
+        with self._lock:
+            if self._served is not served:
+                return  # retired already (another request or the poller saw it), or swapped out
+            self._served = None
+            served.retired = True
+            close = served.leases == 0
+            # As a version whose files are broken: not opened again until CURRENT changes.
+            self._failed_version = served.version
+            self._gave_up = True
+            self.last_error = message
+        log.error("%s", message)
+        self._on_failure(message)
+        if close:
+            _close_apart(served.index)
 
     def published_version(self) -> str | None:
         """The version CURRENT names; None when none is published (no CURRENT, an empty one). A CURRENT that
@@ -281,6 +325,10 @@ class IndexHolder:
         could put back an old reason over the one a concurrent reload had just recorded, or fail on the
         ``_unread`` that reload cleared. The lock is held over one small read, as in ``reload``."""
         with self._load_lock:
+            served = self._served
+            problem = _damage_of(served.index) if served is not None else None
+            if served is not None and problem is not None:  # found with no request asking meanwhile
+                self.retire_damaged(served, problem)
             try:
                 published = self._read_current()
             except OSError:  # read again at the next poll; neither a new version nor none published

@@ -52,6 +52,7 @@ import numpy as np
 
 from store.errors import IndexFormatError
 from store.files import names_full_disk
+from store.guard import FileGuard
 from store.lexical_index import TANTIVY_DIR, Fts5Lexical, LexicalIndex, TantivyLexical, write_tantivy
 from store.product_vectors import ChannelHits, GroupedVectors, best_per_owner, sum_norms
 from store.spelling import Vocabulary
@@ -317,22 +318,37 @@ class ProductChannels:
     def __init__(self, version_dir: Path, products: int) -> None:
         self.path = Path(version_dir)
         self.info = ProductInfo.load(self.path / PRODUCTS_FILE)
+        # The mapped arrays, SQLite and tantivy files (``store.guard``); the rest is read into memory here.
+        self._guard = FileGuard()
+        try:
+            self._open_files(products)
+        except BaseException:
+            self._guard.close()
+            raise
+
+    def _open_files(self, products: int) -> None:
+        guard = self._guard
         try:
             owners = np.load(self.path / PHOTO_OWNERS)
-            embeds = np.load(self.path / PHOTO_EMBEDDINGS, mmap_mode="r")
+            embeds = guard.map_array(self.path / PHOTO_EMBEDDINGS)
             self.photos = GroupedVectors(embeds, owners, self._index(PHOTO_INDEX, owners.size), products)
             visual = self.path / PHOTO_VISUAL
             self.visual = (
-                GroupedVectors(np.load(visual, mmap_mode="r"), owners, None, products)
-                if visual.is_file()
-                else None
+                GroupedVectors(guard.map_array(visual), owners, None, products) if visual.is_file() else None
             )
             t_owners = np.load(self.path / TEXT_OWNERS)
-            t_embeds = np.load(self.path / TEXT_EMBEDDINGS, mmap_mode="r")
+            t_embeds = guard.map_array(self.path / TEXT_EMBEDDINGS)
             self.texts = GroupedVectors(t_embeds, t_owners, self._index(TEXT_INDEX, t_owners.size), products)
+            for grouped, rows in (
+                (self.photos, owners.size),
+                (self.visual, owners.size),
+                (self.texts, t_owners.size),
+            ):
+                if grouped is not None and len(grouped.vectors) != rows:
+                    raise IndexFormatError(f"{self.path}: {len(grouped.vectors)} vectors for {rows} owners")
             self.text_fields = np.load(self.path / TEXT_FIELDS)
             self.text_langs = np.load(self.path / TEXT_LANGS)
-            self._term_hashes = TermHashes.open(self.path, int(t_owners.size))
+            self._term_hashes = TermHashes.open(self.path, int(t_owners.size), guard.map_array)
             self.text_sum_norms = self._sum_norms(products)
         except (OSError, ValueError, RuntimeError) as exc:
             raise IndexFormatError(f"cannot read the product channels of {self.path}: {exc}") from exc
@@ -347,10 +363,13 @@ class ProductChannels:
         self._lock = threading.Lock()
         self._vocabulary: Vocabulary | None = None
         self._vocabulary_lock = threading.Lock()
+        guard.watch(self.path / PRODUCTS_DB)
+        self._fts5 = not (self.path / TANTIVY_DIR).is_dir()
+        if not self._fts5:
+            guard.watch_tree(self.path / TANTIVY_DIR)  # tantivy maps its files too
         self._db = sqlite3.connect(
             f"file:{self.path / PRODUCTS_DB}?mode=ro&immutable=1", uri=True, check_same_thread=False
         )
-        self._fts5 = not (self.path / TANTIVY_DIR).is_dir()
         try:
             self._lexical: LexicalIndex = (
                 Fts5Lexical(self._db, self._lock)
@@ -392,6 +411,11 @@ class ProductChannels:
         self._lexical.close()
         with self._lock:
             self._db.close()
+        self._guard.close()
+
+    def damage(self) -> str | None:
+        """What is wrong with the channels' files since their open (``store.guard``), None when nothing."""
+        return self._guard.problem()
 
     @property
     def visual_vectors(self) -> GroupedVectors:

@@ -20,6 +20,7 @@ import numpy as np
 
 from store import exact
 from store.errors import IndexFormatError, IndexNotFoundError, ModelMismatchError
+from store.guard import FileGuard
 from store.layout import (
     EMBEDDINGS_FILE,
     FORMAT_VERSION,
@@ -152,9 +153,21 @@ class IndexVersion:
                 f"{self.path} is a sharded version (manifest format_version {manifest.format_version}): open "
                 "it with store.opening.open_version, or open one of its shard folders"
             )
+        # Every file read after the open, sizes checked before mapping and watched while served.
+        self._guard = FileGuard()
+        try:
+            self._open_files(manifest)
+        except BaseException:
+            products = getattr(self, "products", None)
+            if products is not None:
+                products.close()
+            self._guard.close()  # its leases would hold a truncation of these files back
+            raise
+
+    def _open_files(self, manifest: IndexManifest) -> None:
         try:
             self._index = faiss.read_index(str(self.path / INDEX_FILE))
-            self._embeds = np.load(self.path / EMBEDDINGS_FILE, mmap_mode="r")
+            self._embeds = self._guard.map_array(self.path / EMBEDDINGS_FILE)
         except (OSError, RuntimeError, ValueError) as exc:
             raise IndexFormatError(f"cannot read index files of {self.path}: {exc}") from exc
         n = int(self._embeds.shape[0])
@@ -169,6 +182,7 @@ class IndexVersion:
                 f"embeddings.npy {n} of dim {manifest.embed_dim}"
             )
         self._n = n
+        self._guard.watch(self.path / METADATA_FILE)
         self._meta = MetadataReader(self.path / METADATA_FILE)
         deleted = self._meta.deleted_rows()
         self._live: np.ndarray | None = None
@@ -181,9 +195,9 @@ class IndexVersion:
         self._count = n - int(deleted.size)
         self._fields = self._meta.field_names()
         rerank_file = self.path / RERANK_FILE
-        self._tokens = _random_access(np.load(rerank_file, mmap_mode="r")) if rerank_file.is_file() else None
+        self._tokens = _random_access(self._guard.map_array(rerank_file)) if rerank_file.is_file() else None
         scales = self.path / RERANK_SCALES_FILE
-        self._scales = _random_access(np.load(scales, mmap_mode="r")) if scales.is_file() else None
+        self._scales = _random_access(self._guard.map_array(scales)) if scales.is_file() else None
         # Products with several photos or searched text fields (``store.products``); None for every version
         # written without them, which is searched exactly as before.
         self.products: ProductChannels | None = (
@@ -246,6 +260,15 @@ class IndexVersion:
         self._embeds = None  # type: ignore[assignment]
         self._tokens = None
         self._scales = None
+        self._guard.close()
+
+    def damage(self) -> str | None:
+        """What is wrong with the version's files since its open (``store.guard``: truncated, being opened
+        for writing), None when nothing: a few syscalls, asked before each request reads them."""
+        problem = self._guard.problem()
+        if problem is None and self.products is not None:
+            problem = self.products.damage()
+        return problem
 
     def __enter__(self) -> IndexVersion:
         return self

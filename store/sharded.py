@@ -143,6 +143,15 @@ class ShardedIndex:
         if self.products is not None:
             self.products.close()
 
+    def damage(self) -> str | None:
+        """What is wrong with the files of any shard or of the channels since the open (``store.guard``),
+        None when nothing."""
+        for shard in self._shards:
+            problem = shard.damage()
+            if problem is not None:
+                return problem
+        return None if self.products is None else self.products.damage()
+
     def __enter__(self) -> ShardedIndex:
         return self
 

@@ -11,7 +11,7 @@ A version written before has no such files; ``store.products.ProductChannels`` t
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -60,14 +60,18 @@ class TermHashes:
         self.offsets = np.asarray(offsets)
 
     @classmethod
-    def open(cls, version_dir: Path, rows: int) -> TermHashes | None:
+    def open(
+        cls, version_dir: Path, rows: int, mapper: Callable[[Path], np.ndarray] | None = None
+    ) -> TermHashes | None:
         """The version's term hashes; None when it was written without them. Raises ``ValueError`` or
-        ``OSError`` on unreadable files, or on offsets that do not cover ``rows`` rows."""
+        ``OSError`` on unreadable files, or on offsets that do not cover ``rows`` rows. ``mapper`` maps a
+        file (``store.guard.FileGuard.map_array``: size-checked and watched), default ``np.load``'s."""
         folder = Path(version_dir)
         if not (folder / TERM_HASHES).is_file():
             return None
-        hashes = np.load(folder / TERM_HASHES, mmap_mode="r")
-        offsets = np.load(folder / TERM_OFFSETS, mmap_mode="r")
+        load = mapper or (lambda path: np.load(path, mmap_mode="r"))
+        hashes = load(folder / TERM_HASHES)
+        offsets = load(folder / TERM_OFFSETS)
         if hashes.dtype != np.uint64 or offsets.dtype != np.int64 or hashes.ndim != 1:
             raise ValueError(f"{TERM_HASHES} / {TERM_OFFSETS}: expected 1-d uint64 hashes and int64 offsets")
         if offsets.shape != (rows + 1,) or int(offsets[0]) != 0 or int(offsets[-1]) != hashes.size:

@@ -256,6 +256,12 @@ class RemoteShardedIndex:
         docstring)."""
         return self._live
 
+    def damage(self) -> str | None:
+        """What is wrong with the local product channels' files since the open (``store.guard``; the shards
+        check their own), None when nothing."""
+        products = getattr(self, "products", None)
+        return None if products is None else products.damage()
+
     def close(self) -> None:
         """Release the version on the shards (one replica of each hears it; the others close it when idle)."""
         if self._closed:

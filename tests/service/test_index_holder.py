@@ -3,6 +3,9 @@ bounded, copied), version overrides against the poller, and sharded versions ser
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,10 +13,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.errors import ReloadFailedError, ReloadOutOfMemoryError
+from service.errors import IndexUnavailableError, ReloadFailedError, ReloadOutOfMemoryError
 from service.index_holder import MEMORY_RETRY_MAX_S, MEMORY_RETRY_S, IndexHolder, Served, memory_retry_delay
 from store.errors import IndexFormatError, IndexUnreachableError
-from store.layout import CURRENT_FILE, MANIFEST_FILE, index_dir
+from store.layout import CURRENT_FILE, EMBEDDINGS_FILE, MANIFEST_FILE, index_dir
 from store.manifest import IndexManifest
 from store.reader import IndexVersion
 from store.sharded import ShardedIndex
@@ -999,3 +1002,38 @@ def test_an_admin_reload_of_the_published_version_passes_the_gate(
         assert holder.reload(other, force=True) is not None and holder.served.version == other
     finally:
         holder.close()
+
+
+def test_the_poller_retires_a_version_whose_files_are_truncated_in_place_and_serves_the_next_publish(
+    tmp_path: Path,
+) -> None:
+    """No request asking: the poll finds the lease being broken (``store.guard``), retires and closes the
+    version (which lets the held truncation go on), refuses it until a new publish, then serves that."""
+    first = write_rows(
+        tmp_path, INDEX_NAME, grid_vectors(40, 8, np.random.default_rng(0)), [f"a-{i}" for i in range(40)]
+    )
+    holder = IndexHolder(tmp_path, INDEX_NAME, expect_fingerprint=None)
+    holder.reload()
+    path = index_dir(tmp_path, INDEX_NAME) / first / EMBEDDINGS_FILE
+    truncation = threading.Thread(target=os.truncate, args=(path, 64), daemon=True)
+    truncation.start()
+    deadline = time.monotonic() + 10
+    while holder.served is not None:  # with a lease the truncation is held; without, its size is seen
+        assert time.monotonic() < deadline, "not retired"
+        time.sleep(0.02)
+        holder.check()
+    truncation.join(timeout=10)
+    assert not truncation.is_alive() and path.stat().st_size == 64
+    with (
+        pytest.raises(IndexUnavailableError, match=rf"{EMBEDDINGS_FILE} .*in place.*{first}"),
+        holder.lease(),
+    ):
+        pass
+    assert not holder.loading and holder.check() is False  # not opened again while CURRENT names it
+    second = write_rows(
+        tmp_path, INDEX_NAME, grid_vectors(30, 8, np.random.default_rng(1)), [f"b-{i}" for i in range(30)]
+    )
+    assert holder.check() is True
+    with holder.lease() as served:
+        assert served.version == second and served.index.damage() is None
+    holder.close()

@@ -238,19 +238,19 @@ def test_running_out_of_memory_opening_a_version_answers_503_naming_it(
     file's header among them) answers a 503 naming the version, not a 500 (the MemoryError escaped the
     holder), with a Retry-After of the index poll interval (rounded up: whole seconds); the old version keeps
     serving, and the same version loads once memory allows."""
-    import numpy as np
+    from store.guard import FileGuard
 
     good = write_version(tmp_path, catalogue, rows=list(range(30)))
     big = write_version(tmp_path, catalogue, rows=list(range(20)), publish=False)
     short = [True]
-    real_load = np.load
+    real_map = FileGuard.map_array  # how a version's arrays are read at its open
 
-    def load(file: object, *args: object, **kwargs: object) -> object:
-        if short[0] and isinstance(file, Path) and file.parent.name == big:
+    def load(guard: FileGuard, path: Path) -> object:
+        if short[0] and path.parent.name == big:
             raise MemoryError("Unable to allocate 7.28 TiB for an array with shape (1000000000000,)")
-        return real_load(file, *args, **kwargs)
+        return real_map(guard, path)
 
-    monkeypatch.setattr(np, "load", load)
+    monkeypatch.setattr(FileGuard, "map_array", load)
     _reload_answers_503_then_loads(tmp_path, good, big, short, "out of memory (Unable to allocate")
 
 
