@@ -7,7 +7,10 @@ import typer
 from ccrk_cli.wiring import context_object
 from ccrk_settings.cli import config_app
 from indexer.cli import index_app
-from model.cli import data_app, eval_command, experiment_app, export_app, model_app, train_command
+from model.cli import export_app, model_app
+from model.cli_data import data_app
+from model.cli_experiment import experiment_app
+from model.cli_train import eval_command, train_command
 from monitoring.cli import probe_app
 from service.cli import serve_command
 from service.keys_cli import keys_app

@@ -475,8 +475,10 @@ class Settings(BaseSettings):
     probe_pause_s: float = Field(
         0.01, ge=0.0, description="Pause between two background probe queries (keeps live latency)."
     )
-    history_db: Path = Field(
-        Path("artifacts/monitoring.sqlite"), description="Probe and traffic history when no Redis is set."
+    history_db: Path | None = Field(
+        None,
+        description="Probe and traffic history when no Redis is set; none: INDEX_ROOT/INDEX_NAME.monitoring"
+        ".sqlite, one per served index (one file for the machine mixed the services' traffic).",
     )
     history_retention_days: float = Field(30.0, gt=0.0, description="Probe runs and traffic kept this long.")
     traffic_flush_s: float = Field(10.0, gt=0.0, description="How often live traffic aggregates are stored.")

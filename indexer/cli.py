@@ -40,7 +40,7 @@ from store.errors import IndexFormatError, IndexNotFoundError
 from store.layout import MANIFEST_FILE
 from store.manifest import IndexManifest
 from store.synonyms import SynonymsError
-from store.verify import verify_version
+from store.verify import model_to_verify, verify_version
 
 index_app = typer.Typer(
     help="Build and manage versioned FAISS indexes of image collections.", no_args_is_help=True
@@ -440,7 +440,9 @@ def verify_command(
     model: Annotated[
         Path | None,
         typer.Option(
-            "--model", help="Also check compatibility with this model (default: settings.model_dir)"
+            "--model",
+            help="Also check compatibility with this model (default: settings.model_dir, when it is the "
+            "model the manifest names)",
         ),
     ] = None,
     index_root: IndexRoot = None,
@@ -449,9 +451,13 @@ def verify_command(
     settings = _settings(index_root=index_root)
     with _errors():
         chosen = version or versions.current_version(settings.index_root, name)
-        problems = verify_version(settings.index_root, name, chosen, model_dir=model or settings.model_dir)
+        against, note = model_to_verify(settings.index_root, name, chosen, model, settings.model_dir)
+        problems = verify_version(settings.index_root, name, chosen, model_dir=against)
     if problems:
         for p in problems:
             err_console.print(f"[red]problem:[/red] {escape(str(p))}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=1)
-    console.print(f"{name}/{chosen}: OK (checksums, counts, model)", highlight=False)
+    checked = "checksums, counts, model" if against is not None else "checksums, counts"
+    console.print(f"{name}/{chosen}: OK ({checked})", highlight=False)
+    if note is not None:
+        console.print(note, highlight=False, markup=False, soft_wrap=True)

@@ -122,7 +122,7 @@ def quality_gate(
         source="gate",
         gate={"passed": verdict.passed, "reasons": verdict.reasons, "baseline_version": current},
     )
-    store = open_history(settings)
+    store = open_history(settings, manifest.name)  # the built index's history, not the served one's
     try:
         store.add_run(record)
     except HistoryError as exc:

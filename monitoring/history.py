@@ -1,5 +1,6 @@
 """History of probe runs and live traffic: Redis when ``CCRK_REDIS_URL`` is set (shared by every service
-process and the indexer), else SQLite at ``history_db``. Both keep ``history_retention_days``.
+process and the indexer), else SQLite at ``history_db`` (default: one file per index, ``history_path``).
+Both keep ``history_retention_days``.
 
 Redis layout (under ``cache_prefix + "monitor:"``): ``runs`` a sorted set of run records (JSON) scored by
 time; ``traffic:<minute>:<lang>`` hashes whose fields are added to (HINCRBY), so several processes'
@@ -280,9 +281,18 @@ class SqliteHistory(HistoryStore):
         self._run("prune history", prune)
 
 
-def open_history(settings: Settings) -> HistoryStore:
-    """The store the settings name: Redis when redis_url is set, else the SQLite file (opened lazily)."""
+def history_path(settings: Settings, index_name: str | None = None) -> Path:
+    """The SQLite file: ``history_db``, else one beside the index it is about (``index_name``, default the
+    served one), so two services on a machine never show each other's traffic and probe runs."""
+    if settings.history_db is not None:
+        return settings.history_db
+    return settings.index_root / f"{index_name or settings.index_name}.monitoring.sqlite"
+
+
+def open_history(settings: Settings, index_name: str | None = None) -> HistoryStore:
+    """The store the settings name: Redis when redis_url is set, else the SQLite file (opened lazily) of
+    ``history_path``."""
     retention_s = settings.history_retention_days * 86400.0
     if settings.redis_url:
         return RedisHistory(settings.redis_url, settings.cache_prefix, retention_s)
-    return SqliteHistory(settings.history_db, retention_s)
+    return SqliteHistory(history_path(settings, index_name), retention_s)

@@ -170,3 +170,33 @@ def verify_version(
         except ModelMismatchError as exc:
             problems.append(str(exc))
     return problems
+
+
+def model_to_verify(
+    root: Path, name: str, version: str | None, model_dir: Path | None, default_model_dir: Path
+) -> tuple[Path | None, str | None]:
+    """The model ``verify_version`` checks a version against, and a note when it checks none. Given
+    (``--model``): that one. Else the default model, if it is the one the manifest names (its folder name,
+    or the same fingerprint); an index built with another model (``--model artifacts/models/ccrk-starter``)
+    failed every verify against the default one, so the model it records is named instead, unchecked."""
+    if model_dir is not None:
+        return model_dir, None
+    chosen = version or current_version(root, name)
+    if chosen is None:
+        return default_model_dir, None  # verify_version says there is no version
+    try:
+        manifest = IndexManifest.load(index_dir(root, name) / chosen / MANIFEST_FILE)
+    except (IndexFormatError, OSError):
+        return default_model_dir, None  # verify_version reports the manifest itself
+    if manifest.model_name == model_name_of(default_model_dir):
+        return default_model_dir, None
+    try:
+        if model_fingerprint(default_model_dir) == manifest.model_fingerprint:
+            return default_model_dir, None
+    except (IndexFormatError, OSError):
+        pass  # no default model here: the note below says what the index needs
+    return None, (
+        f"model not checked: {name}/{chosen} was built with model {manifest.model_name!r} (fingerprint "
+        f"{manifest.model_fingerprint[:12]}), not the default {default_model_dir}; pass --model DIR (the "
+        f"{manifest.model_name} directory) to check it"
+    )

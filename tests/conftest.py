@@ -8,6 +8,7 @@ runs while no test runs on the other worker: a shared/exclusive ``flock`` every 
 
 import fcntl
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,7 +16,12 @@ from typing import Any
 
 import pytest
 
+from tests.artifacts_guard import PATH_EVENTS, artifact_access, listing, listing_change
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = REPO_ROOT / "artifacts"  # the checkout's: no test reads or writes it (tests/artifacts_guard.py)
+_ARTIFACT_HITS: list[str] = []
+_ARTIFACTS_BEFORE = pytest.StashKey[set[str]]()
 # The files whose tests start Ray clusters or train for real (markers `ray` and `slow`): one group.
 HEAVY_FILES = frozenset(
     {"tests/indexer/test_ray_build.py", "tests/service/test_ray_serving.py", "tests/model/test_training.py"}
@@ -57,7 +63,49 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return FileScheduling(config, log)
 
 
+def _watch_artifacts(event: str, args: tuple[object, ...]) -> None:
+    if event not in PATH_EVENTS:  # most events: kept cheap
+        return
+    hit = artifact_access(event, args, ARTIFACTS)
+    if hit is not None:
+        _ARTIFACT_HITS.append(f"{event} {hit}")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # the controller (or a run without xdist) lists once
+        session.config.stash[_ARTIFACTS_BEFORE] = listing(ARTIFACTS)
+        _ARTIFACT_HITS.clear()  # the listing's own scandir calls
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    before = session.config.stash.get(_ARTIFACTS_BEFORE, None)
+    if before is None:
+        return
+    changed = listing_change(before, listing(ARTIFACTS))
+    if changed:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line(
+                f"the suite changed the checkout's {ARTIFACTS} (tests use tmp paths):", red=True
+            )
+            for line in changed[:20]:
+                reporter.write_line(f"  {line}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(autouse=True)
+def _leaves_artifacts_alone() -> Iterator[None]:
+    """Fails the test in whose run (its fixtures' setup included) anything under ``artifacts/`` was opened,
+    listed or changed by this process."""
+    yield
+    hits, _ARTIFACT_HITS[:] = list(_ARTIFACT_HITS), []
+    if hits:
+        pytest.fail(f"touched the checkout's {ARTIFACTS} (use tmp paths): {sorted(set(hits))[:10]}")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    sys.addaudithook(_watch_artifacts)  # once per process (hooks cannot be removed)
     if hasattr(config, "workerinput"):
         # A worker's output is not a terminal: sizes inherited from the caller's would mislead the code under
         # test that reads them (rich's consoles).

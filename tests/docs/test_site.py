@@ -2,7 +2,7 @@
 the navigation, fails it); the generated reference names every `ccrk` command and option, every setting and
 every HTTP route, compared with the live objects; a new command appears with nothing edited; every recorded
 benchmark result is listed with its command; and the built getting-started page renders in headless
-Chromium (screenshot in artifacts/screenshots/)."""
+Chromium (screenshot in $TMPDIR/ccrk-test-screenshots/)."""
 
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ import typer
 from ccrk_settings import Settings
 from ccrk_settings.reference import env_name
 from docs.gen import reference as gen
+from tests.artifacts_guard import screenshots_dir
 from tests.deploy.deployment import make_dry_run
 from tests.docs.runnable import REPO
 
-SCREENSHOTS = REPO / "artifacts" / "screenshots"
 TAG = re.compile(r"<[^>]+>")
 
 
@@ -219,7 +219,7 @@ def test_getting_started_page_in_a_browser(served_site: str) -> None:
     except NoBrowser as exc:
         pytest.skip(f"{exc} (.ci/run installs them)")
     try:
-        shot = page(drv, served_site + "/getting-started/", SCREENSHOTS / "docs-getting-started.png")
+        shot = page(drv, served_site + "/getting-started/", screenshots_dir() / "docs-getting-started.png")
         assert shot.stat().st_size > 20_000
         assert drv.title.startswith("Getting started")
         assert drv.find_element("css selector", "h1").text == "Getting started"

@@ -84,6 +84,32 @@ def test_build_list_delete_rollback_verify(tmp_path: Path, photo_folder: Path) -
     assert code == 1 and "embeddings.npy: checksum mismatch" in out
 
 
+def test_verify_without_model_uses_the_model_the_manifest_names(tmp_path: Path, photo_folder: Path) -> None:
+    """An index built with another model (``make photos``: the starter) failed ``verify`` without
+    ``--model``: it was checked against the default model. Now the model the manifest records is named,
+    and checked when given."""
+    from ccrk_settings import DEFAULT_MODEL_DIR
+
+    root = tmp_path / "idx"
+    common = ["--name", "shop", "--index-root", str(root)]
+    code, out = _run("build", *common, "--threads", "1", "--workers", "0", str(photo_folder))
+    assert code == 0, out
+    version = current_version(root, "shop")
+    assert version is not None
+    code, out = _run("verify", *common)  # built with the default model: checked against it
+    assert code == 0 and "OK (checksums, counts, model)" in out, out
+    # As a build with the starter records it (its folder name, its weights' fingerprint).
+    manifest_file = root / "shop" / version / "manifest.json"
+    manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
+    manifest.update(model_name="ccrk-starter", model_fingerprint="5a" * 32)
+    manifest_file.write_text(json.dumps(manifest), encoding="utf-8")
+    code, out = _run("verify", *common)
+    assert code == 0, out
+    assert "OK (checksums, counts)" in out and "model not checked" in out and "'ccrk-starter'" in out
+    code, out = _run("verify", *common, "--model", str(DEFAULT_MODEL_DIR))  # asked for: checked
+    assert code == 1 and "was built with model 'ccrk-starter'" in out, out
+
+
 def test_text_fields_option(tmp_path: Path, catalogue: Path) -> None:
     """--text-fields: a bad field name names the option (with --shards: test_sharded_products.py)."""
     common = ["--name", "x", "--index-root", str(tmp_path), str(catalogue / "test.jsonl")]

@@ -1,6 +1,7 @@
 """Training: one real short run on the synthetic catalogue, resume, objectives, errors."""
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -10,8 +11,8 @@ from model.evaluation import evaluate
 from model.modeling import CCRkModel
 from model.preprocessing import ImagePreprocessor
 from model.tokenization import load_tokenizer
-from model.training import TrainConfig, Trainer, TrainingError
-from model.training_data import load_captioned_images
+from model.training import TrainConfig, Trainer, TrainingError, TrainResult
+from model.training_data import CaptionedImages, load_captioned_images
 from tests.tiny import tiny_config
 
 
@@ -23,10 +24,25 @@ def quiet(_: str) -> None:
     pass
 
 
+def _train_and_evaluate(
+    catalogue: Path, cfg: TrainConfig
+) -> tuple[TrainResult, dict[str, Any], CaptionedImages]:
+    result = Trainer(get_preset("demo"), cfg, log=quiet, show_progress=False).run()
+    model = CCRkModel.from_pretrained(result.model_dir)
+    tokenizer = load_tokenizer(result.model_dir)
+    pre = ImagePreprocessor(model.config.vision)
+    test = load_captioned_images(catalogue / "test.jsonl", pre, threads=cfg.threads)
+    return result, evaluate(model, tokenizer, test, pre).report(), test
+
+
 @pytest.mark.slow
 def test_short_training_lifts_recall_far_above_chance(small_catalogue: Path, tmp_path: Path) -> None:
     """The demo architecture, 1-to-K + MITM + CMLM, 180 steps on 960 images; evaluated on 100 unseen
-    attribute combinations in ten languages."""
+    attribute combinations in ten languages.
+
+    One torch thread: ``make test`` runs two workers on two cores, and the default two threads per worker
+    (four on two cores, OpenMP's workers spinning at every barrier for a core the other worker holds) made
+    this run take 610 s of a 26-minute suite on a loaded machine. The same steps, data and thresholds."""
     cfg = TrainConfig(
         data_dir=small_catalogue,
         output_dir=tmp_path / "run",
@@ -35,14 +51,14 @@ def test_short_training_lifts_recall_far_above_chance(small_catalogue: Path, tmp
         learning_rate=1e-3,
         warmup_steps=40,
         val_limit=0,
+        threads=1,
     )
-    result = Trainer(get_preset("demo"), cfg, log=quiet, show_progress=False).run()
+    before = torch.get_num_threads()
+    try:
+        result, report, test = _train_and_evaluate(small_catalogue, cfg)
+    finally:
+        torch.set_num_threads(before)  # the trainer sets the process's count: later tests keep theirs
     assert result.steps == 180
-    model = CCRkModel.from_pretrained(result.model_dir)
-    tokenizer = load_tokenizer(result.model_dir)
-    pre = ImagePreprocessor(model.config.vision)
-    test = load_captioned_images(small_catalogue / "test.jsonl", pre)
-    report = evaluate(model, tokenizer, test, pre).report()
     chance = (1 + 5 + 10) / 3 / len(test)  # mean of R@1/5/10 for a random ranking of 100 images
     ir, tr = report["dual"]["IR"], report["dual"]["TR"]
     print(f"IR mean recall {ir['mean_recall']:.3f}, TR {tr['mean_recall']:.3f}, chance {chance:.3f}")

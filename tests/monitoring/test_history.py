@@ -4,6 +4,7 @@ latency histogram's quantiles by hand; alerts and markers from a hand-made histo
 from __future__ import annotations
 
 import multiprocessing
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -147,3 +148,32 @@ def test_alerts_and_markers_by_hand() -> None:
         (4.0, "model", "ccrk-2"),
     ]
     assert alerts(runs[:2], AlertRules(mrv_max=10.0, recall_drop=0.05)) == []
+
+
+def test_each_served_index_has_its_own_history_by_default(tmp_path: Path) -> None:
+    """Every service on a machine wrote one ``artifacts/monitoring.sqlite``: one service's dashboard showed
+    another's traffic and probe runs. Without ``history_db``, each index has its own file beside it."""
+    from ccrk_settings import Settings
+    from monitoring.history import history_path, open_history
+
+    def service(root: str, name: str) -> Settings:
+        return Settings(index_root=tmp_path / root, index_name=name, history_db=None, redis_url=None)
+
+    demo, photos, elsewhere = service("a", "demo"), service("a", "photos"), service("b", "demo")
+    assert len({history_path(s) for s in (demo, photos, elsewhere)}) == 3
+    assert history_path(demo) == tmp_path / "a" / "demo.monitoring.sqlite"
+    assert history_path(demo, "photos") == history_path(photos)  # a build's gate writes the built index's
+    store = open_history(demo)
+    try:
+        store.add_run({"time": time.time(), "index_version": "v1"})
+        assert [r["index_version"] for r in store.runs(0)] == ["v1"]
+    finally:
+        store.close()
+    for other in (photos, elsewhere):
+        store = open_history(other)
+        try:
+            assert store.runs(0) == []
+        finally:
+            store.close()
+    given = demo.model_copy(update={"history_db": tmp_path / "given.sqlite"})
+    assert history_path(given, "photos") == tmp_path / "given.sqlite"

@@ -1,6 +1,6 @@
-"""Catalogue images as served: a file swapped for a link after indexing is refused (403), never its target;
-a link staying in its folder is served; thumbnails of 16-bit greyscale scans keep their grey (a real
-uvicorn, real files)."""
+"""Catalogue images as served: a file or a parent folder swapped for a link after indexing is refused (403),
+never its target; a link staying in its folder is served; thumbnails of 16-bit greyscale scans keep their
+grey (a real uvicorn, real files)."""
 
 from __future__ import annotations
 
@@ -55,6 +55,36 @@ def test_a_file_swapped_for_a_link_is_refused(tmp_path: Path, catalogue: Catalog
         assert "etag" in plain.headers and plain.headers["cache-control"] == "public, max-age=3600"
         fifo = client.get(f"/v1/images/{ids[3]}", timeout=10)
         assert fifo.status_code == 403 and "not a regular file" in fifo.text
+
+
+def test_a_parent_folder_swapped_for_a_link_is_refused(tmp_path: Path, catalogue: Catalogue) -> None:
+    """``O_NOFOLLOW`` guards the last component only: ``sub`` swapped for a link to another folder after
+    indexing served ``sub/inner.png`` from there. Links above the photo folder (the folder reached through
+    a link, as ``/home -> /data/home``) are the machine's, and still followed."""
+    photos = tmp_path / "photos"
+    for folder in ("sub", "deep/er"):
+        (photos / folder).mkdir(parents=True)
+    alias = tmp_path / "alias"  # the photo folder, indexed through a link to it
+    os.symlink(photos, alias)
+    records = []
+    for rel, record in zip(("sub/inner.png", "deep/er/kept.png"), catalogue.records, strict=False):
+        shutil.copy(record.image, photos / rel)
+        records.append(dataclasses.replace(record, id=rel, image=alias / rel))
+    write_version(tmp_path / "indexes", dataclasses.replace(catalogue, records=records))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "inner.png").write_bytes(SECRET)
+    shutil.rmtree(photos / "sub")
+    os.symlink(outside, photos / "sub")
+    with LiveServer(make_settings(tmp_path / "indexes")) as live, live.client() as client:
+        for url in ("/v1/images?id=sub/inner.png", "/v1/images?id=sub/inner.png&size=64"):
+            answer = client.get(url)
+            assert answer.status_code == 403, (url, answer.status_code)
+            assert b"root:" not in answer.content
+            (error,) = answer.json()["detail"]
+            assert error["loc"] == ["path", "item_id"] and "is a link" in error["msg"]
+        kept = client.get("/v1/images?id=deep/er/kept.png")
+        assert kept.status_code == 200 and kept.content == (photos / "deep/er/kept.png").read_bytes()
 
 
 def test_a_16_bit_greyscale_thumbnail_keeps_its_grey(tmp_path: Path, catalogue: Catalogue) -> None:

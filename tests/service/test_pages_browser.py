@@ -1,7 +1,8 @@
 """Both pages in headless Chromium (Debian's chromium and chromedriver, driven by selenium) against a real
 service: the dashboard draws the seeded history, the search page shows images for a German and a Japanese
 query, compare mode marks the shared items, a shared link (/?q=...&lang=...) runs its search on load and a
-search puts its link in the address bar. Screenshots go to artifacts/screenshots/."""
+search puts its link in the address bar. Screenshots go to $TMPDIR/ccrk-test-screenshots/
+(``tests.artifacts_guard.screenshots_dir``), never the checkout's artifacts/."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ import pytest
 
 from monitoring.history import SqliteHistory
 from monitoring.traffic import TrafficAggregator
+from tests.artifacts_guard import screenshots_dir
 from tests.fixtures import Catalogue, LiveServer, make_settings
 
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
 CHROMIUM_FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -143,8 +144,9 @@ def wait_js(drv: Any, script: str, *args: Any, timeout: float = 30.0) -> Any:
 
 
 def shot(drv: Any, name: str) -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / name
+    folder = screenshots_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
     height = drv.execute_script("return document.documentElement.scrollHeight")
     drv.set_window_size(1400, min(max(int(height) + 40, 900), 4000))
     drv.save_screenshot(str(path))
