@@ -11,16 +11,21 @@ The dictionaries are wordfreq's word lists, installed with the package (code Apa
   hashes (~5 MB for German's 630k words);
 - corrections: the "small" list's words of 5+ letters (~25-35k per language, each written at least once
   in a million words), in a tantivy fuzzy index in memory (``store.spelling.Vocabulary``: a Levenshtein
-  automaton, a swap of neighbours one edit), chosen as ``nearest_in`` says.
+  automaton, a swap of neighbours one edit), chosen as ``nearest_in`` says;
+- rarer corrections, asked only for a word none of the small list's is one edit from: the large list's
+  other words of ``MIN_RARE`` letters and more written at least once in ``RARE_CENTIBELS`` (~75-230k per
+  language). A shop's long words are mostly there, under the small list's cut: German and Dutch
+  compounds ("sojajoghurt", "vruchtensap"), plurals ("citroenen", "ameixas"), produce ("sparris").
 
 Each language's dictionary is built on first use, once per process (~0.2-0.5 s), by the
-``QueryDictionaries`` the search pipeline owns; nothing is read at import.
+``QueryDictionaries`` the search pipeline owns, its rarer corrections on their own first use (~0.5-1.5 s);
+nothing is read at import.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +36,12 @@ from store.spelling import Vocabulary
 # Correction candidates have as many letters as a word that may be corrected (typos.ONE_EDIT_FROM): a
 # five-letter typo is not "corrected" by a deletion to a four-letter word ("milfh" to English "milf").
 MIN_CANDIDATE = 5
+# Rarer candidates: 7+ letters, as a shorter typo is one edit from many of the large list's rare words
+# ("melien": 14 in German, "medien" to "meien"), and at least once in 10^7.5 words, the large list's
+# upper half of its range (1e-6 to 1e-8): below that its words are mostly one-off spellings and names, and
+# the cut halves the index (German: 230k words, not 485k) and a look-up's cost.
+MIN_RARE = 7
+RARE_CENTIBELS = 750
 # Rows of a QWERTY keyboard (QWERTZ and AZERTY move only a few letters): a substituted letter next to the
 # typed one is the commonest typo, so such a candidate goes before a more frequent one that is not.
 _KEY_ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
@@ -70,13 +81,23 @@ class DictionaryWord:
 class Dictionary:
     """One language's known words and its fuzzy index of correction candidates (read-only; thread-safe)."""
 
-    def __init__(self, lang: str, known: Iterable[str], candidates: dict[str, int]) -> None:
+    def __init__(
+        self,
+        lang: str,
+        known: Iterable[str],
+        candidates: dict[str, int],
+        rare: Callable[[], dict[str, int]] | None = None,
+    ) -> None:
         self.lang = lang
         hashes = np.fromiter((hash(w) for w in known), dtype=np.int64)
         self._known = np.unique(hashes)
         self._centibels = candidates  # word -> centibels
         # Vocabulary keeps the largest count: the most frequent word has the least centibels.
         self._fuzzy = Vocabulary({w: 10_000 - cb for w, cb in candidates.items()}, {})
+        # The rarer candidates (word -> centibels), read when first asked for: most queries never are.
+        self._rare_source = rare
+        self._rare: tuple[Vocabulary, dict[str, int]] | None = None
+        self._lock = threading.Lock()
 
     @classmethod
     def of_wordfreq(cls, lang: str) -> Dictionary:
@@ -92,7 +113,19 @@ class Dictionary:
             for w in bucket
             if w.isalpha() and len(w) >= MIN_CANDIDATE
         }
-        return cls(lang, (w for bucket in large for w in bucket), candidates)
+
+        def rare() -> dict[str, int]:
+            if large_path is None:  # no large list: the small one is all there is
+                return {}
+            buckets = wordfreq.read_cBpack(large_path)[:RARE_CENTIBELS]
+            return {
+                w: cb
+                for cb, bucket in enumerate(buckets)
+                for w in bucket
+                if len(w) >= MIN_RARE and w not in candidates and w.isalpha()
+            }
+
+        return cls(lang, (w for bucket in large for w in bucket), candidates, rare)
 
     def knows(self, word: str) -> bool:
         at = int(np.searchsorted(self._known, hash(word)))
@@ -105,6 +138,16 @@ class Dictionary:
             for w in self._fuzzy.within(word, edits)
             if w != word
         ]
+
+    def rare_within(self, word: str) -> list[DictionaryWord]:
+        """The rarer candidates one edit from ``word`` (its index built now if this is its first use)."""
+        if self._rare is None:
+            with self._lock:  # one build per dictionary (~0.5-1.5 s, once)
+                if self._rare is None:
+                    words = self._rare_source() if self._rare_source is not None else {}
+                    self._rare = (Vocabulary({w: 10_000 - cb for w, cb in words.items()}, {}), words)
+        fuzzy, centibels = self._rare
+        return [DictionaryWord(w, self.lang, 1, centibels[w]) for w in fuzzy.within(word, 1) if w != word]
 
     @property
     def nbytes(self) -> int:
@@ -163,14 +206,17 @@ def nearest_in(
     max_edits: int,
     catalogue: frozenset[str] | set[str] | dict[str, int] = frozenset(),
 ) -> DictionaryWord | None:
-    """The dictionary word nearest ``word`` within ``max_edits``, over every dictionary: fewest edits, then
-    one the catalogue writes too, then one a slip to a neighbouring key explains, then the most frequent
-    (then the earlier dictionary, then code-point order); None where ``word`` is a word of one of them or
-    none is near enough."""
+    """The dictionary word nearest ``word`` within ``max_edits``, over every dictionary: fewest edits (a rarer
+    candidate one edit away where no common one is, before any two away), then one the catalogue writes
+    too, then one a slip to a neighbouring key explains, then the most frequent (then the earlier
+    dictionary, then code-point order); None where ``word`` is a word of one of them or none is near
+    enough."""
     if any(d.knows(word) for d in dictionaries):
         return None
     for edits in range(1, max_edits + 1):
         found = [c for d in dictionaries for c in d.within(word, edits)]
+        if not found and edits == 1 and len(word) >= MIN_RARE - 1:  # one insertion from 7 letters
+            found = [c for d in dictionaries for c in d.rare_within(word)]
         if found:
             order = {d.lang: i for i, d in enumerate(dictionaries)}
             return min(

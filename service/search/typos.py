@@ -13,7 +13,8 @@ clean queries pay one dictionary look-up per word.
 A word the catalogue cannot correct (none near enough, or the query is ``certain``ly in a language the
 catalogue does not write) is looked up in the query language's dictionary (``service.search.dictionaries``,
 wordfreq's lists): one it holds is a clean word of that language and left alone; one it does not hold is
-corrected to its nearest word within the same budget. That correction is for the dense channels (the
+corrected to its nearest word within the same budget (a long word no common word is one edit from, to a
+rarer one: ``dictionaries.nearest_in``). That correction is for the dense channels (the
 multilingual encoders read "Äpfel" where "Äpcel" moved the embedding off its meaning) and the response:
 the catalogue does not hold the word, so the lexical channel searches the query as typed there.
 Languages looked up: a ``certain`` query's own; otherwise the detected one and every language of the model

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from indexer.build import build
 from service.app import create_app
-from service.search.dictionaries import QueryDictionaries, nearest_in
+from service.search.dictionaries import Dictionary, QueryDictionaries, nearest_in
 from service.search.typos import FUZZY_WEIGHT, Correction, correct_query, edit_budget
 from store.lexical import analyze
 from store.products import PhotoRows, ProductChannels, ProductInfo, TextRows, write_product_channels
@@ -252,3 +252,46 @@ def test_a_cached_answer_says_what_it_searched_and_typos_are_in_its_key(served: 
     assert [h["id"] for h in again["results"]] == [h["id"] for h in first["results"]]
     off = _search(served, query="avocdo", top_k=3, typos=0)  # another key: not the corrected answer
     assert off["cached"] is False and off["corrected_query"] is None
+
+
+def test_a_long_word_no_common_word_is_near_is_corrected_to_a_rarer_word_of_the_large_list(
+    channels: ProductChannels, dictionaries: QueryDictionaries
+) -> None:
+    # "Zitronensaft" is under the small list's cut (as most compounds are): only the large list holds it.
+    german = dictionaries.of("de")
+    assert german is not None and german.within("zitronemsaft", 1) == [] == german.within("zitronemsaft", 2)
+    got = correct_query(channels, "Zitronemsaft", ["de"], None, certain=True, dictionaries=dictionaries)
+    assert got is not None and got.words == {"zitronemsaft": "zitronensaft"}
+    assert got.dictionary == {"zitronemsaft": "de"}
+    # Uncertain: looked up in every language of the model alike.
+    got = correct_query(channels, "himbeersaff", ["nl"], None, dictionaries=dictionaries)
+    assert got is not None and got.words == {"himbeersaff": "himbeersaft"}
+    assert correct_query(channels, "Zitronensaft", ["de"], None, dictionaries=dictionaries) is None  # known
+
+
+def test_rarer_words_are_asked_for_only_where_no_common_one_is_one_edit_away() -> None:
+    asked: list[int] = []
+
+    def rare() -> dict[str, int]:
+        asked.append(1)
+        return {"orangensaft": 700, "tomatenmark": 720, "saftig": 650}
+
+    common = {"orangenbaum": 550, "tomatenmarkt": 560, "tomatenmus": 590}
+    lexicon = Dictionary("xx", [*common, *rare()], common, rare)
+    asked.clear()
+    # A common word one edit away: the rarer ones are never read.
+    near = nearest_in("tomatenmus", [lexicon], 2)
+    assert near is None and asked == []  # a word of the dictionary
+    near = nearest_in("tomatenmis", [lexicon], 2)
+    assert near is not None and near.word == "tomatenmus" and asked == []
+    # None one edit away: a rarer word one edit away comes before a common one two edits away.
+    near = nearest_in("orangensaff", [lexicon], 2)
+    assert near is not None and (near.word, near.edits, near.centibels) == ("orangensaft", 1, 700)
+    assert asked == [1]
+    near = nearest_in("tomatenmzrk", [lexicon], 2)  # "tomatenmark" one edit, "tomatenmarkt" two
+    assert near is not None and near.word == "tomatenmark" and asked == [1]  # read once
+    # Rarer words have seven letters or more: a word of five, one edit from none, never reads them.
+    asked.clear()
+    fresh = Dictionary("xx", common, common, rare)
+    assert nearest_in("safte", [fresh], 1) is None and asked == []
+    assert nearest_in("orangensaff", [fresh], 1) is not None and asked == [1]
