@@ -37,10 +37,13 @@ from indexer import disk
 from indexer.ann import IndexPlan
 from indexer.build_key import (
     BUILD_KEY,
+    CONTENT_KEY,
     MODEL_FILES_KEY,
     PLAN_HASH,
     build_key,
+    content_key,
     current_build_param,
+    further_photo_digests,
     model_files_key,
     published_as,
     without_key,
@@ -90,7 +93,10 @@ from store.synonyms import current_synonyms, read_document
 __all__ = ["BuildReport", "add", "build", "delete", "rollback"]
 
 
-def _already_current(report: BuildReport, base: Path, version: str) -> BuildReport:
+def _already_current(report: BuildReport, base: Path, version: str, key: str) -> BuildReport:
+    # E.g. a re-run after a kill just after publishing: that run's work folder is all that is left.
+    for done_key in {key, work_key_of(base, version)} - {None}:
+        shutil.rmtree(base / BUILDS_DIR / f"build-{done_key}", ignore_errors=True)
     report.version, report.already_current = version, True
     report.fill_from(IndexManifest.load(base / version / MANIFEST_FILE))
     report.notes.append(
@@ -154,16 +160,23 @@ def build(
         # The images' stats, once: for the build's key and for their digests (``plan_reuse``).
         file_stats = FileStats.take([it.path for it in items])
         result_key = build_key(
-            key, items, settings=settings, index_factory=index_factory, stats=file_stats.stats
+            key,
+            items,
+            settings=settings,
+            index_factory=index_factory,
+            stats=file_stats.stats,
+            now_ns=file_stats.now_ns,
         )
-        if synonym_set is not None:  # only then: the keys of builds without synonyms stay as they were
-            result_key = hashlib.sha256(f"{result_key}:synonyms:{synonym_set.digest}".encode()).hexdigest()
+
+        def with_synonyms(k: str) -> str:  # only then: the keys of builds without synonyms stay as they were
+            if synonym_set is None:
+                return k
+            return hashlib.sha256(f"{k}:synonyms:{synonym_set.digest}".encode()).hexdigest()
+
+        result_key = with_synonyms(result_key)
         same = None if force else published_as(root, name, result_key)
         if same is not None:
-            # E.g. a re-run after a kill just after publishing: that run's work folder is all that is left.
-            for done_key in {key, work_key_of(base, same)} - {None}:
-                shutil.rmtree(base / BUILDS_DIR / f"build-{done_key}", ignore_errors=True)
-            return _already_current(report, base, same)
+            return _already_current(report, base, same, key)
         # Reuse of CURRENT's stored vectors (``indexer.incremental``): only the items left are encoded.
         rkey = reuse_key(
             fingerprint=fingerprint,
@@ -179,6 +192,27 @@ def build(
             if wants_products(items, settings)
             else None
         )
+        # Other file stats than CURRENT's build saw (a touched, re-copied or just-written file): the same
+        # result all the same when the files' bytes are the same (``build_key.content_key``).
+        extra_paths, extra_digests = further_photo_digests(
+            items, products.stored if products is not None else None
+        )
+        bytes_key = with_synonyms(
+            content_key(
+                key,
+                reuse.digests,
+                settings=settings,
+                index_factory=index_factory,
+                extra_digests=extra_digests,
+                extra_paths=extra_paths,
+            )
+        )
+        same = None if force else published_as(root, name, bytes_key, CONTENT_KEY)
+        if same is not None:
+            reuse.close()
+            if products is not None:
+                products.close()
+            return _already_current(report, base, same, key)
         to_encode = [items[i] for i in reuse.to_encode]
         work_key = (
             key
@@ -262,6 +296,7 @@ def build(
             build_params={
                 PLAN_HASH: key,
                 BUILD_KEY: result_key,
+                CONTENT_KEY: bytes_key,
                 REUSE_KEY: rkey,
                 WORK_KEY: work_key,
                 MODEL_FILES_KEY: model_key,

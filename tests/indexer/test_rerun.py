@@ -4,9 +4,12 @@ after publishing, and in process; a changed image file or a delete since makes i
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 from ccrk_settings import Settings
 from indexer.build import build, delete
@@ -106,3 +109,67 @@ def test_rerun_in_process_and_what_makes_it_a_new_build(settings: Settings, tmp_
     # --force builds even when CURRENT holds the result.
     forced = build("shop", [folder], settings=keep2, index_factory="HNSW16,Flat", force=True)
     assert forced.published and forced.version != compacted.version
+
+
+def _vouched_for_by_stats(monkeypatch: Any) -> None:
+    """Files seconds old count as settled (the racy window is what ``test_a_racy_file_...`` checks)."""
+    import indexer.build_key as build_key_module
+    import store.reuse as reuse_module
+
+    monkeypatch.setattr(build_key_module, "RACY_NS", 0)
+    monkeypatch.setattr(reuse_module, "RACY_NS", 0)
+
+
+def test_a_same_size_file_copied_with_its_old_time_is_built_again(
+    settings: Settings, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """`cp -p` (or `rsync -a`, `tar x`) of a same-size re-export: new bytes under the old size and
+    modification time. The change time (which no copy can set back) makes it a new build."""
+    _vouched_for_by_stats(monkeypatch)
+    folder = _photos(tmp_path / "photos", 6, 0)
+    first = build("shop", [folder], settings=settings)
+    assert build("shop", [folder], settings=settings).already_current  # nothing changed: a no-op
+    target = folder / "002.jpg"
+    before = target.stat()
+    export = write_photo(tmp_path / "export" / "002.jpg", 777, size=(40, 30)).read_bytes()
+    assert len(export) < before.st_size
+    staged = tmp_path / "export" / "002.jpg"
+    staged.write_bytes(export + b"\0" * (before.st_size - len(export)))  # after the JPEG's end: ignored
+    os.utime(staged, ns=(before.st_atime_ns, before.st_mtime_ns))
+    shutil.copy2(staged, target)  # what `cp -p` does
+    after = target.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    rebuilt = build("shop", [folder], settings=settings)
+    assert not rebuilt.already_current and rebuilt.published and rebuilt.version != first.version
+    assert rebuilt.items_changed == 1 and rebuilt.items_encoded == 1
+
+
+def test_a_touched_file_with_the_same_bytes_publishes_nothing(
+    settings: Settings, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Other stats, same bytes: the files' digests (the content key) say it is CURRENT's result."""
+    _vouched_for_by_stats(monkeypatch)
+    folder = _photos(tmp_path / "photos", 6, 0)
+    first = build("shop", [folder], settings=settings)
+    st = (folder / "003.jpg").stat()
+    os.utime(folder / "003.jpg", ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    again = build("shop", [folder], settings=settings)
+    assert again.already_current and again.version == first.version
+    assert list_versions(settings.index_root, "shop") == [first.version]
+
+
+def test_a_racy_file_makes_a_key_no_later_build_matches(settings: Settings, tmp_path: Path) -> None:
+    """A file changed within a timestamp tick of the stats may change again unseen: the key of a build
+    that saw it so cannot be matched by the next build's (which goes by the files' digests)."""
+    from indexer.build_key import RACY_NS, build_key
+    from indexer.sources import read_sources
+
+    items = read_sources([_photos(tmp_path / "photos", 3, 0)]).items
+    now = time.time_ns()
+
+    def key(at: int) -> str:
+        return build_key("plan", items, settings=settings, index_factory=None, now_ns=at)
+
+    assert key(now) != key(now + 1)  # just written: every build's key is its own
+    later = now + RACY_NS + 10**9
+    assert key(later) == key(later + 1)  # settled: the stats vouch for the files
