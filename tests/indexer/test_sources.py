@@ -7,10 +7,12 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from indexer.errors import SourceError
 from indexer.sources import LINK_LOOP, LINK_OUTSIDE, LINK_TO_INSIDE_FOLDER, read_sources
 from tests.indexer.files import write_photo
+from tests.indexer.manifest_fuzz import MANIFESTS, check_manifest
 
 
 def test_folder_is_recursive_sorted_and_ignores_non_images(photo_folder: Path) -> None:
@@ -165,3 +167,10 @@ def test_manifest_paths_are_the_paths_pathlib_makes(tmp_path: Path) -> None:
         assert (got, str(got), got.parts, got.name, got.parent, hash(got)) == (
             ref, str(ref), ref.parts, ref.name, ref.parent, hash(ref)
         ), value  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(MANIFESTS)
+def test_fuzzed_manifests_are_read_or_refused_never_a_traceback(manifest: tuple[str, bytes]) -> None:
+    """bench/manifest_fuzz.py runs the same check over 10,000 cases."""
+    assert check_manifest(*manifest) in ("accepted", "refused")
