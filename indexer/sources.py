@@ -6,11 +6,17 @@ never opens images; bad images are found by the decoder and skipped there. A mal
 ``SourceError`` naming the file and line, raised before any work starts; so is a value the version's
 metadata cannot hold (``_refused``: text that is not Unicode, as a lone surrogate or bytes that are not
 UTF-8; numbers JSON has not, as NaN and Infinity; nesting past ``MAX_DEPTH``), naming its field too.
+Symbolic links are judged as the service judges them: a folder's links out of it, and a manifest's photos
+that are links out of their own folder, are skipped and listed unless ``follow_external_links``.
+
+Over 400 lines: the folder scan and the two manifest readers share their checks (field names, values,
+links), which read best beside them.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -55,6 +61,9 @@ LINK_TO_INSIDE_FOLDER = (
     "a link to a folder inside the source folder: its images are indexed under their own paths"
 )
 LINK_LOOP = "a link to a folder that is indexed already"
+LINK_OUT_OF_FOLDER = (
+    "a manifest's photo that is a link out of its own folder (CCRK_FOLLOW_EXTERNAL_LINKS=true indexes it)"
+)
 
 
 # A folder's Path extended by one file name without parsing the whole path again (CPython's own helper
@@ -414,10 +423,42 @@ def read_csv(path: Path) -> Iterator[SourceItem]:
             raise SourceError(f"{path}:{reader.line_num}: unreadable CSV ({exc})") from None
 
 
+def _link_out_of_folder(path: Path) -> str | None:
+    """Where ``path`` leads when it is a symbolic link out of its own folder (the service refuses to serve
+    such a file, ``service.item_images``), else None."""
+    if not os.path.islink(path):
+        return None
+    target = os.path.realpath(path)
+    return None if _inside(target, os.path.realpath(path.parent)) else target
+
+
+def _without_links_out(items: list[SourceItem], links: list[dict[str, str]]) -> list[SourceItem]:
+    """A manifest's items without their photos that are links out of their folder (listed in ``links``),
+    as a folder's scan leaves them out: a product keeps its other photos (the first left is its first);
+    an item with none left is not indexed."""
+    kept: list[SourceItem] = []
+    for item in items:
+        photos = [item.path, *item.extra_paths]
+        good = []
+        for photo in photos:
+            target = _link_out_of_folder(photo)
+            if target is None:
+                good.append(photo)
+            else:
+                links.append({"path": str(photo), "target": target, "reason": LINK_OUT_OF_FOLDER})
+        if len(good) == len(photos):
+            kept.append(item)
+        elif good:
+            kept.append(dataclasses.replace(item, path=good[0], extra_paths=tuple(good[1:])))
+    return kept
+
+
 def read_sources(sources: Sequence[Path], *, follow_external_links: bool = False) -> SourceScan:
     """All items of all sources, in order; duplicate ids across or within sources are an error.
 
-    ``follow_external_links`` applies to folders (``scan_folder``); a manifest names its files itself."""
+    ``follow_external_links``: symbolic links that lead out of a folder (``scan_folder``), and a manifest's
+    photos that are links out of their own folder (``_without_links_out``), are indexed; else skipped and
+    listed in ``skipped_links``."""
     if not sources:
         raise SourceError("no source given: pass image folders, manifests (.jsonl/.csv) or a catalogue jsonl")
     items: list[SourceItem] = []
@@ -432,10 +473,10 @@ def read_sources(sources: Sequence[Path], *, follow_external_links: bool = False
             links.extend(scan.skipped_links)
         elif not source.exists():
             raise SourceError(f"source not found: {source}")
-        elif source.suffix.lower() == ".jsonl":
-            items.extend(read_jsonl(source))
-        elif source.suffix.lower() == ".csv":
-            items.extend(read_csv(source))
+        elif source.suffix.lower() in (".jsonl", ".csv"):
+            read = read_jsonl if source.suffix.lower() == ".jsonl" else read_csv
+            rows = list(read(source))
+            items.extend(rows if follow_external_links else _without_links_out(rows, links))
         else:
             raise SourceError(f"{source}: not a folder, .jsonl or .csv manifest")
     seen: dict[str, str] = {}
