@@ -71,7 +71,7 @@ from indexer.maintenance import delete, rollback
 from indexer.parent import appended_metadata, read_parent
 from indexer.pipeline import Operation, rerank_info, utc_now
 from indexer.product_reuse import FirstPhotos, open_parent
-from indexer.products import extend_products, wants_products, write_products
+from indexer.products import extend_products, unheld_text_fields, wants_products, write_products
 from indexer.quality_gate import QualityGate
 from indexer.report import BuildReport
 from indexer.segments import add_segment, build_segments, plan_segments, segmented_parent
@@ -131,6 +131,14 @@ def build(
     items = scan.items
     if not items:
         raise BuildError(f"the sources hold no images: {', '.join(map(str, sources))}")
+    unheld = unheld_text_fields(items, settings.text_fields)
+    if unheld:
+        held = sorted({k.partition("@")[0] for it in items for k in it.fields})
+        raise BuildError(
+            f"--text-fields (CCRK_TEXT_FIELDS) names {', '.join(map(repr, unheld))}, which no row of "
+            f"{', '.join(map(str, sources))} holds (their fields: {', '.join(held[:20]) or 'none'}"
+            f"{', ...' if len(held) > 20 else ''}); nothing was built"
+        )
     # The whole model directory, before anything is created under the index root (model.model_check);
     # not again when CURRENT's build checked these very files (``build_key.model_files_key``).
     model_key = model_files_key(model_dir, settings.backend, settings.int8)

@@ -263,3 +263,20 @@ def test_a_manifest_value_the_index_cannot_hold_exits_2_naming_line_and_field(
     assert "Traceback" not in out
     assert current_version(root, "x") is None
 
+
+def test_text_fields_no_row_holds_exit_2_naming_them(tmp_path: Path) -> None:
+    """It used to publish an image-only index without a word."""
+    write_photo(tmp_path / "a.jpg", 1)
+    manifest = tmp_path / "shop.jsonl"
+    manifest.write_text('{"id": "a", "path": "a.jpg", "title@de": "Apfel", "price": 1}\n')
+    root = tmp_path / "idx"
+    common = ["--name", "x", "--index-root", str(root), "--threads", "1", "--workers", "0"]
+    result = runner.invoke(
+        app, ["index", "build", *common, "--text-fields", "title,colour,size", str(manifest)],
+        env={"COLUMNS": "300"},
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    out = " ".join(result.output.split())
+    assert "--text-fields (CCRK_TEXT_FIELDS) names 'colour', 'size', which no row of" in out, out
+    assert "(their fields: price, title)" in out  # title@de holds title
+    assert current_version(root, "x") is None
