@@ -40,6 +40,7 @@ from indexer.build_key import (
     CONTENT_KEY,
     MODEL_FILES_KEY,
     PLAN_HASH,
+    RACY_KEY,
     build_key,
     content_key,
     current_build_param,
@@ -167,7 +168,7 @@ def build(
         )
         # The images' stats, once: for the build's key and for their digests (``plan_reuse``).
         file_stats = FileStats.take([it.path for it in items])
-        result_key = build_key(
+        result_key, racy = build_key(
             key,
             items,
             settings=settings,
@@ -183,7 +184,10 @@ def build(
 
         result_key = with_synonyms(result_key)
         same = None if force else published_as(root, name, result_key)
-        if same is not None:
+        # CURRENT's build saw files changed within a timestamp tick (``build_key.RACY_NS``): their stats do
+        # not vouch for their bytes, which its content key does.
+        verify = same is not None and bool(current_build_param(root, name, RACY_KEY))
+        if same is not None and not verify:
             return _already_current(report, base, same, key)
         # Reuse of CURRENT's stored vectors (``indexer.incremental``): only the items left are encoded.
         rkey = reuse_key(
@@ -200,23 +204,23 @@ def build(
             if wants_products(items, settings)
             else None
         )
-        # Other file stats than CURRENT's build saw (a touched, re-copied or just-written file): the same
-        # result all the same when the files' bytes are the same (``build_key.content_key``).
-        extra_paths, extra_digests = further_photo_digests(
-            items, products.stored if products is not None else None
-        )
-        bytes_key = with_synonyms(
-            content_key(
-                key,
-                reuse.digests,
-                settings=settings,
-                index_factory=index_factory,
-                extra_digests=extra_digests,
-                extra_paths=extra_paths,
+        bytes_key = None
+        if racy or verify:  # the files' digests (taken by ``plan_reuse``; a racy file is always read)
+            extra_paths, extra_digests = further_photo_digests(
+                items, products.stored if products is not None else None
             )
-        )
-        same = None if force else published_as(root, name, bytes_key, CONTENT_KEY)
-        if same is not None:
+            bytes_key = with_synonyms(
+                content_key(
+                    key,
+                    reuse.digests,
+                    settings=settings,
+                    index_factory=index_factory,
+                    extra_digests=extra_digests,
+                    extra_paths=extra_paths,
+                )
+            )
+        if verify and published_as(root, name, bytes_key or "", CONTENT_KEY) == same:
+            assert same is not None
             reuse.close()
             if products is not None:
                 products.close()
@@ -304,7 +308,7 @@ def build(
             build_params={
                 PLAN_HASH: key,
                 BUILD_KEY: result_key,
-                CONTENT_KEY: bytes_key,
+                **({RACY_KEY: True, CONTENT_KEY: bytes_key} if racy else {}),
                 REUSE_KEY: rkey,
                 WORK_KEY: work_key,
                 MODEL_FILES_KEY: model_key,

@@ -9,15 +9,12 @@ whose key equals CURRENT's is a no-op.
 
 Size and modification time alone do not vouch for a file's bytes: ``cp -p``, ``rsync -a`` or ``tar x`` of a
 same-size re-export restore the old modification time over new bytes. They cannot restore the change time,
-nor keep the inode of a file replaced by a rename, so both are in the key; and a file changed within
-``RACY_NS`` of the stats being taken (a timestamp tick on coarse filesystems) makes the key one that no
-later build matches. A build whose key differs is not necessarily new work: its files' content digests
-(taken by the reuse plan, a file read only when its full stats are not those CURRENT recorded) make the
-*content key* (``content_key``); equal to CURRENT's, the build is a no-op too (a touched or re-copied file
-with the same bytes).
-
-``add`` and ``delete`` derive their manifests from their parent's: they drop the key (``without_key``),
-since their result is no longer what the parent's build produced.
+nor keep the inode of a file replaced by a rename, so both are in the key. Nor do a file's stats vouch for
+it when it changed within ``RACY_NS`` of the build looking at it (a timestamp tick of a coarse filesystem:
+it may change again with the same stats): such a build is recorded as *racy* (``RACY_KEY``) with the key
+of its files' bytes (``CONTENT_KEY``, ``content_key``), and a later build with its stat key is a no-op
+only when the files' content digests give that key too (a file whose full stats CURRENT recorded when
+hashing it is not read again; the racy ones always are).
 """
 
 from __future__ import annotations
@@ -42,7 +39,8 @@ from store.reuse import DIGEST_BYTES, KnownDigests
 from store.versions import current_version
 
 BUILD_KEY = "build_key"
-CONTENT_KEY = "content_key"  # build_params: the key of the files' bytes (``content_key``)
+CONTENT_KEY = "content_key"  # build_params: the key of the files' bytes (``content_key``), racy builds
+RACY_KEY = "racy_files"  # build_params: the build saw files changed within RACY_NS (their stats vouch not)
 PLAN_HASH = "plan_hash"
 MODEL_FILES_KEY = "model_files_key"  # build_params: the model directory's files when the build checked it
 RACY_NS = 2_000_000_000  # files changed this recently are not vouched for by their stats
@@ -104,13 +102,13 @@ def build_key(
     index_factory: str | None,
     stats: Sequence[os.stat_result | None] | None = None,
     now_ns: int | None = None,
-) -> str:
-    """The key of a full build: ``plan`` (the shard plan hash) + file stats + index options.
+) -> tuple[str, bool]:
+    """The key of a full build: ``plan`` (the shard plan hash) + file stats + index options; and whether a
+    file changed within ``RACY_NS`` of ``now_ns`` (its stats do not vouch for its bytes).
 
     One ``stat`` per item (0.29 s for 100,000 files on a local disk with a warm cache; ``stats``: those
     of the items' first photos, taken already, just after ``now_ns``); a missing file counts as such, so it
-    appearing later changes the key. A file changed within ``RACY_NS`` of ``now_ns`` makes the key unique
-    (it holds ``now_ns``): the next build cannot match it and goes by the files' digests."""
+    appearing later changes the key."""
     now = time.time_ns() if now_ns is None else now_ns
     digest = hashlib.sha256()
     digest.update(json.dumps(_options(plan, settings, index_factory)).encode())
@@ -127,9 +125,7 @@ def build_key(
             digest.update(f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}\n".encode())
         if item.extra_paths:  # a product's further photos (their order decides the photo rows)
             digest.update(json.dumps([str(p) for p in item.extra_paths]).encode())
-    if racy:
-        digest.update(f"racy:{now}".encode())
-    return digest.hexdigest()[:16]
+    return digest.hexdigest()[:16], racy
 
 
 def content_key(
@@ -187,5 +183,5 @@ def published_as(root: Path, name: str, key: str, param: str = BUILD_KEY) -> str
 
 def without_key(build_params: dict[str, Any]) -> dict[str, Any]:
     """A parent's build parameters for a derived version (add, delete): without its build's key."""
-    dropped = (BUILD_KEY, CONTENT_KEY, PLAN_HASH, "work_key")
+    dropped = (BUILD_KEY, CONTENT_KEY, RACY_KEY, PLAN_HASH, "work_key")
     return {k: v for k, v in build_params.items() if k not in dropped}

@@ -13,7 +13,7 @@ from typing import Any
 
 from ccrk_settings import Settings
 from indexer.build import build, delete
-from indexer.build_key import BUILD_KEY, PLAN_HASH
+from indexer.build_key import BUILD_KEY, CONTENT_KEY, PLAN_HASH, RACY_KEY
 from store.layout import BUILDS_DIR, MANIFEST_FILE
 from store.manifest import IndexManifest
 from store.versions import current_version, list_versions
@@ -144,32 +144,51 @@ def test_a_same_size_file_copied_with_its_old_time_is_built_again(
     assert rebuilt.items_changed == 1 and rebuilt.items_encoded == 1
 
 
-def test_a_touched_file_with_the_same_bytes_publishes_nothing(
+def test_a_rerun_of_a_racy_build_reads_the_files_it_did_not_vouch_for(
     settings: Settings, tmp_path: Path, monkeypatch: Any
 ) -> None:
-    """Other stats, same bytes: the files' digests (the content key) say it is CURRENT's result."""
-    _vouched_for_by_stats(monkeypatch)
-    folder = _photos(tmp_path / "photos", 6, 0)
+    """Files changed within a timestamp tick of the build's look at them may change again with the very
+    same stats: the rerun reads them (their digests equal: still CURRENT's result); once settled, their
+    stats vouch for them and nothing is read."""
+    import indexer.incremental as incremental
+    from store import reuse
+
+    hashed: list[Path] = []
+
+    def counting(path: Path) -> bytes | None:
+        hashed.append(Path(path))
+        return reuse.image_digest(path)
+
+    monkeypatch.setattr(incremental, "image_digest", counting)
+    folder = _photos(tmp_path / "photos", 6, 0)  # just written: racy
     first = build("shop", [folder], settings=settings)
-    st = (folder / "003.jpg").stat()
-    os.utime(folder / "003.jpg", ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    manifest = IndexManifest.load(settings.index_root / "shop" / (first.version or "") / MANIFEST_FILE)
+    assert manifest.build_params[RACY_KEY] is True and len(manifest.build_params[CONTENT_KEY]) == 16
+    hashed.clear()
     again = build("shop", [folder], settings=settings)
     assert again.already_current and again.version == first.version
-    assert list_versions(settings.index_root, "shop") == [first.version]
+    assert sorted(p.name for p in hashed) == [f"{i:03d}.jpg" for i in range(6)]
+
+    _vouched_for_by_stats(monkeypatch)  # settled: a build that sees them so records them
+    settled = build("shop", [folder], settings=settings, index_factory="HNSW16,Flat")
+    manifest = IndexManifest.load(settings.index_root / "shop" / (settled.version or "") / MANIFEST_FILE)
+    assert settled.published and RACY_KEY not in manifest.build_params
+    hashed.clear()
+    assert build("shop", [folder], settings=settings, index_factory="HNSW16,Flat").already_current
+    assert hashed == []
 
 
-def test_a_racy_file_makes_a_key_no_later_build_matches(settings: Settings, tmp_path: Path) -> None:
-    """A file changed within a timestamp tick of the stats may change again unseen: the key of a build
-    that saw it so cannot be matched by the next build's (which goes by the files' digests)."""
+def test_a_racy_file_is_told_by_the_key(settings: Settings, tmp_path: Path) -> None:
+    """A file changed within a timestamp tick of the stats (``RACY_NS``): the key says so."""
     from indexer.build_key import RACY_NS, build_key
     from indexer.sources import read_sources
 
     items = read_sources([_photos(tmp_path / "photos", 3, 0)]).items
     now = time.time_ns()
 
-    def key(at: int) -> str:
+    def key(at: int) -> tuple[str, bool]:
         return build_key("plan", items, settings=settings, index_factory=None, now_ns=at)
 
-    assert key(now) != key(now + 1)  # just written: every build's key is its own
     later = now + RACY_NS + 10**9
-    assert key(later) == key(later + 1)  # settled: the stats vouch for the files
+    assert key(now)[1] and not key(later)[1]
+    assert key(now)[0] == key(later)[0]  # the same stats: the same key
