@@ -37,10 +37,14 @@ from indexer import disk
 from indexer.ann import IndexPlan
 from indexer.build_key import (
     BUILD_KEY,
+    CONTENT_KEY,
     MODEL_FILES_KEY,
     PLAN_HASH,
+    RACY_KEY,
     build_key,
+    content_key,
     current_build_param,
+    further_photo_digests,
     model_files_key,
     published_as,
     without_key,
@@ -68,7 +72,7 @@ from indexer.maintenance import delete, rollback
 from indexer.parent import appended_metadata, read_parent
 from indexer.pipeline import Operation, rerank_info, utc_now
 from indexer.product_reuse import FirstPhotos, open_parent
-from indexer.products import extend_products, wants_products, write_products
+from indexer.products import extend_products, unheld_text_fields, wants_products, write_products
 from indexer.quality_gate import QualityGate
 from indexer.report import BuildReport
 from indexer.segments import add_segment, build_segments, plan_segments, segmented_parent
@@ -90,7 +94,10 @@ from store.synonyms import current_synonyms, read_document
 __all__ = ["BuildReport", "add", "build", "delete", "rollback"]
 
 
-def _already_current(report: BuildReport, base: Path, version: str) -> BuildReport:
+def _already_current(report: BuildReport, base: Path, version: str, key: str) -> BuildReport:
+    # E.g. a re-run after a kill just after publishing: that run's work folder is all that is left.
+    for done_key in {key, work_key_of(base, version)} - {None}:
+        shutil.rmtree(base / BUILDS_DIR / f"build-{done_key}", ignore_errors=True)
     report.version, report.already_current = version, True
     report.fill_from(IndexManifest.load(base / version / MANIFEST_FILE))
     report.notes.append(
@@ -125,6 +132,14 @@ def build(
     items = scan.items
     if not items:
         raise BuildError(f"the sources hold no images: {', '.join(map(str, sources))}")
+    unheld = unheld_text_fields(items, settings.text_fields)
+    if unheld:
+        held = sorted({k.partition("@")[0] for it in items for k in it.fields})
+        raise BuildError(
+            f"--text-fields (CCRK_TEXT_FIELDS) names {', '.join(map(repr, unheld))}, which no row of "
+            f"{', '.join(map(str, sources))} holds (their fields: {', '.join(held[:20]) or 'none'}"
+            f"{', ...' if len(held) > 20 else ''}); nothing was built"
+        )
     # The whole model directory, before anything is created under the index root (model.model_check);
     # not again when CURRENT's build checked these very files (``build_key.model_files_key``).
     model_key = model_files_key(model_dir, settings.backend, settings.int8)
@@ -153,17 +168,27 @@ def build(
         )
         # The images' stats, once: for the build's key and for their digests (``plan_reuse``).
         file_stats = FileStats.take([it.path for it in items])
-        result_key = build_key(
-            key, items, settings=settings, index_factory=index_factory, stats=file_stats.stats
+        result_key, racy = build_key(
+            key,
+            items,
+            settings=settings,
+            index_factory=index_factory,
+            stats=file_stats.stats,
+            now_ns=file_stats.now_ns,
         )
-        if synonym_set is not None:  # only then: the keys of builds without synonyms stay as they were
-            result_key = hashlib.sha256(f"{result_key}:synonyms:{synonym_set.digest}".encode()).hexdigest()
+
+        def with_synonyms(k: str) -> str:  # only then: the keys of builds without synonyms stay as they were
+            if synonym_set is None:
+                return k
+            return hashlib.sha256(f"{k}:synonyms:{synonym_set.digest}".encode()).hexdigest()
+
+        result_key = with_synonyms(result_key)
         same = None if force else published_as(root, name, result_key)
-        if same is not None:
-            # E.g. a re-run after a kill just after publishing: that run's work folder is all that is left.
-            for done_key in {key, work_key_of(base, same)} - {None}:
-                shutil.rmtree(base / BUILDS_DIR / f"build-{done_key}", ignore_errors=True)
-            return _already_current(report, base, same)
+        # CURRENT's build saw files changed within a timestamp tick (``build_key.RACY_NS``): their stats do
+        # not vouch for their bytes, which its content key does.
+        verify = same is not None and bool(current_build_param(root, name, RACY_KEY))
+        if same is not None and not verify:
+            return _already_current(report, base, same, key)
         # Reuse of CURRENT's stored vectors (``indexer.incremental``): only the items left are encoded.
         rkey = reuse_key(
             fingerprint=fingerprint,
@@ -179,6 +204,27 @@ def build(
             if wants_products(items, settings)
             else None
         )
+        bytes_key = None
+        if racy or verify:  # the files' digests (taken by ``plan_reuse``; a racy file is always read)
+            extra_paths, extra_digests = further_photo_digests(
+                items, products.stored if products is not None else None
+            )
+            bytes_key = with_synonyms(
+                content_key(
+                    key,
+                    reuse.digests,
+                    settings=settings,
+                    index_factory=index_factory,
+                    extra_digests=extra_digests,
+                    extra_paths=extra_paths,
+                )
+            )
+        if verify and published_as(root, name, bytes_key or "", CONTENT_KEY) == same:
+            assert same is not None
+            reuse.close()
+            if products is not None:
+                products.close()
+            return _already_current(report, base, same, key)
         to_encode = [items[i] for i in reuse.to_encode]
         work_key = (
             key
@@ -262,6 +308,7 @@ def build(
             build_params={
                 PLAN_HASH: key,
                 BUILD_KEY: result_key,
+                **({RACY_KEY: True, CONTENT_KEY: bytes_key} if racy else {}),
                 REUSE_KEY: rkey,
                 WORK_KEY: work_key,
                 MODEL_FILES_KEY: model_key,

@@ -86,6 +86,18 @@ def wants_products(items: Sequence[SourceItem], settings: Settings) -> bool:
     return bool(settings.text_fields) or any(it.extra_paths for it in items)
 
 
+def unheld_text_fields(items: Sequence[SourceItem], text_fields: Sequence[str]) -> list[str]:
+    """The names of ``text_fields`` that no item holds (as such or language-tagged: ``title@de``); a build
+    searching them would publish an image-only index without a word."""
+    wanted = set(text_fields)
+    held: set[str] = set()
+    for item in items:
+        held.update(key.partition("@")[0] for key in item.fields)
+        if wanted <= held:
+            return []
+    return [name for name in dict.fromkeys(text_fields) if name not in held]
+
+
 def text_values(items: Sequence[SourceItem], text_fields: Sequence[str]) -> list[TextValue]:
     """The searched text values of the items (rows in ``items``' order), grouped by row."""
     wanted = set(text_fields)

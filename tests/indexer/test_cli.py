@@ -246,3 +246,63 @@ def test_links_out_of_a_folder_are_reported_not_indexed(
     assert report["skipped_links"] == [] and report["count"] == 13
     with open_version(root, "shop") as idx:  # one more item: a segmented version (indexer.segments)
         assert idx.items([idx.row_of("sub/out.jpg")])[0]["path"] == str(link)
+
+
+@pytest.mark.parametrize(
+    ("suffix", "line", "message"),
+    [
+        # A lone surrogate (a JSON escape): it used to be a UnicodeEncodeError in indexer/disk.py.
+        (".jsonl", b'{"id": "b", "path": "b.jpg", "title": "caf\\ud800"}', "field 'title': a lone surrogate"),
+        # Bytes that are not UTF-8: a UnicodeDecodeError in indexer/sources.py.
+        (
+            ".jsonl",
+            b'{"id": "b", "path": "b.jpg", "title": "caf\xe9"}',
+            "invalid UTF-8 (byte 0xe9) at column",
+        ),
+        (".csv", b"b,b.jpg,caf\xff\n", "field 'title': invalid UTF-8 (byte 0xff)"),
+        # NaN and Infinity (JSON has neither): "malformed JSON" from SQLite at index creation.
+        (".jsonl", b'{"id": "b", "path": "b.jpg", "price": NaN}', "field 'price': NaN is not a number"),
+        (".jsonl", b'{"id": "b", "path": "b.jpg", "a": {"b": [1, -Infinity]}}', "field 'a.b[1]': -Infinity"),
+        (".jsonl", b'{"id": "b", "path": "b.jpg", "price": 1e999}', "field 'price': 1e999 is not a number"),
+    ],
+)
+def test_a_manifest_value_the_index_cannot_hold_exits_2_naming_line_and_field(
+    tmp_path: Path, suffix: str, line: bytes, message: str
+) -> None:
+    write_photo(tmp_path / "a.jpg", 1)
+    write_photo(tmp_path / "b.jpg", 2)
+    manifest = tmp_path / f"shop{suffix}"
+    if suffix == ".csv":
+        manifest.write_bytes(b"id,path,title\na,a.jpg,fine\n" + line)
+    else:
+        manifest.write_bytes(b'{"id": "a", "path": "a.jpg", "title": "fine"}\n' + line + b"\n")
+    root = tmp_path / "idx"
+    result = runner.invoke(
+        app,
+        ["index", "build", "--name", "x", "--index-root", str(root), str(manifest)],
+        env={"COLUMNS": "300"},
+    )
+    assert result.exit_code == 2, result.output
+    out = " ".join(result.output.split())
+    lineno = 3 if suffix == ".csv" else 2  # the CSV's header is its first line
+    assert f"{manifest}:{lineno}: " in out and message in out, out
+    assert "Traceback" not in out
+    assert current_version(root, "x") is None
+
+
+def test_text_fields_no_row_holds_exit_2_naming_them(tmp_path: Path) -> None:
+    """It used to publish an image-only index without a word."""
+    write_photo(tmp_path / "a.jpg", 1)
+    manifest = tmp_path / "shop.jsonl"
+    manifest.write_text('{"id": "a", "path": "a.jpg", "title@de": "Apfel", "price": 1}\n')
+    root = tmp_path / "idx"
+    common = ["--name", "x", "--index-root", str(root), "--threads", "1", "--workers", "0"]
+    result = runner.invoke(
+        app, ["index", "build", *common, "--text-fields", "title,colour,size", str(manifest)],
+        env={"COLUMNS": "300"},
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    out = " ".join(result.output.split())
+    assert "--text-fields (CCRK_TEXT_FIELDS) names 'colour', 'size', which no row of" in out, out
+    assert "(their fields: price, title)" in out  # title@de holds title
+    assert current_version(root, "x") is None

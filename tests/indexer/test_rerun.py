@@ -4,13 +4,16 @@ after publishing, and in process; a changed image file or a delete since makes i
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 from ccrk_settings import Settings
 from indexer.build import build, delete
-from indexer.build_key import BUILD_KEY, PLAN_HASH
+from indexer.build_key import BUILD_KEY, CONTENT_KEY, PLAN_HASH, RACY_KEY
 from store.layout import BUILDS_DIR, MANIFEST_FILE
 from store.manifest import IndexManifest
 from store.versions import current_version, list_versions
@@ -106,3 +109,86 @@ def test_rerun_in_process_and_what_makes_it_a_new_build(settings: Settings, tmp_
     # --force builds even when CURRENT holds the result.
     forced = build("shop", [folder], settings=keep2, index_factory="HNSW16,Flat", force=True)
     assert forced.published and forced.version != compacted.version
+
+
+def _vouched_for_by_stats(monkeypatch: Any) -> None:
+    """Files seconds old count as settled (the racy window is what ``test_a_racy_file_...`` checks)."""
+    import indexer.build_key as build_key_module
+    import store.reuse as reuse_module
+
+    monkeypatch.setattr(build_key_module, "RACY_NS", 0)
+    monkeypatch.setattr(reuse_module, "RACY_NS", 0)
+
+
+def test_a_same_size_file_copied_with_its_old_time_is_built_again(
+    settings: Settings, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """`cp -p` (or `rsync -a`, `tar x`) of a same-size re-export: new bytes under the old size and
+    modification time. The change time (which no copy can set back) makes it a new build."""
+    _vouched_for_by_stats(monkeypatch)
+    folder = _photos(tmp_path / "photos", 6, 0)
+    first = build("shop", [folder], settings=settings)
+    assert build("shop", [folder], settings=settings).already_current  # nothing changed: a no-op
+    target = folder / "002.jpg"
+    before = target.stat()
+    export = write_photo(tmp_path / "export" / "002.jpg", 777, size=(40, 30)).read_bytes()
+    assert len(export) < before.st_size
+    staged = tmp_path / "export" / "002.jpg"
+    staged.write_bytes(export + b"\0" * (before.st_size - len(export)))  # after the JPEG's end: ignored
+    os.utime(staged, ns=(before.st_atime_ns, before.st_mtime_ns))
+    shutil.copy2(staged, target)  # what `cp -p` does
+    after = target.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    rebuilt = build("shop", [folder], settings=settings)
+    assert not rebuilt.already_current and rebuilt.published and rebuilt.version != first.version
+    assert rebuilt.items_changed == 1 and rebuilt.items_encoded == 1
+
+
+def test_a_rerun_of_a_racy_build_reads_the_files_it_did_not_vouch_for(
+    settings: Settings, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Files changed within a timestamp tick of the build's look at them may change again with the very
+    same stats: the rerun reads them (their digests equal: still CURRENT's result); once settled, their
+    stats vouch for them and nothing is read."""
+    import indexer.incremental as incremental
+    from store import reuse
+
+    hashed: list[Path] = []
+
+    def counting(path: Path) -> bytes | None:
+        hashed.append(Path(path))
+        return reuse.image_digest(path)
+
+    monkeypatch.setattr(incremental, "image_digest", counting)
+    folder = _photos(tmp_path / "photos", 6, 0)  # just written: racy
+    first = build("shop", [folder], settings=settings)
+    manifest = IndexManifest.load(settings.index_root / "shop" / (first.version or "") / MANIFEST_FILE)
+    assert manifest.build_params[RACY_KEY] is True and len(manifest.build_params[CONTENT_KEY]) == 16
+    hashed.clear()
+    again = build("shop", [folder], settings=settings)
+    assert again.already_current and again.version == first.version
+    assert sorted(p.name for p in hashed) == [f"{i:03d}.jpg" for i in range(6)]
+
+    _vouched_for_by_stats(monkeypatch)  # settled: a build that sees them so records them
+    settled = build("shop", [folder], settings=settings, index_factory="HNSW16,Flat")
+    manifest = IndexManifest.load(settings.index_root / "shop" / (settled.version or "") / MANIFEST_FILE)
+    assert settled.published and RACY_KEY not in manifest.build_params
+    hashed.clear()
+    assert build("shop", [folder], settings=settings, index_factory="HNSW16,Flat").already_current
+    assert hashed == []
+
+
+def test_a_racy_file_is_told_by_the_key(settings: Settings, tmp_path: Path) -> None:
+    """A file changed within a timestamp tick of the stats (``RACY_NS``): the key says so."""
+    from indexer.build_key import RACY_NS, build_key
+    from indexer.sources import read_sources
+
+    items = read_sources([_photos(tmp_path / "photos", 3, 0)]).items
+    now = time.time_ns()
+
+    def key(at: int) -> tuple[str, bool]:
+        return build_key("plan", items, settings=settings, index_factory=None, now_ns=at)
+
+    later = now + RACY_NS + 10**9
+    assert key(now)[1] and not key(later)[1]
+    assert key(now)[0] == key(later)[0]  # the same stats: the same key

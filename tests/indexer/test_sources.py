@@ -7,10 +7,18 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from indexer.errors import SourceError
-from indexer.sources import LINK_LOOP, LINK_OUTSIDE, LINK_TO_INSIDE_FOLDER, read_sources
+from indexer.sources import (
+    LINK_LOOP,
+    LINK_OUT_OF_FOLDER,
+    LINK_OUTSIDE,
+    LINK_TO_INSIDE_FOLDER,
+    read_sources,
+)
 from tests.indexer.files import write_photo
+from tests.indexer.manifest_fuzz import MANIFESTS, check_manifest
 
 
 def test_folder_is_recursive_sorted_and_ignores_non_images(photo_folder: Path) -> None:
@@ -165,3 +173,43 @@ def test_manifest_paths_are_the_paths_pathlib_makes(tmp_path: Path) -> None:
         assert (got, str(got), got.parts, got.name, got.parent, hash(got)) == (
             ref, str(ref), ref.parts, ref.name, ref.parent, hash(ref)
         ), value  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(MANIFESTS)
+def test_fuzzed_manifests_are_read_or_refused_never_a_traceback(manifest: tuple[str, bytes]) -> None:
+    """bench/manifest_fuzz.py runs the same check over 10,000 cases."""
+    assert check_manifest(*manifest) in ("accepted", "refused")
+
+
+def test_a_manifests_photos_that_link_out_of_their_folder_are_skipped(tmp_path: Path) -> None:
+    """As a folder's scan skips them (and the service refuses to serve them): a product's link out of its
+    folder is not one of its photos, and is listed; a link to a neighbour in the folder is kept."""
+    secret = write_photo(tmp_path / "private" / "secret.jpg", 9)
+    photos = tmp_path / "shop" / "photos"
+    for name in ("a.jpg", "b.jpg", "c.jpg"):
+        write_photo(photos / name, len(name))
+    (photos / "out.jpg").symlink_to(secret)
+    (photos / "sneaky.jpg").symlink_to("../../private/secret.jpg")
+    (photos / "neighbour.jpg").symlink_to("c.jpg")
+    manifest = tmp_path / "shop" / "products.jsonl"
+    rows = [
+        {"id": "p1", "paths": ["photos/a.jpg", "photos/out.jpg", "photos/neighbour.jpg"]},
+        {"id": "p2", "paths": ["photos/sneaky.jpg", "photos/b.jpg"]},  # its first photo: b.jpg now
+        {"id": "p3", "paths": ["photos/out.jpg"]},  # no photo left: not indexed
+        {"id": "p4", "path": "photos/sneaky.jpg"},
+    ]
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    scan = read_sources([manifest])
+    got = {it.id: [it.path.name, *(p.name for p in it.extra_paths)] for it in scan.items}
+    assert got == {"p1": ["a.jpg", "neighbour.jpg"], "p2": ["b.jpg"]}
+    assert [(Path(s["path"]).name, s["reason"]) for s in scan.skipped_links] == [
+        ("out.jpg", LINK_OUT_OF_FOLDER),
+        ("sneaky.jpg", LINK_OUT_OF_FOLDER),
+        ("out.jpg", LINK_OUT_OF_FOLDER),
+        ("sneaky.jpg", LINK_OUT_OF_FOLDER),
+    ]
+    assert all(s["target"] == str(secret.resolve()) for s in scan.skipped_links)
+    followed = read_sources([manifest], follow_external_links=True)
+    assert [it.id for it in followed.items] == ["p1", "p2", "p3", "p4"] and followed.skipped_links == []
+    assert [p.name for p in followed.items[0].extra_paths] == ["out.jpg", "neighbour.jpg"]
