@@ -96,7 +96,10 @@ def open_regular_file(path: Path, item_id: str, root: Path | None = None) -> Ite
         raise
 
 
-def _unreadable(item_id: str) -> NotFoundError:
+def _unreadable(item_id: str, exc: OSError | None = None) -> NotFoundError:
+    """A 404 for an image that cannot be opened; one whose file or folder is gone says so."""
+    if isinstance(exc, FileNotFoundError):
+        return NotFoundError(f"the image of item {item_id!r} is no longer on disk", loc=("path", "item_id"))
     return NotFoundError(f"the image of item {item_id!r} cannot be read", loc=("path", "item_id"))
 
 
@@ -110,8 +113,8 @@ def _open_below(root: Path, names: tuple[str, ...], item_id: str) -> int:
         return _open_last(os.fspath(root.joinpath(*names)), None, root.joinpath(*names), item_id)
     try:
         top = os.open(root, DIR_FLAGS)  # links above the root are followed
-    except OSError:
-        raise _unreadable(item_id) from None
+    except OSError as exc:
+        raise _unreadable(item_id, exc) from None
     folder = _descend(top, names[:-1], item_id)  # closed by it on an error
     try:
         return _open_last(names[-1], folder, root.joinpath(*names), item_id)
@@ -124,13 +127,13 @@ def _descend(folder: int, names: tuple[str, ...] | list[str], item_id: str) -> i
     for name in names:
         try:
             inner = os.open(name, DIR_FLAGS | os.O_NOFOLLOW, dir_fd=folder)
-        except OSError:
+        except OSError as exc:
             try:
                 is_link = stat.S_ISLNK(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode)
             except OSError:
                 is_link = False
             os.close(folder)
-            raise _link_in_path(item_id) if is_link else _unreadable(item_id) from None
+            raise _link_in_path(item_id) if is_link else _unreadable(item_id, exc) from None
         os.close(folder)
         folder = inner
     return folder

@@ -47,6 +47,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     for package in ("indexer", "model", "service"):
         (tests / package).mkdir(parents=True)
     shutil.copy(CONFTEST, tests / "conftest.py")
+    shutil.copy(CONFTEST.with_name("artifacts_guard.py"), tests / "artifacts_guard.py")  # conftest imports it
     (suite / "pytest.ini").write_text(
         "[pytest]\naddopts = -p no:cacheprovider --import-mode=importlib\n"
         "markers =\n    ray: r\n    slow: s\n    exclusive: e\n"
