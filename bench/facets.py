@@ -4,9 +4,10 @@ fields and a numeric one with 3 ranges) over a search's relevant results, at 100
 The products' metadata is a real ``metadata.sqlite`` of ``--products`` synthetic items (category from 40,
 brand from 400 values, a price, a tag list), read through ``Served.items`` as a search reads it: the row
 cache warm (a served version's steady state: its rows were read by earlier searches) and cold (every row
-read from SQLite). Relevant sets are random rows, of the sizes a product search keeps: 150 (three channels'
-50 candidates each, the default page) and 1,000 (a deep page). ``max_per`` spreads a 1,000-result list
-into pages of 20 with at most 2 per brand.
+read from SQLite), counted from the version's facet columns (each row's value as a code, read once per
+row) and value by value (the path of a field that holds lists). Relevant sets are random rows, of the
+sizes a product search keeps: 150 (three channels' 50 candidates each, the default page) and 1,000 (a
+deep page). ``max_per`` spreads a 1,000-result list into pages of 20 with at most 2 per brand.
 
 CPU is the calling thread's (``time.thread_time``), per query; p50 and p99 over ``--queries`` draws.
 
@@ -92,20 +93,29 @@ def measure(products: int, queries: int, seed: int) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for relevant in (150, 1000):
             draws = [rng.choice(products, relevant, replace=False) for _ in range(queries)]
-            for cache in ("warm", "cold"):
+            # "columns": what a search counts from (service.search.facet_columns); "by value": every value
+            # read from the row cache and counted in Python (the path of a field holding lists).
+            for way, cache in (
+                ("columns", "warm"),
+                ("by_value", "warm"),
+                ("columns", "cold"),
+                ("by_value", "cold"),
+            ):
                 served = Served(index=index)  # type: ignore[arg-type]  # a fresh row cache
                 served.item_cache_rows = products
-                if cache == "warm":
+                columns = (served.facet_columns, products) if way == "columns" else None
+                if cache == "warm":  # earlier searches read these rows (and their codes)
                     for rows in draws:
-                        served.items(rows.tolist())
+                        facet_counts(FACETS, None, lambda _, r=rows: r, served.values_of, rows, columns)
                 samples = []
                 for rows in draws:
                     if cache == "cold":
                         served._items.clear()
+                        served.facet_columns.clear()
                     t0 = time.thread_time()
-                    facet_counts(FACETS, None, lambda _, r=rows: r, served.values_of, rows)
+                    facet_counts(FACETS, None, lambda _, r=rows: r, served.values_of, rows, columns)
                     samples.append(time.thread_time() - t0)
-                out[f"facets_3_over_{relevant}_{cache}"] = _percentiles(samples)
+                out[f"facets_3_over_{relevant}_{way}_{cache}"] = _percentiles(samples)
         served = Served(index=index)  # type: ignore[arg-type]
         cap = MaxPer(field="brand", n=2)
         samples = []

@@ -104,6 +104,8 @@ class Served:
     item_cache_rows: int = 100_000
     _items: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
     _items_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # Faceted fields as columns of codes, read once per row (``service.search.facet_columns``).
+    facet_columns: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def version(self) -> str:

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
 import numpy as np
 from pydantic import TypeAdapter
 
 from service.errors import InvalidInputError
+from service.index_holder import Served
 from service.schemas import (
     MAX_FACET_VALUE_CHARS,
     FacetRangeCount,
@@ -37,6 +38,7 @@ from service.schemas import (
     SearchHit,
     SortBy,
 )
+from service.search.facet_columns import FacetColumn, column_of
 from service.search.filters import SearchFilters, form_json
 
 # A counted value keyed so that JSON's true and 1 stay apart (Python's True == 1).
@@ -89,11 +91,7 @@ def count_field(spec: FacetSpec, values: Sequence[Any], relevant: int) -> FacetR
         distinct = len(keyed)
         longest = max((len(k[1]) for k in keyed if type(k[1]) is str), default=0)
     if longest > MAX_FACET_VALUE_CHARS:
-        raise InvalidInputError(
-            f"field {spec.field!r} holds values of {longest:,} characters; facets count values of at most "
-            f"{MAX_FACET_VALUE_CHARS} (a category or a brand, not a description)",
-            loc=("body", "facets", spec.field),
-        )
+        raise _too_long(spec, longest)
     numeric = scalars if scalars is not None else np.zeros(0)
     in_lists = [v for items in listed for v in items if _is_number(v)]
     every_number = np.concatenate([numeric, np.asarray(in_lists, np.float64)]) if in_lists else numeric
@@ -169,25 +167,68 @@ def facet_counts(
     relevant: RelevantRows,
     values_of: ValuesOf,
     rows: np.ndarray | None = None,
+    columns: tuple[MutableMapping[str, FacetColumn], int] | None = None,
 ) -> list[FacetResult]:
     """The requested facets, in request order. ``rows``: the request's own relevant rows where the search
     already has them (else asked of ``relevant``); a field the request filters on is counted over
-    ``relevant(filters without it)``."""
+    ``relevant(filters without it)``. ``columns``: the served version's facet columns and its row count
+    (``service.search.facet_columns``), where a field is counted from its codes."""
     plain = filters.plain if filters is not None else {}
     # Each field's scope: the request's filters, less its own where it filters on it (disjunctive).
     scope_of = {spec.field: spec.field if spec.field in plain else None for spec in specs}
-    values: dict[str, list[Any]] = {}
-    counted: dict[str, int] = {}
+    results: dict[str, FacetResult] = {}
     for scope in dict.fromkeys(scope_of.values()):
         if scope is None and rows is not None:
-            found = rows
+            found = np.asarray(rows, np.int64)
         else:
             rest = {k: v for k, v in plain.items() if k != scope}
-            found = relevant(SearchFilters(rest) if rest else None)
-        fields = [f for f, s in scope_of.items() if s == scope]
-        values.update(values_of(np.asarray(found, np.int64).tolist(), fields))
-        counted.update(dict.fromkeys(fields, len(found)))
-    return [count_field(spec, values[spec.field], counted[spec.field]) for spec in specs]
+            found = np.asarray(relevant(SearchFilters(rest) if rest else None), np.int64)
+        by_value = []
+        for spec in specs:
+            if scope_of[spec.field] != scope:
+                continue
+            if columns is not None:
+                column = column_of(columns[0], spec.field, columns[1])
+                codes = column.codes_of(found, values_of)
+                if codes is not None:
+                    results[spec.field] = count_codes(spec, column, codes, found)
+                    continue
+            by_value.append(spec)
+        if by_value:
+            values = values_of(found.tolist(), [spec.field for spec in by_value])
+            for spec in by_value:
+                results[spec.field] = count_field(spec, values[spec.field], int(found.size))
+    return [results[spec.field] for spec in specs]
+
+
+def count_codes(spec: FacetSpec, column: FacetColumn, codes: np.ndarray, rows: np.ndarray) -> FacetResult:
+    """One field's facet from its column's codes of the relevant results (``codes`` for ``rows``)."""
+    valid = codes[codes >= 0]
+    distinct, first, counts = np.unique(valid, return_index=True, return_counts=True)
+    longest = column.longest(distinct)
+    if longest > MAX_FACET_VALUE_CHARS:
+        raise _too_long(spec, longest)
+    top = np.lexsort((first, -counts))[: spec.size]  # most first; ties in the order the ranking met them
+    numbers = column.numbers[rows]
+    numbers = numbers[~np.isnan(numbers)]
+    return FacetResult(
+        field=spec.field,
+        values=[FacetValueCount(value=column.values[distinct[i]], count=int(counts[i])) for i in top],
+        distinct=int(distinct.size),
+        missing=int(codes.size - valid.size),
+        min=float(numbers.min()) if numbers.size else None,
+        max=float(numbers.max()) if numbers.size else None,
+        ranges=_range_counts(spec, numbers, []) if spec.ranges else None,
+        relevant=int(rows.size),
+    )
+
+
+def _too_long(spec: FacetSpec, longest: int) -> InvalidInputError:
+    return InvalidInputError(
+        f"field {spec.field!r} holds values of {longest:,} characters; facets count values of at most "
+        f"{MAX_FACET_VALUE_CHARS} (a category or a brand, not a description)",
+        loc=("body", "facets", spec.field),
+    )
 
 
 def spread(
@@ -278,3 +319,8 @@ def facets_from_form(text: str | None) -> list[FacetSpec] | None:
     if not text:
         return None
     return form_json(text, _FACETS, "facets", "a JSON array of facets")
+
+
+def columns_of(served: Served) -> tuple[MutableMapping[str, FacetColumn], int]:
+    """A served version's facet columns and its row count (what ``facet_counts`` reads codes from)."""
+    return served.facet_columns, int(served.index.total_rows)

@@ -48,7 +48,7 @@ from service.schemas import (
     SimilarRequest,
 )
 from service.search.dictionaries import QueryDictionaries
-from service.search.facets import check_fields, facet_counts, spread_hits
+from service.search.facets import check_fields, columns_of, facet_counts, spread_hits
 from service.search.filters import SearchFilters, allowed_rows
 from service.search.hybrid import HybridPage, HybridRanker, channels_of, is_certain
 from service.search.query import digest, normalise_query
@@ -346,7 +346,9 @@ class SearchPipeline:
                 ).relevant
             return self._photo_relevant(served, query, allowed, request, language)
 
-        return facet_counts(request.facets, filters, relevant, served.values_of, relevant_rows)
+        return facet_counts(
+            request.facets, filters, relevant, served.values_of, relevant_rows, columns_of(served)
+        )
 
     def _photo_relevant(
         self,
@@ -586,7 +588,9 @@ class SearchPipeline:
                     return self.hybrid.visual_rows(served, channels, query, depth, scoped)
                 return self.ranker.by_embedding(served, query, top_k=depth, offset=0, allowed=scoped).rows
 
-            outcome.response.facets = facet_counts(facets, filters, ranked_rows, served.values_of)
+            outcome.response.facets = facet_counts(
+                facets, filters, ranked_rows, served.values_of, columns=columns_of(served)
+            )
             outcome.response.timings_ms.total = since_ms(start)
         return outcome
 
@@ -648,7 +652,11 @@ class SearchPipeline:
             # Photo similarity has no calibrated cut: the facets count as deep as a text search gathers.
             depth = max(CANDIDATES, body.offset + body.top_k)
             response.facets = facet_counts(
-                body.facets, filters, lambda scope: ranked_rows(scope, depth), served.values_of
+                body.facets,
+                filters,
+                lambda scope: ranked_rows(scope, depth),
+                served.values_of,
+                columns=columns_of(served),
             )
             response.timings_ms.total = since_ms(start)
         return response
