@@ -26,8 +26,8 @@ from collections.abc import Callable
 
 import redis
 from cachetools import LRUCache
-from redis.backoff import NoBackoff
-from redis.retry import Retry
+
+from service.cache import fail_fast_redis
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +73,7 @@ class AuthThrottle:
         self._redis: redis.Redis | None = None
         self._script = None
         if redis_url:
-            self._redis = redis.Redis.from_url(
-                redis_url,
-                socket_timeout=timeout_s,
-                socket_connect_timeout=timeout_s,
-                retry=Retry(NoBackoff(), retries=0),
-                health_check_interval=0,
-            )
+            self._redis = fail_fast_redis(redis_url, timeout_s)
             self._script = self._redis.register_script(FAILURE_LUA)
 
     @property

@@ -45,6 +45,18 @@ def unpack_texts(data: bytes) -> EncodedTexts:
     return EncodedTexts(embeds, states, mask)
 
 
+def fail_fast_redis(url: str, timeout_s: float) -> redis.Redis:
+    """A Redis client that gives up within ``timeout_s`` and never retries: its callers keep their own
+    back-off window (and an in-process fallback) instead of stalling a search on a dead server."""
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        retry=Retry(NoBackoff(), retries=0),
+        health_check_interval=0,
+    )
+
+
 class Cache:
     """Byte-valued get/set in two namespaces (``embedding``, ``result``), thread-safe."""
 
@@ -72,13 +84,7 @@ class Cache:
         self._redis: redis.Redis | None = None
         self._down_until = 0.0
         if redis_url:
-            self._redis = redis.Redis.from_url(
-                redis_url,
-                socket_timeout=timeout_s,
-                socket_connect_timeout=timeout_s,
-                retry=Retry(NoBackoff(), retries=0),  # our own back-off window instead of retries
-                health_check_interval=0,
-            )
+            self._redis = fail_fast_redis(redis_url, timeout_s)
 
     @property
     def enabled(self) -> bool:

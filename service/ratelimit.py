@@ -36,9 +36,8 @@ from urllib.parse import unquote, urlsplit
 
 import redis
 from cachetools import LRUCache
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
+from service.cache import fail_fast_redis
 from service.quota_ledger import QuotaLedger
 
 log = logging.getLogger(__name__)
@@ -263,13 +262,7 @@ class RateLimiter:
         if redis_url and BucketConnection.supports(redis_url):
             self._conn = BucketConnection(redis_url, timeout_s)
         elif redis_url:
-            self._redis = redis.Redis.from_url(
-                redis_url,
-                socket_timeout=timeout_s,
-                socket_connect_timeout=timeout_s,
-                retry=Retry(NoBackoff(), retries=0),
-                health_check_interval=0,
-            )
+            self._redis = fail_fast_redis(redis_url, timeout_s)
             self._script = self._redis.register_script(BUCKET_LUA)
 
     @property
