@@ -55,6 +55,7 @@ from store.hybrid import (
     query_match_score,
 )
 from store.lexical import analyze, readings_of, union_of
+from store.product_vectors import ChannelHits
 from store.products import ProductChannels
 
 log = logging.getLogger(__name__)
@@ -475,11 +476,7 @@ class HybridRanker:
     ) -> np.ndarray:
         """The ``n`` products nearest ``query`` by their best photo's visual embedding, best first (what
         ``visual`` pages through)."""
-        mask = allowed_mask(served, allowed_rows)
-        if exclude_row is not None:
-            mask = np.ones(served.index.total_rows, bool) if mask is None else mask.copy()
-            mask[exclude_row] = False
-        found = channels.visual_vectors.search(np.ascontiguousarray(query, np.float32).ravel(), n, mask)
+        found = _visual_search(served, channels, query, n, allowed_rows, exclude_row)
         return np.asarray(found.owners, np.int64)
 
     def visual(
@@ -495,13 +492,7 @@ class HybridRanker:
     ) -> tuple[list[SearchHit], float]:
         """Products by their best photo's visual embedding (search by photo, "more like this")."""
         start = time.perf_counter()
-        mask = allowed_mask(served, allowed_rows)
-        if exclude_row is not None:
-            mask = np.ones(served.index.total_rows, bool) if mask is None else mask.copy()
-            mask[exclude_row] = False
-        found = channels.visual_vectors.search(
-            np.ascontiguousarray(query, np.float32).ravel(), offset + top_k, mask
-        )
+        found = _visual_search(served, channels, query, offset + top_k, allowed_rows, exclude_row)
         search_s = time.perf_counter() - start
         page = slice(offset, offset + top_k)
         rows = found.owners[page].tolist()
@@ -525,3 +516,20 @@ class HybridRanker:
                 )
             )
         return hits, search_s
+
+
+def _visual_search(
+    served: Served,
+    channels: ProductChannels,
+    query: np.ndarray,
+    n: int,
+    allowed_rows: np.ndarray | None,
+    exclude_row: int | None,
+) -> ChannelHits:
+    """The ``n`` best products by their best photo's visual embedding among the live allowed rows, one row
+    left out ("more like this" leaves the item itself out)."""
+    mask = allowed_mask(served, allowed_rows)
+    if exclude_row is not None:
+        mask = np.ones(served.index.total_rows, bool) if mask is None else mask.copy()
+        mask[exclude_row] = False
+    return channels.visual_vectors.search(np.ascontiguousarray(query, np.float32).ravel(), n, mask)

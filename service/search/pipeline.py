@@ -581,15 +581,12 @@ class SearchPipeline:
             query = encoded.embeds
         if facets:
             depth = max(CANDIDATES, offset + top_k)  # no calibrated cut for photo queries (as ``similar``)
-
-            def ranked_rows(scope: SearchFilters | None) -> np.ndarray:
-                scoped = allowed_rows(scope, served)
-                if channels is not None:
-                    return self.hybrid.visual_rows(served, channels, query, depth, scoped)
-                return self.ranker.by_embedding(served, query, top_k=depth, offset=0, allowed=scoped).rows
-
             outcome.response.facets = facet_counts(
-                facets, filters, ranked_rows, served.values_of, columns=columns_of(served)
+                facets,
+                filters,
+                lambda scope: self._nearest_rows(served, channels, query, scope, depth),
+                served.values_of,
+                columns=columns_of(served),
             )
             outcome.response.timings_ms.total = since_ms(start)
         return outcome
@@ -615,16 +612,6 @@ class SearchPipeline:
         else:
             query = served.index.embeddings(np.asarray([row]))
 
-        def ranked_rows(scope: SearchFilters | None, depth: int) -> np.ndarray:
-            """The similar products' rows, best first, ``depth`` of them, under ``scope``'s filters."""
-            allowed = allowed_rows(scope, served)
-            if channels is not None:
-                return self.hybrid.visual_rows(served, channels, query, depth, allowed, exclude)
-            if exclude is not None:
-                keep = allowed if allowed is not None else np.arange(served.index.total_rows)
-                allowed = keep[keep != exclude]
-            return self.ranker.by_embedding(served, query, top_k=depth, offset=0, allowed=allowed).rows
-
         deep = body.max_per is not None  # diversity moves results down from later pages: rank those too
         top_k = min(2 * (body.offset + body.top_k), DIVERSITY_DEPTH) if deep else body.top_k
         offset = 0 if deep else body.offset
@@ -641,10 +628,9 @@ class SearchPipeline:
             )
             response = self.responses.visual(served, hits, encode_s=0.0, search_s=search_s, start=start)
         else:
-            if exclude is not None:
-                keep = allowed if allowed is not None else np.arange(served.index.total_rows)
-                allowed = keep[keep != exclude]
-            ranked = self.ranker.by_embedding(served, query, top_k=top_k, offset=offset, allowed=allowed)
+            ranked = self.ranker.by_embedding(
+                served, query, top_k=top_k, offset=offset, allowed=without_row(served, allowed, exclude)
+            )
             response = self.responses.image(served, ranked, encode_s=0.0, start=start)
         if body.max_per is not None:
             response.results = spread_hits(response.results, body.max_per, body.top_k, body.offset)
@@ -654,12 +640,29 @@ class SearchPipeline:
             response.facets = facet_counts(
                 body.facets,
                 filters,
-                lambda scope: ranked_rows(scope, depth),
+                lambda scope: self._nearest_rows(served, channels, query, scope, depth, exclude),
                 served.values_of,
                 columns=columns_of(served),
             )
             response.timings_ms.total = since_ms(start)
         return response
+
+    def _nearest_rows(
+        self,
+        served: Served,
+        channels: ProductChannels | None,
+        query: np.ndarray,
+        scope: SearchFilters | None,
+        depth: int,
+        exclude: int | None = None,
+    ) -> np.ndarray:
+        """The ``depth`` rows nearest a photo query under ``scope``'s filters, best first, ``exclude`` left
+        out: what the facets of a photo or "more like this" search count."""
+        allowed = allowed_rows(scope, served)
+        if channels is not None:
+            return self.hybrid.visual_rows(served, channels, query, depth, allowed, exclude)
+        allowed = without_row(served, allowed, exclude)
+        return self.ranker.by_embedding(served, query, top_k=depth, offset=0, allowed=allowed).rows
 
     # -- consistency -----------------------------------------------------------------------------------------
 
@@ -715,3 +718,11 @@ class SearchPipeline:
             served, top_k=body.top_k, languages=per_language, report=report, mode=mode
         )
         return ConsistencyOutcome(response, ranked_all)
+
+
+def without_row(served: Served, allowed: np.ndarray | None, row: int | None) -> np.ndarray | None:
+    """The allowed rows (None: every row) less ``row`` (None: none left out)."""
+    if row is None:
+        return allowed
+    keep = allowed if allowed is not None else np.arange(served.index.total_rows)
+    return keep[keep != row]
