@@ -48,6 +48,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.products import QUERIES, TEXT_FIELDS, _mean  # noqa: E402
+from bench.products import _manifest as grocery_manifest  # noqa: E402
 from ccrk_settings import Settings  # noqa: E402
 from service.search.dictionaries import MIN_RARE, QueryDictionaries, nearest_in  # noqa: E402
 from service.search.typos import correct_query, edit_budget  # noqa: E402
@@ -55,8 +57,6 @@ from store.hybrid import CANDIDATES  # noqa: E402
 from store.lexical import analyze  # noqa: E402
 from store.products import PhotoRows, ProductChannels, ProductInfo, TextRows, write_product_channels  # noqa: E402
 
-TEXT_FIELDS = ["title", "retailer_title", "description_en", "description_sv"]
-QUERIES = REPO / "bench" / "data" / "grocery_queries.json"
 LATIN = ("en", "sv", "de", "fr", "es", "it", "nl", "pt")
 SEED = 43
 _ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
@@ -92,26 +92,8 @@ def add_typo(text: str, rng: np.random.Generator) -> str | None:
     return " ".join(parts)
 
 
-def _manifest(grocery: Path, out: Path, held_out: int) -> tuple[Path, list[dict[str, Any]]]:
-    rows = [
-        json.loads(line) for line in (grocery / "products.jsonl").read_text().splitlines() if line.strip()
-    ]
-    kept = []
-    for row in rows:
-        paths = row["paths"]
-        hold = paths[1:][-held_out:] if len(paths) - 1 > held_out else []
-        kept.append({**row, "paths": [str(grocery / p) for p in paths if p not in hold]})
-    path = out / "products.jsonl"
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
-    return path, rows
-
-
 def _r_precision(ids: list[str], relevant: set[str]) -> float:
     return sum(i in relevant for i in ids[: len(relevant)]) / len(relevant)
-
-
-def _mean(values: list[float]) -> float:
-    return round(float(np.mean(values)), 4) if values else float("nan")
 
 
 def quality(grocery: Path, model: Path, held_out: int, work: Path) -> dict[str, Any]:
@@ -120,7 +102,7 @@ def quality(grocery: Path, model: Path, held_out: int, work: Path) -> dict[str, 
     from indexer.build import build
     from service.app import create_app
 
-    manifest, rows = _manifest(grocery.resolve(), work, held_out)
+    manifest, rows, _ = grocery_manifest(grocery.resolve(), work, held_out)
     types = {r["id"]: r["product_type"] for r in rows}
     spec = json.loads(QUERIES.read_text())
     settings = Settings(
