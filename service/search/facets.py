@@ -64,61 +64,14 @@ def _countable(value: object) -> list[Any]:
 
 
 def count_field(spec: FacetSpec, values: Sequence[Any], relevant: int) -> FacetResult:
-    """One field's facet over the relevant results' values of it (one per result, None where absent); a 422
-    naming the field when a text value is longer than a facet counts (a description, not a category).
-
-    A field of text or of numbers alone (a category, a brand, a price: the usual case) is counted by
-    C-level counters without a Python step per value; any other mix value by value (bench/facets.py)."""
-    kinds = set(map(type, values))
-    listed: list[list[Any]] = []  # list values: each item counted once per result
-    if kinds <= _TEXT or kinds <= _NUMBERS:
-        counts: Counter[Any] = Counter(values)
-        missing = counts.pop(None, 0)
-        numbers = [v for v in counts if type(v) is not str]
-        if numbers and not all(map(math.isfinite, numbers)):  # NaN or infinity: no value
-            for bad in [v for v in numbers if not math.isfinite(v)]:
-                missing += counts.pop(bad)
-        scalars = None
-        if numbers:
-            scalars = np.asarray(values if not missing else [v for v in values if v is not None], np.float64)
-            scalars = scalars[np.isfinite(scalars)]
-        top = counts.most_common(spec.size)
-        distinct = len(counts)
-        longest = max(map(len, counts), default=0) if kinds <= _TEXT else 0
-    else:
-        keyed, missing, scalars, listed = _count_mixed(values)
-        top = [(key[1], n) for key, n in keyed.most_common(spec.size)]
-        distinct = len(keyed)
-        longest = max((len(k[1]) for k in keyed if type(k[1]) is str), default=0)
-    if longest > MAX_FACET_VALUE_CHARS:
-        raise _too_long(spec, longest)
-    numeric = scalars if scalars is not None else np.zeros(0)
-    in_lists = [v for items in listed for v in items if _is_number(v)]
-    every_number = np.concatenate([numeric, np.asarray(in_lists, np.float64)]) if in_lists else numeric
-    return FacetResult(
-        field=spec.field,
-        # Most first; ties in the order the ranking met them (Counter.most_common is stable).
-        values=[FacetValueCount(value=value, count=n) for value, n in top],
-        distinct=distinct,
-        missing=missing,
-        min=float(every_number.min()) if every_number.size else None,
-        max=float(every_number.max()) if every_number.size else None,
-        ranges=_range_counts(spec, numeric, listed) if spec.ranges else None,
-        relevant=relevant,
-    )
-
-
-_TEXT = {str, type(None)}
-_NUMBERS = {int, float, type(None)}
-
-
-def _count_mixed(values: Sequence[Any]) -> tuple[Counter[ValueKey], int, np.ndarray, list[list[Any]]]:
-    """Counts of a field whose values mix types (lists, booleans, text and numbers), keyed so that JSON's
-    true and 1 stay apart; the results without a countable value; the scalar numbers; the list values'
-    countable items."""
+    """One field's facet over the relevant results' values of it (one per result, None where absent), value
+    by value: the path of a field that holds lists (a field of scalars is counted from its codes,
+    ``count_codes``). Values are keyed so that JSON's true and 1 stay apart; a list counts each of its
+    items once per result. A 422 naming the field when a text value is longer than a facet counts (a
+    description, not a category)."""
     keyed: Counter[ValueKey] = Counter()
     numbers: list[float] = []
-    listed: list[list[Any]] = []
+    listed: list[list[Any]] = []  # list values' countable items
     missing = 0
     for value in values:
         kind = type(value)
@@ -135,7 +88,33 @@ def _count_mixed(values: Sequence[Any]) -> tuple[Counter[ValueKey], int, np.ndar
                 numbers.append(value)
         else:
             missing += 1
-    return keyed, missing, np.asarray(numbers, np.float64), listed
+    longest = max((len(k[1]) for k in keyed if type(k[1]) is str), default=0)
+    if longest > MAX_FACET_VALUE_CHARS:
+        raise _too_long(spec, longest)
+    numeric = _floats(numbers)
+    every_number = np.concatenate([numeric, _floats([v for items in listed for v in items if _is_number(v)])])
+    return FacetResult(
+        field=spec.field,
+        # Most first; ties in the order the ranking met them (Counter.most_common is stable).
+        values=[FacetValueCount(value=key[1], count=n) for key, n in keyed.most_common(spec.size)],
+        distinct=len(keyed),
+        missing=missing,
+        min=float(every_number.min()) if every_number.size else None,
+        max=float(every_number.max()) if every_number.size else None,
+        ranges=_range_counts(spec, numeric, listed) if spec.ranges else None,
+        relevant=relevant,
+    )
+
+
+def _floats(numbers: list[float]) -> np.ndarray:
+    """Numbers as floats; an integer no float holds (over ~1e308) is left out, as the columns leave it."""
+    out = []
+    for number in numbers:
+        try:
+            out.append(float(number))
+        except OverflowError:
+            continue
+    return np.asarray(out, np.float64)
 
 
 def _range_counts(spec: FacetSpec, scalars: np.ndarray, listed: list[list[Any]]) -> list[FacetRangeCount]:
