@@ -11,6 +11,7 @@ reference (``ccrk config reference``) is generated from; splitting it would spli
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -44,6 +45,18 @@ def _field_names(names: list[str]) -> list[str]:
 
 CommaList = Annotated[list[str], NoDecode, BeforeValidator(_comma_list)]
 FieldNames = Annotated[CommaList, AfterValidator(_field_names)]
+# A field name as the search API takes it in filters, facets and sort (service.schemas.FieldName).
+REQUEST_FIELD = r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"
+
+
+def _request_fields(names: list[str]) -> list[str]:
+    for name in names:
+        if not re.fullmatch(REQUEST_FIELD, name):
+            raise ValueError(f"{name!r} is not a field name a search can ask for (letters, digits, _ . -)")
+    return names
+
+
+RequestFieldNames = Annotated[CommaList, AfterValidator(_request_fields)]
 
 # The embedded default model shipped inside the ``model`` package.
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "model" / "pretrained" / "ccrk-demo"
@@ -195,14 +208,14 @@ class Settings(BaseSettings):
         " the README). Apart from CCRK_ENGINE: building on Ray never changes serving.",
     )
     port: int = Field(8000, ge=1, le=65535, description="Port `ccrk serve` binds.")
-    page_facets: FieldNames = Field(
+    page_facets: RequestFieldNames = Field(
         default_factory=list,
         description="Fields the search page offers as facets, comma-separated (at most 10). Empty: the"
         " served index's metadata fields that are not searched text fields (and not photo lists).",
     )
     page_price_field: str = Field(
         "price",
-        pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$",
+        pattern=REQUEST_FIELD,
         description="The metadata field the search page shows as each product's price (of the index the page"
         " searches: the process's index_name).",
     )

@@ -181,3 +181,54 @@ def test_a_bad_environment_value_is_blamed_on_the_variable_even_with_the_option_
     finally:
         get_settings.cache_clear()
     assert caught.value.describe().startswith("CCRK_THREADS: ")
+
+
+@pytest.mark.usefixtures("clean_settings")
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("CCRK_PAGE_CURRENCY", "euro"),
+        ("CCRK_PAGE_CURRENCY", "eur"),
+        ("CCRK_PAGE_PRICE_FIELD", "price; drop"),
+        ("CCRK_PAGE_FACETS", "brand,no such field"),
+    ],
+)
+def test_the_search_pages_display_settings_refuse_what_the_page_cannot_show(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    """The page formats prices with Intl.NumberFormat (an ISO 4217 code) and asks for facets by field name:
+    anything else is refused at start, naming the variable, not at the first search."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as caught:
+        settings_with({"index_name": "shop"})
+    assert str(caught.value).startswith(f"{variable}: "), str(caught.value)
+
+
+def test_the_pages_field_rule_is_the_search_apis() -> None:
+    """CCRK_PAGE_FACETS and CCRK_PAGE_PRICE_FIELD take exactly the names a search request takes."""
+    import re
+
+    from pydantic import TypeAdapter
+
+    from ccrk_settings import REQUEST_FIELD
+    from service.schemas import FieldName
+
+    api = TypeAdapter(FieldName)
+    for name in [
+        "brand",
+        "price.eur",
+        "_x",
+        "a-b",
+        "9lives",
+        "with space",
+        "title@de",
+        "x" * 64,
+        "x" * 65,
+        "",
+    ]:
+        try:
+            api.validate_python(name)
+            taken = True
+        except ValueError:
+            taken = False
+        assert taken == bool(re.fullmatch(REQUEST_FIELD, name)), name
