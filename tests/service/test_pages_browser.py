@@ -318,12 +318,14 @@ def test_search_page_runs_a_shared_link(browser: Any, site: LiveServer, catalogu
 
 
 def test_search_page_says_no_good_match(browser: Any, site: LiveServer, catalogue: Catalogue) -> None:
-    """A query that matches nothing shows the banner and greys its results; an in-domain caption does not."""
+    """A query that matches nothing (its top label none) says so above its results, naming the query, and
+    greys the results; an in-domain caption does not."""
     browser.get(site.url + "/")
     search_in_page(browser, "SELECT * FROM users")
     wait_js(browser, IMAGES_LOADED, ".panel")
     banner = browser.find_element("css selector", ".panel .no-match")
-    assert "No good match" in banner.text
+    assert banner.text.startswith("Nothing in the catalogue matches") and "SELECT * FROM users" in banner.text
+    assert banner.find_element("css selector", "q").text == "SELECT * FROM users"  # as text, not markup
     labels = browser.execute_script(
         "return Array.from(document.querySelectorAll('.panel .card')).map(c => c.dataset.match)"
     )

@@ -108,10 +108,12 @@
       said.append(el("q", { class: "corrected-query" }, data.corrected_query));
       section.append(said);
     }
-    // The query's match quality (calibrated on the index): nothing in the catalogue matches it well.
+    // The query's match quality (calibrated on the index): its top label none, nothing the shop holds matches it.
+    // The closest items are still shown, greyed, so a shopper sees what the shop has instead.
     if (data.match === "none") {
-      section.append(el("p", { class: "no-match", role: "status" },
-        "No good match: nothing in the catalogue matches this query well; the closest items are shown greyed."));
+      const notice = el("p", { class: "no-match", role: "status" }, "Nothing in the catalogue matches ");
+      notice.append(el("q", {}, query), ". The closest items are shown greyed below.");
+      section.append(notice);
     }
     const grid = el("div", { class: "grid" });
     for (const hit of data.results) {
