@@ -38,11 +38,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
 
-from products import QUERIES, TEXT_FIELDS, _manifest, _mean  # noqa: E402
-
-from ccrk_settings import Settings  # noqa: E402
+from bench.products import QUERIES, _manifest, _mean, grocery_settings  # noqa: E402
 from store.lexical import analyze  # noqa: E402
 
 COMPOUND = REPO / "bench" / "data" / "compound_queries.json"
@@ -73,18 +70,7 @@ def run(grocery: Path, model: Path, work: Path, held_out: int) -> dict[str, Any]
     from service.app import create_app
 
     manifest, rows, _ = _manifest(grocery.resolve(), work, held_out)
-    settings = Settings(
-        model_dir=model,
-        index_root=work / "indexes",
-        threads=2,
-        index_workers=2,
-        text_fields=TEXT_FIELDS,
-        index_name="grocery",
-        rerank=False,
-        redis_url=None,
-        cache_size=0,
-        history_db=work / "history.sqlite",
-    )
+    settings = grocery_settings(model, work, cache_size=0)
     report = build("grocery", [manifest], settings=settings)
     spec = json.loads(COMPOUND.read_text())
     types_spec = json.loads(QUERIES.read_text())

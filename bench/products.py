@@ -88,6 +88,25 @@ def _manifest(
     return path, rows, queries
 
 
+def grocery_settings(model: Path, work: Path, **overrides: Any) -> Settings:
+    """The settings the grocery benches build and serve their index with (``work``: its folder), the
+    re-ranker off, no Redis; ``overrides`` change some."""
+    return Settings(
+        **{
+            "model_dir": model,
+            "index_root": work / "indexes",
+            "threads": 2,
+            "index_workers": 2,
+            "text_fields": TEXT_FIELDS,
+            "index_name": "grocery",
+            "rerank": False,
+            "redis_url": None,
+            "history_db": work / "history.sqlite",
+            **overrides,
+        }
+    )
+
+
 def _metrics(ids: list[str], relevant: set[str]) -> dict[str, float]:
     r = len(relevant)
     return {
@@ -176,17 +195,7 @@ def quality(grocery: Path, model: Path, held_out: int, work: Path) -> dict[str, 
     types = {r["id"]: r["product_type"] for r in rows}
     spec = json.loads(QUERIES.read_text())
     languages = spec["languages"]
-    settings = Settings(
-        model_dir=model,
-        index_root=work / "indexes",
-        threads=2,
-        index_workers=2,
-        text_fields=TEXT_FIELDS,
-        index_name="grocery",
-        rerank=False,
-        redis_url=None,
-        history_db=work / "history.sqlite",
-    )
+    settings = grocery_settings(model, work)
     started = time.perf_counter()
     report = build("grocery", [manifest], settings=settings)
     build_s = time.perf_counter() - started

@@ -48,9 +48,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.products import QUERIES, TEXT_FIELDS, _mean  # noqa: E402
+from bench.products import QUERIES, _mean, grocery_settings  # noqa: E402
 from bench.products import _manifest as grocery_manifest  # noqa: E402
-from ccrk_settings import Settings  # noqa: E402
 from service.search.dictionaries import MIN_RARE, QueryDictionaries, nearest_in  # noqa: E402
 from service.search.typos import correct_query, edit_budget  # noqa: E402
 from store.hybrid import CANDIDATES  # noqa: E402
@@ -105,17 +104,7 @@ def quality(grocery: Path, model: Path, held_out: int, work: Path) -> dict[str, 
     manifest, rows, _ = grocery_manifest(grocery.resolve(), work, held_out)
     types = {r["id"]: r["product_type"] for r in rows}
     spec = json.loads(QUERIES.read_text())
-    settings = Settings(
-        model_dir=model,
-        index_root=work / "indexes",
-        threads=2,
-        index_workers=2,
-        text_fields=TEXT_FIELDS,
-        index_name="grocery",
-        rerank=False,
-        redis_url=None,
-        history_db=work / "history.sqlite",
-    )
+    settings = grocery_settings(model, work)
     build("grocery", [manifest], settings=settings)
     rng = np.random.default_rng(SEED)
     per: dict[str, dict[str, list[float]]] = {
