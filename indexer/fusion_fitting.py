@@ -13,6 +13,7 @@ import numpy as np
 
 from store.hybrid import (
     CHANNELS,
+    FEATURE_CHANNEL,
     FEATURES,
     MATCH_FEATURES,
     Candidates,
@@ -23,10 +24,12 @@ from store.hybrid import (
     mode_features,
 )
 
-# What a fit reads: every feature for ranking; for the match model, the raw ones (the BM25 score is relative
-# to the query's best, so not comparable across queries).
-FIT_FEATURES = FEATURES
-FIT_MATCH_FEATURES = MATCH_FEATURES
+# What a fit reads: every channel's features for ranking; for the match model, the raw ones (the BM25 score
+# is relative to the query's best, so not comparable across queries). The term coverage over every value of
+# a product stands in for its best BM25 value's (``store.hybrid``; fusions fitted before calibration code 4
+# keep reading ``lexical``, as their parameters name it).
+FIT_FEATURES = ("image", "text", "coverage", "bm25", "centroid")
+FIT_MATCH_FEATURES = ("image", "text", "coverage")
 # Refits of a match model on the candidates it scores highest (``fit_match``).
 MATCH_REFITS = 3
 
@@ -234,9 +237,9 @@ def _fixed_by_construction(samples: Sequence[Sample], names: Sequence[str]) -> s
     match model's pick among them, so that a model leaning on a feature cannot confirm it."""
     fixed = set()
     for name in names:
-        if name not in CHANNELS:
+        if name not in FEATURE_CHANNEL:
             continue
-        k, j = CHANNELS.index(name), FEATURES.index(name)
+        k, j = CHANNELS.index(FEATURE_CHANNEL[name]), FEATURES.index(name)
         found = [s.candidates.features[s.labels & (s.candidates.ranks[:, k] >= 0), j] for s in samples]
         values = np.concatenate(found) if found else np.zeros(0)
         if values.size and bool((values >= 1.0 - 1e-6).all()):

@@ -327,6 +327,11 @@ class HitExplanation(BaseModel):
         description="The query's cosine to the normalised sum of the product's text-field embeddings (every "
         "field at once, a fusion feature); null without text, or in an index written before it.",
     )
+    coverage: float | None = Field(
+        None,
+        description="The IDF-weighted share of the query's terms that the product's best-covered text value "
+        "holds (0..1, every field looked at; a fusion feature); null for a query without terms.",
+    )
     image_url: str | None = Field(None, description="The photo that matched best.")
     rules: list[str] = Field(
         default_factory=list, description="The merchandising rules that acted on this hit (pin, boost, bury)."

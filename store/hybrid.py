@@ -13,7 +13,12 @@ Features of a candidate (the same for fitting and for serving, so a fitted model
 in several likely languages counts its best-covered reading), ``bm25``
 its BM25 score relative to the query's best (0..1), the two 0 for a product BM25 did not find; ``centroid``
 the cosine to the normalised sum of the product's text embeddings (every field at once; versions written
-before ``text_sum_norms.npy`` lack it, and their fusions, fitted before it, do not read it).
+before ``text_sum_norms.npy`` lack it, and their fusions, fitted before it, do not read it); ``coverage``
+the IDF-weighted share of the query's terms that the product's best-covered text value holds, over every
+one of its values, whichever channel found it (what fusions fitted since calibration code 4 read in place
+of ``lexical``: "apple juice" read on the best BM25 field alone covered more of the query with the apples'
+"Apple" than with Bravo Apple Juice's best-scored field, its Swedish title "Äpple Juice", whose only
+English term is "juic"; the juice's English title holds both terms).
 (Cosines standardised over each query's candidates were tried as two more features: no better ranking on
 the shared grocery catalogue, and match labels far worse.)
 
@@ -31,19 +36,22 @@ not the others would be read by a model fitted without it).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from store.errors import IndexFormatError
-from store.product_vectors import ChannelHits, positions_of
+from store.product_vectors import ChannelHits, concat_ranges, positions_of
 from store.products import ProductChannels
 
-FEATURES = ("image", "text", "lexical", "bm25", "centroid")
+FEATURES = ("image", "text", "lexical", "bm25", "centroid", "coverage")
 # The features fusions fitted before the centroid feature read (their parameters name none: ``GroupParams``).
 LEGACY_FEATURES = ("image", "text", "lexical", "bm25")
+# Each match feature's channel: the list a candidate must be in for the feature to be its own (the fit leaves
+# out one that every relevant candidate found there holds at its maximum: indexer.fusion_fitting).
+FEATURE_CHANNEL = {"image": "image", "text": "text", "lexical": "lexical", "coverage": "lexical"}
 # Each channel's candidates per query: the depth the fusion is calibrated at (indexer.fusion_calibration)
 # and served at (more when a page reaches further).
 CANDIDATES = 50
@@ -169,36 +177,65 @@ def gather(
             lex_rows[found] = lexical.via[idx[found]]
             best = float(lexical.scores.max()) if lexical.scores.size else 0.0
             features[found, 3] = lexical.scores[idx[found]] / best if best > 0 else 0.0
-            features[found, 2], held = _coverage(channels, query, lex_rows[found])
-            presence = np.zeros((count, held.shape[1]), bool)
-            presence[found] = held
+        features[:, 5], row_coverage, held = field_coverage(channels, query, rows, lexical_mask)
+        if found.size:
+            # the best BM25 value is one of the product's values in the mask: its coverage is read there
+            features[found, 2] = row_coverage(lex_rows[found])
+            presence = np.zeros((count, len(query.terms)), bool)
+            presence[found] = held(lex_rows[found])
     # A channel the product has no row in (no text, say) reads as its floor, not as -inf.
     features[~np.isfinite(features)] = -1.0
     scores = (image.scores, dense.scores, lexical.scores)
     return Candidates(rows, features, ranks, photo, text, lex_rows, list(query.terms), presence, scores)
 
 
-def _coverage(
-    channels: ProductChannels, query: HybridQuery, text_rows: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """The ``lexical`` feature of the BM25 candidates (their best fields ``text_rows``): the IDF-weighted
-    share of the query's terms each holds, its best-covered reading counted; and which of the query's
-    terms each holds ((rows, len(query.terms)) bool). One presence matrix (candidates x distinct terms) and
-    a product per reading, instead of a sum per candidate and reading."""
+def field_coverage(
+    channels: ProductChannels, query: HybridQuery, products: np.ndarray, row_mask: np.ndarray | None = None
+) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]:
+    """The ``coverage`` feature of ``products``: the IDF-weighted share of the query's terms that each one's
+    best-covered text value (among ``row_mask``'s) holds, its best-covered reading counted (0 for a product
+    without a value); and two look-ups over those values' text rows: each one's own coverage (the
+    ``lexical`` feature, read at the best BM25 value) and which of the query's terms it holds ((rows,
+    len(query.terms)) bool). One presence matrix (values x distinct terms) and a product per reading."""
     terms = list(query.terms)
     readings = [r for r in (query.readings or [terms]) if r]
-    vocab = list(dict.fromkeys([*terms, *(t for r in readings for t in r)]))
-    column = {t: j for j, t in enumerate(vocab)}
-    idf = channels.term_idf(terms)  # a reading's term beyond the query's cap weighs 0, as in BM25
-    present = channels.presence(text_rows, vocab)
-    weights = np.zeros((len(vocab), len(readings)), np.float64)
-    for k, reading in enumerate(readings):
-        for t in reading:
-            weights[column[t], k] += idf.get(t, 0.0) * query.weights.get(t, 1.0)
-    totals = weights.sum(axis=0)
-    totals[totals == 0] = 1.0
-    coverage = (present @ weights / totals).max(axis=1) if readings else np.zeros(text_rows.size)
-    return coverage.astype(np.float32), present[:, [column[t] for t in terms]]
+    lo = channels.texts.start[products]
+    counts = channels.texts.start[products + 1] - lo
+    text_rows, firsts = concat_ranges(lo, counts)
+    if row_mask is not None and text_rows.size:
+        kept = row_mask[text_rows]
+        counts = np.bincount(np.repeat(np.arange(products.size), counts)[kept], minlength=products.size)
+        text_rows, firsts = text_rows[kept], np.cumsum(counts) - counts
+    coverage = np.zeros(products.size, np.float32)
+    if not readings or not text_rows.size:
+        held = np.zeros((0, len(terms)), bool)
+        row_coverage = np.zeros(0, np.float32)
+    else:
+        vocab = list(dict.fromkeys([*terms, *(t for r in readings for t in r)]))
+        column = {t: j for j, t in enumerate(vocab)}
+        idf = channels.term_idf(terms)  # a reading's term beyond the query's cap weighs 0, as in BM25
+        present = channels.presence(text_rows, vocab)
+        weights = np.zeros((len(vocab), len(readings)), np.float64)
+        for k, reading in enumerate(readings):
+            for t in reading:
+                weights[column[t], k] += idf.get(t, 0.0) * query.weights.get(t, 1.0)
+        totals = weights.sum(axis=0)
+        totals[totals == 0] = 1.0
+        row_coverage = (present @ weights / totals).max(axis=1).astype(np.float32)
+        held = present[:, [column[t] for t in terms]]
+        some = np.flatnonzero(counts > 0)
+        coverage[some] = np.maximum.reduceat(row_coverage, firsts[some])
+    order = np.argsort(text_rows, kind="stable")
+    sorted_rows = text_rows[order]
+
+    def at(values: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        def look_up(rows: np.ndarray) -> np.ndarray:
+            # every asked row is one of the products' values in the mask (the caller's best BM25 values)
+            return values[order[np.searchsorted(sorted_rows, rows)]]
+
+        return look_up
+
+    return coverage, at(row_coverage), at(held)
 
 
 @dataclass

@@ -62,6 +62,7 @@ log = logging.getLogger(__name__)
 
 RRF_K = 60.0
 CENTROID = FEATURES.index("centroid")
+COVERAGE = FEATURES.index("coverage")
 # (product rows, their best image cosines) -> re-rank scores (``service.search.ranking.Ranker.rerank_head``).
 Reranker = Callable[[np.ndarray, np.ndarray], np.ndarray]
 CONFIDENT = 0.9  # below this detection confidence a query is analysed for each likely language
@@ -461,6 +462,7 @@ class HybridRanker:
                     centroid=float(cands.features[i, CENTROID])
                     if channels.text_sum_norms is not None and cands.text[i] >= 0
                     else None,
+                    coverage=float(cands.features[i, COVERAGE]) if cands.terms else None,
                 )
             hits.append(hit)
         return hits

@@ -374,7 +374,8 @@ def _joined(
 ) -> Candidates:
     """``cands`` and products ``rows`` that no channel found, scored as ``store.hybrid.gather`` scores a
     candidate (exact best photo and text cosines, the text centroid), in no channel's list (rank -1) and
-    without a lexical match: a filtered walk for one product would escalate to the whole index."""
+    without a lexical match (no term coverage either: what it covers is not asked, as a pinned product's
+    place is the rule's): a filtered walk for one product would escalate to the whole index."""
     q = np.ascontiguousarray(embed, np.float32).ravel()
     n = rows.size
     features = np.zeros((n, cands.features.shape[1]), np.float32)

@@ -17,7 +17,7 @@ def candidates(features: np.ndarray) -> Candidates:
 
 
 def samples(rng: np.random.Generator, n: int = 60) -> list[Sample]:
-    """Pseudo-queries whose relevant candidates have higher text and lexical features (and noise)."""
+    """Pseudo-queries whose relevant candidates have higher text and term-coverage features (and noise)."""
     out = []
     for _ in range(n):
         labels = np.zeros(12, bool)
@@ -25,5 +25,6 @@ def samples(rng: np.random.Generator, n: int = 60) -> list[Sample]:
         x = rng.uniform(0.0, 0.5, size=(12, len(FEATURES)))
         x[labels, 1] += 0.3
         x[labels, 2] += 0.4
+        x[labels, FEATURES.index("coverage")] += 0.4
         out.append(Sample("en", candidates(x), labels, 2))
     return out

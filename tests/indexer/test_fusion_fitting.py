@@ -9,6 +9,7 @@ import pytest
 
 from indexer.fusion_fitting import (
     FIT_FEATURES,
+    FIT_MATCH_FEATURES,
     MATCH_REFITS,
     _top_features,
     fit,
@@ -21,6 +22,7 @@ from indexer.fusion_fitting import (
 from store.errors import IndexFormatError
 from store.hybrid import (
     CANDIDATES,
+    CHANNELS,
     FEATURES,
     MATCH_FEATURES,
     FusionModel,
@@ -35,9 +37,9 @@ from tests.indexer.fusion_samples import candidates, samples
 def test_a_fit_names_its_features_and_its_label_reads_any_candidate() -> None:
     params = fit("weighted", samples(np.random.default_rng(0)), "hybrid")
     assert params.features == list(FIT_FEATURES) and params.match_over == "any"
-    assert len(params.weights) == len(FEATURES)
+    assert len(params.weights) == len(FIT_FEATURES) and "lexical" not in params.features
     text = fit("logistic", samples(np.random.default_rng(1)), "text")
-    assert len(text.weights) == len(FEATURES) - 1  # the image left out
+    assert len(text.weights) == len(FIT_FEATURES) - 1  # the image left out
     stored = FusionModel("weighted", {"other": params}, {"other": text}).to_dict()
     assert FusionModel.from_dict(stored).hybrid["other"] == params
 
@@ -168,28 +170,30 @@ def test_a_match_feature_every_calibration_match_holds_at_its_maximum_is_left_ou
     labelled none on that alone. Where matches cover it partly, the feature stays."""
     rng = np.random.default_rng(6)
     no_match = [candidates(rng.uniform(0.0, 0.4, size=(8, len(FEATURES)))) for _ in range(10)]
-    lexical = list(MATCH_FEATURES).index("lexical")
+    lexical = CHANNELS.index("lexical")  # the channel the coverage feature is read from
+    coverage = FEATURES.index("coverage")
     varied = samples(rng)
     for s in varied:
         s.candidates.ranks[:, lexical] = np.arange(len(s.candidates))  # every candidate found lexically
     params = fit("weighted", varied, "hybrid")
     fit_match("weighted", params, varied, "hybrid", no_match)
-    assert params.match_features == list(MATCH_FEATURES) and len(params.match) == 4
+    assert params.match_features == list(FIT_MATCH_FEATURES) and len(params.match) == 4
     full = samples(rng)
     for s in full:
-        s.candidates.features[:, 2] = np.where(s.labels, 1.0, rng.uniform(0.0, 0.6, size=s.labels.size))
+        partial = rng.uniform(0.0, 0.6, size=s.labels.size)
+        s.candidates.features[:, coverage] = np.where(s.labels, 1.0, partial)
         s.candidates.ranks[:, lexical] = np.arange(len(s.candidates))
         # A relevant product the lexical channel did not gather (none of its words among its first ranks)
         # has no coverage: not evidence against the rule, which reads the ones it found.
         missed = int(np.flatnonzero(s.labels)[0])
-        s.candidates.features[missed, 2], s.candidates.ranks[missed, lexical] = 0.0, -1
+        s.candidates.features[missed, coverage], s.candidates.ranks[missed, lexical] = 0.0, -1
     for mode in ("hybrid", "text"):
         params = fit("weighted", full, mode)
         fit_match("weighted", params, full, mode, no_match)
         assert params.match_features == ["image", "text"]
         assert len(params.match) == len(match_columns(mode, params)) + 1 == (3 if mode == "hybrid" else 2)
         # A match's probability no longer falls with its coverage: 0.3 scores as 1.0 does.
-        x = np.array([[0.6, 0.8, 1.0, 1.0, 0.8], [0.6, 0.8, 0.3, 1.0, 0.8]], np.float32)
+        x = np.array([[0.6, 0.8, 1.0, 1.0, 0.8, 1.0], [0.6, 0.8, 1.0, 1.0, 0.8, 0.3]], np.float32)
         scores = match_scores(candidates(x), params, mode, np.zeros(2, np.float32))
         assert scores[0] == scores[1] and params.none_below is not None
 
@@ -199,7 +203,7 @@ def test_a_match_feature_every_calibration_match_holds_at_its_maximum_is_left_ou
     [
         ({"weights": [1.0, 0.0, 0.0, 0.0, 0.0], "features": ["image", "text", "lexical", "bm25", "x"]}, "x"),
         ({"weights": [1.0, 0.0, 0.0, 0.0, 0.0], "features": list(FEATURES), "match_over": "all"}, "'all'"),
-        ({"weights": [1.0, 0.0, 0.0], "features": list(FEATURES)}, "3 weights for 5 features"),
+        ({"weights": [1.0, 0.0, 0.0], "features": list(FEATURES)}, "3 weights for 6 features"),
         ({"weights": [1.0, 0.0, 0.0, 0.0], "match": [1.0, 1.0]}, "2 match weights"),
     ],
 )

@@ -189,7 +189,41 @@ def test_gather_features_and_fusion(tmp_path: Path) -> None:
     model = FusionModel("weighted", {"other": params}, {"other": GroupParams(weights=[0, 1.0, 0])}, ["en"])
     assert FusionModel.from_dict(model.to_dict()).to_dict() == model.to_dict()
     assert model.group_of(["de"]) == "other" and model.group_of(["de", "en"]) == "en"
-    assert (*LEGACY_FEATURES, "centroid") == FEATURES
+    assert (*LEGACY_FEATURES, "centroid", "coverage") == FEATURES
+    channels.close()
+
+
+def test_coverage_feature_is_the_best_covered_value_of_a_product(tmp_path: Path) -> None:
+    """The ``coverage`` feature against a plain reference: over every text value of a product (those a
+    mask leaves in), the largest IDF-weighted share of the query's terms one value holds; ``lexical`` is
+    that share at the product's best BM25 value only. Product 0's English title holds "oat" alone, its
+    Swedish one "havredryck" alone: neither covers "oat havredryck", each half of it."""
+    channels, _, _, text_vecs, _ = make_channels(tmp_path)
+    terms = [*analyze("oat", "en"), *analyze("havredryck", "sv"), *analyze("juice", "en")]
+    idf = channels.term_idf(terms)
+    text_terms = [set(analyze(t, lang)) for _, _, lang, t in TEXTS]
+    owners = np.asarray([t[0] for t in TEXTS])
+    mask = np.ones(len(TEXTS), bool)
+    mask[1] = False  # the Swedish title hidden (calibration's lexical mask)
+
+    def reference(product: int, keep: np.ndarray) -> float:
+        shares = [
+            sum(idf[t] for t in terms if t in text_terms[r]) / sum(idf.values())
+            for r in np.flatnonzero((owners == product) & keep)
+        ]
+        return max(shares, default=0.0)
+
+    for keep, lexical_mask in ((np.ones(len(TEXTS), bool), None), (mask, mask)):
+        cands = gather(channels, HybridQuery(text_vecs[0], terms, "en"), 10, None, lexical_mask=lexical_mask)
+        expected = [reference(int(p), keep) for p in cands.rows]
+        np.testing.assert_allclose(cands.features[:, 5], expected, atol=1e-6)
+        found = cands.lexical >= 0
+        rows = np.arange(len(TEXTS))
+        at_best = [reference(int(p), rows == r) for p, r in zip(cands.rows, cands.lexical, strict=True)]
+        np.testing.assert_allclose(cands.features[found, 2], np.asarray(at_best)[found], atol=1e-6)
+    i = cands.rows.tolist().index(1)
+    assert cands.features[i, 5] == pytest.approx(idf["juic"] / sum(idf.values()))
+    assert 0 < cands.features[cands.rows.tolist().index(0), 5] < 1
     channels.close()
 
 
