@@ -36,6 +36,7 @@ from service.schemas import (
     SearchHit,
     SortBy,
 )
+from service.search.compounds import QueryCompounds
 from service.search.facets import spread
 from service.search.responses import image_url
 from service.search.rules import ActingRules
@@ -172,7 +173,9 @@ def sorted_by_field(pairs: list[tuple[int, dict[str, Any]]], name: str, order: s
 class HybridRanker:
     """Thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, compounds: QueryCompounds | None = None) -> None:
+        # Compound query words split for the lexical channel (``service.search.compounds``); None: not split.
+        self.compounds = compounds
         # Each served version's fusion model, parsed once (not on every query); dropped with the version.
         self._models: weakref.WeakKeyDictionary[ProductChannels, StoredFusion] = weakref.WeakKeyDictionary()
         self._parsing = threading.Lock()  # one parse, and one warning, per version
@@ -238,6 +241,8 @@ class HybridRanker:
         more readings.
         ``correction``: the query's mistyped words corrected (``service.search.typos``), its terms searched
         at less weight.
+        Each reading in a compounding language gets one more where its compound words are split into their
+        parts (``service.search.compounds``, where the ranker was given them).
         ``rules``: the merchandising rules acting on the query (``service.search.rules``: pins, hide, boost,
         bury)."""
         start = time.perf_counter()
@@ -250,6 +255,11 @@ class HybridRanker:
         for variant in variants:  # a synonym's match covers the query as the original's would
             more = [analyze(variant, lang)] if certain else readings_of(variant, [lang, *fusion.languages])
             readings += [r for r in more if r and r not in readings]
+        if self.compounds is not None and mode != "image":  # a compound covers the query as its parts do
+            read_as = [lang] if certain else [lang, *fusion.languages]
+            for source in dict.fromkeys([analysed, *variants]):
+                more = self.compounds.readings(channels, source, read_as)
+                readings += [r for r in more if r not in readings]
         terms = union_of(readings)
         # A stand-in's only group is ``other``, as its explanations say (its languages: what is read for).
         group = OTHER if stored.stand_in else fusion.group_of([lang])

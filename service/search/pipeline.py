@@ -47,6 +47,7 @@ from service.schemas import (
     SearchResponse,
     SimilarRequest,
 )
+from service.search.compounds import QueryCompounds
 from service.search.dictionaries import QueryDictionaries
 from service.search.facets import check_fields, columns_of, facet_counts, spread_hits
 from service.search.filters import SearchFilters, allowed_rows
@@ -122,11 +123,11 @@ class SearchPipeline:
         )
         self.responses = ResponseBuilder(model_name)
         self.judge = MatchJudge(encoder)
-        self.hybrid = HybridRanker()
+        # Typo tolerance's query-language dictionaries, each built on its first use; decompounding's too.
+        self.dictionaries = QueryDictionaries(detector.supported)
+        self.hybrid = HybridRanker(QueryCompounds(self.dictionaries))
         self.synonyms = SynonymSource()  # each served version's synonyms, the index-level set over its own
         self.rules = RuleBook(self.rule_embedding)  # merchandising rules (``service.search.rules``)
-        # Typo tolerance's query-language dictionaries, each built on its first use.
-        self.dictionaries = QueryDictionaries(detector.supported)
         # A model without a fusion encoder cannot re-rank: its default is off, and asking is refused.
         self.can_rerank = encoder.capabilities.rerank
         self.default_rerank = default_rerank and self.can_rerank
