@@ -12,7 +12,11 @@ Both are log-scores added to the detector's (a language's word-frequency evidenc
 ~10); they were set by reasoning, not fitted to a catalogue: a catalogue language wins a tie, and a query
 word the catalogue writes in a language outweighs a slightly more frequent reading elsewhere ("soy yoghurt"
 in an English grocery is English, not Spanish), while a query clearly in a language the shop does not write
-stays in that language ("Apfelsaft" is German in a Swedish and English shop).
+stays in that language ("Apfelsaft" is German in a Swedish and English shop). Measured on the grocery
+half (``bench/compound_queries.py``'s ``language_prior``): compound queries in twelve languages 0.924
+detected with the prior or without; one-word product-type queries 0.759 with, 0.775 without: English and
+Swedish gain 25 and 12 points, the other Latin-script languages lose 6-12 (a one-word query in a language
+the shop does not write leans to one it does: "Gurke", "peras" read as English).
 
 Detected languages are cached by (catalogue, text) (``cache_size``, CCRK_CACHE_SIZE): a repeated query (a
 result-cache hit too, whose key holds the language) is not classified again (~0.2 ms of CPU).
