@@ -15,6 +15,9 @@ service in process.
   in-catalogue types labelled ``none`` (want <= 0.1); compound queries labelled ``none`` too.
 - Cost: each query's ``timings_ms`` (search and total, wall) and the process CPU of the whole query loop per
   query (``time.process_time``; the TestClient's own overhead included, the same before and after a change).
+- The catalogue prior of the query's language (``service.language.CatalogueLanguages``): each query's
+  language detected by the service's detector for the model's languages with and without the built
+  version's prior, per language, for the compound and the product-type queries (no HTTP, no search).
 
     python bench/compound_queries.py --grocery ../shared/data/grocery \\
         --model artifacts/models/ccrk-starter --out bench/results/compound-queries-DATE.json
@@ -61,6 +64,32 @@ def relevant_products(rows: list[dict[str, Any]], english: str) -> set[str]:
 
 def first_relevant(ids: list[str], relevant: set[str]) -> int | None:
     return next((i for i, pid in enumerate(ids) if pid in relevant), None)
+
+
+def language_prior(
+    settings: Any, model: Path, queries: dict[str, list[tuple[str, str]]]
+) -> dict[str, dict[str, Any]]:
+    """Per query set and language: the share of queries whose language is detected, with the built version's
+    catalogue prior (what a search reads) and without it."""
+    from service.language import LanguageDetector, catalogue_languages
+    from store.reader import IndexVersion
+
+    detector = LanguageDetector(json.loads((model / "config.json").read_text())["languages"])
+    out: dict[str, dict[str, Any]] = {}
+    with IndexVersion.open(settings.index_root, "grocery") as opened:
+        catalogue = catalogue_languages(opened.products)
+        for name, pairs in queries.items():
+            got: dict[str, dict[str, list[float]]] = defaultdict(lambda: {"with": [], "without": []})
+            for text, lang in pairs:
+                got[lang]["with"].append(float(detector.detect(text, catalogue).code == lang))
+                got[lang]["without"].append(float(detector.detect(text).code == lang))
+            per = {lang: {k: _mean(v) for k, v in by.items()} for lang, by in got.items()}
+            out[name] = {
+                "per_language": per,
+                "with": _mean([v["with"] for v in per.values()]),
+                "without": _mean([v["without"] for v in per.values()]),
+            }
+    return out
 
 
 def run(grocery: Path, model: Path, work: Path, held_out: int) -> dict[str, Any]:
@@ -127,6 +156,19 @@ def run(grocery: Path, model: Path, work: Path, held_out: int) -> dict[str, Any]
                         r = len(relevant)
                         types_by_lang[lang].append(sum(i in relevant for i in ids[:r]) / r)
         cpu_per_query_ms = 1000 * (time.process_time() - cpu0) / max(1, len(total_ms) - n0)
+    prior = language_prior(
+        settings,
+        model,
+        {
+            "compound": [(e[lang], lang) for e in spec["queries"] for lang in spec["languages"]],
+            "product_types": [
+                (by_lang[lang], lang)
+                for kind in ("in_catalogue", "not_sold")
+                for by_lang in types_spec[kind].values()
+                for lang in types_spec["languages"]
+            ],
+        },
+    )
     languages = spec["languages"]
     summary = {lang: {k: _mean(v) for k, v in per_lang[lang].items()} for lang in languages if per_lang[lang]}
     return {
@@ -147,6 +189,7 @@ def run(grocery: Path, model: Path, work: Path, held_out: int) -> dict[str, Any]
             "not_sold_labelled_none": _mean(lines["not_sold"]),
             "in_catalogue_labelled_none": _mean(lines["in_catalogue"]),
         },
+        "language_prior": prior,
         "cost": {
             "search_ms_p50": round(statistics.median(search_ms), 3),
             "total_ms_p50": round(statistics.median(total_ms), 3),
@@ -174,6 +217,11 @@ def print_table(result: dict[str, Any]) -> None:
         f"product types: R-precision {types['mean_r_precision']:.3f}; labelled none: not sold "
         f"{types['not_sold_labelled_none']:.3f}, in catalogue {types['in_catalogue_labelled_none']:.3f}"
     )
+    for name, got in result["language_prior"].items():
+        print(
+            f"language detected, {name}: {got['with']:.3f} with the catalogue prior, "
+            f"{got['without']:.3f} without"
+        )
     cost = result["cost"]
     print(
         f"cost: search p50 {cost['search_ms_p50']} ms, total p50 {cost['total_ms_p50']} ms, process CPU "

@@ -16,9 +16,12 @@ calibrated on the pseudo-queries of the catalogue's order (``catalogue_order``),
 unsharded build calibrates.
 
 Text values: a field ``title`` named in ``text_fields`` covers ``title`` and its language-tagged variants
-(``title@de``, whose tag is taken as its language). Untagged values are identified by py3langid; a value
-identified with low confidence (short titles) takes its field's majority language, as a shop writes a field
-in one language.
+(``title@de``, whose tag is taken as its language). Untagged values are identified by the service's detector
+(``store.language_id``): first each field's language, from its values together (a shop mostly writes a
+field in one language), then each value with that language as its prior. A value leaves its field's
+language for another field's at ``OTHER_FIELDS_CONFIDENT`` when it does not mix languages (a retailer title
+written in Swedish among English ones: "Mellanmjölk Ekologisk 1,5%"), for a language no field is in only at
+``CONFIDENT`` and with 4 words or more; a short or unsure value keeps its field's language.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
 from ccrk_settings import Settings
 from indexer.channel_tuning import tune_channels
@@ -54,6 +56,7 @@ from model.model_dir import ModelConfig
 from model.runtime import Encoder
 from store.errors import IndexFormatError
 from store.hybrid import CANDIDATES
+from store.language_id import FixedPrior, LanguageDetector
 from store.lexical import STEMMERS, analyze
 from store.product_reuse import link_channels, read_photo_digests, write_photo_stats, write_product_digests
 from store.products import (
@@ -66,8 +69,15 @@ from store.products import (
 )
 
 UNKNOWN = "und"
-CONFIDENT = 0.99  # py3langid's normalised probability from which a value keeps a language of its own
+# Set by reasoning, not fitted to a catalogue: the field's prior is the service's prior for a catalogue
+# language (service.language.SHARE_BONUS), and a value takes a language some field is in once the detector
+# finds it the likelier one despite that prior.
+FIELD_PRIOR = 1.5  # log-score of a value's field language
+OTHER_FIELDS_CONFIDENT = 0.5  # confidence from which a value takes another field's language (not mixed)
+CONFIDENT = 0.99  # confidence from which a value of 4+ words takes a language no field is in
 FIELD_SAMPLE = 200  # values of a field identified together
+FIELD_SAMPLE_CHARS = 20_000  # of those values' text
+VALUE_CHARS = 1000  # of a value identified (a description's start tells its language)
 SPACELESS = {"ja", "zh", "th", "ko"}
 TEXT_BATCH = 64
 MAX_TEXT_CHARS = 2000  # of one value, for the encoders (descriptions are embedded from their start)
@@ -112,25 +122,48 @@ def text_values(items: Sequence[SourceItem], text_fields: Sequence[str]) -> list
 
 
 def identify_languages(values: Sequence[TextValue], languages: Sequence[str]) -> None:
-    """Fill in the language of untagged values: each field's language is identified from its values
-    together (a shop writes a field in one language; a short title alone is too little to tell), and a value
-    keeps a language of its own only when it is long enough and identified with high confidence. Among the
-    languages with a stemmer, the model's (``languages``) and the scripts written without spaces."""
+    """Fill in the language of untagged values (module docstring): each field's language from its values
+    together, then each value with its field's language as the prior. Among the languages with a stemmer,
+    the model's (``languages``) and the scripts written without spaces, all alike; a value the detector
+    cannot place among them (no letters, another language) keeps its field's language, and a field none of
+    them stays unknown."""
     untagged = [v for v in values if v.lang is None]
     if not untagged:
         return
-    identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
-    candidates = (set(STEMMERS) | set(languages) | SPACELESS) & set(identifier.nb_classes)
-    identifier.set_languages(sorted(candidates))
+    candidates = set(STEMMERS) | set(languages) | SPACELESS
+    detector = LanguageDetector(sorted(candidates))
     by_field: dict[str, list[TextValue]] = {}
     for value in untagged:
         by_field.setdefault(value.field, []).append(value)
-    for group in by_field.values():
-        sample = " ".join(v.text for v in group[:FIELD_SAMPLE])
-        field_lang, _ = identifier.classify(sample)
-        for value in group:
-            lang, prob = identifier.classify(value.text) if len(value.text.split()) >= 4 else (None, 0.0)
-            value.lang = lang if lang and prob >= CONFIDENT else field_lang
+    field_langs: dict[str, str | None] = {}
+    for field, group in by_field.items():
+        sample = " ".join(v.text for v in group[:FIELD_SAMPLE])[:FIELD_SAMPLE_CHARS]
+        code, _ = detector.classify(sample)
+        field_langs[field] = code if code in candidates else None
+    used = {lang for lang in field_langs.values() if lang} | {v.lang for v in values if v.lang}
+    seen: dict[tuple[str, str], str | None] = {}  # (field, text) -> language: catalogues repeat values
+    for value in untagged:
+        key = (value.field, value.text)
+        if key not in seen:
+            seen[key] = value_language(detector, value.text, field_langs[value.field], used, candidates)
+        value.lang = seen[key]
+
+
+def value_language(
+    detector: LanguageDetector, text: str, field_lang: str | None, used: set[str], candidates: set[str]
+) -> str | None:
+    """A value's language: its field's, unless the detector, with the field's language as prior, finds
+    another field's (at ``OTHER_FIELDS_CONFIDENT``, not mixed) or another language (at ``CONFIDENT``, 4+
+    words)."""
+    prior = FixedPrior({field_lang: FIELD_PRIOR}) if field_lang else None
+    got = detector.detect(text[:VALUE_CHARS], prior)
+    if got.code == field_lang or got.code not in candidates:
+        return field_lang
+    if got.code in used and got.confidence >= OTHER_FIELDS_CONFIDENT and not got.mixed:
+        return got.code
+    if got.confidence >= CONFIDENT and len(text.split()) >= 4:
+        return got.code
+    return field_lang
 
 
 def encode_texts(encoder: Encoder, values: Sequence[TextValue]) -> np.ndarray:

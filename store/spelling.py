@@ -7,6 +7,8 @@ are served alike and the on-disk format is unchanged. It holds
 
 - every word of the text values (``store.lexical.words_of``: NFKC, case-folded, no spaceless-script
   words, whose bigrams are never fuzzed) with its document frequency (text values holding it);
+- the languages each word was written in (its values' languages; ``und`` left out): what the service's
+  query-language prior reads (``service.language.CatalogueLanguages``);
 - every stem those words are indexed as (``store.lexical.analyze`` in their value's language), each with
   the most frequent word of that stem: "applws" is two edits from "apples" but its English stem "applw"
   one from the index's "appl".
@@ -19,7 +21,7 @@ same distance the most frequent wins (then the first in code-point order), a wor
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import tantivy
@@ -59,9 +61,15 @@ class Nearest:
 class Vocabulary:
     """The words and stems of one version's text values (read-only; thread-safe)."""
 
-    def __init__(self, words: dict[str, int], stems: dict[str, str]) -> None:
+    def __init__(
+        self,
+        words: dict[str, int],
+        stems: dict[str, str],
+        languages: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> None:
         self.words = words  # word -> text values holding it
         self.stems = stems  # stem -> its most frequent word
+        self._languages = languages or {}  # word -> the languages it was written in
         self._forms: list[tuple[str, str]] = []  # id -> (field, form)
         schema = _schema()
         index = tantivy.Index(schema)  # in memory
@@ -93,10 +101,20 @@ class Vocabulary:
                     best = stems.get(stem)
                     if best is None or (df[word], best) > (df[best], word):
                         stems[stem] = word
-        return cls(dict(df), stems)
+        shared: dict[frozenset[str], tuple[str, ...]] = {}  # one tuple per set of languages, not per word
+        written = {
+            word: shared.setdefault(frozenset(known), tuple(sorted(known)))
+            for word, langs in languages.items()
+            if (known := {lang for lang in langs if lang is not None})
+        }
+        return cls(dict(df), stems, written)
 
     def __len__(self) -> int:
         return len(self.words)
+
+    def languages_of(self, word: str) -> tuple[str, ...]:
+        """The languages of the text values that write ``word`` (folded as ``words_of`` folds it)."""
+        return self._languages.get(word, ())
 
     def knows(self, word: str, stems: Sequence[str] = ()) -> bool:
         """Whether ``word`` (folded as ``words_of`` folds it), or one of its ``stems``, is written in the

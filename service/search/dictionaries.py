@@ -4,7 +4,7 @@ the multilingual (dense) channels encode "Äpfel" for "Äpcel" in a shop that wr
 Swedish, where the catalogue has no word to correct it to.
 
 The dictionaries are wordfreq's word lists, installed with the package (code Apache-2.0, data CC-BY-SA
-4.0; ``service.language`` reads the same lists for language identification):
+4.0; ``store.language_id`` reads the same lists for language identification):
 
 - known words: the "large" list where wordfreq has one (21 languages, down to a frequency of 1e-8: the
   inflections and compounds a shop's queries hold), else the "small" one (1e-6), kept as sorted 64-bit
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.language import SCRIPT_CANDIDATES, WORDFREQ_CODE, normalise_code, script_counts
+from store.language_id import SCRIPT_CANDIDATES, WORDFREQ_CODE, normalise_code, script_counts
 from store.spelling import Vocabulary
 
 # Correction candidates have as many letters as a word that may be corrected (typos.ONE_EDIT_FROM): a

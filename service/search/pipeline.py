@@ -1,7 +1,7 @@
-"""The search pipelines, each a method run on one leased version: text (language -> typo correction ->
-synonym variants -> result cache -> encode -> ANN, filtered -> re-rank -> page -> metadata -> match labels
--> facets), image (decode -> encode -> ANN, filtered -> page -> metadata -> facets), more like this, and
-consistency (one intent in several languages, compared).
+"""The search pipelines, each a method run on one leased version: text (language, the served version's
+languages and words its prior -> typo correction -> synonym variants -> result cache -> encode -> ANN,
+filtered -> re-rank -> page -> metadata -> match labels -> facets), image (decode -> encode -> ANN, filtered
+-> page -> metadata -> facets), more like this, and consistency (one intent in several languages, compared).
 
 Over 400 lines: one method per kind of search, each the whole of that search's path (the products path of a
 text query beside the dual encoder's, which it leaves as it was), so each reads in one place; and the text
@@ -30,7 +30,7 @@ from monitoring.consistency import consistency_report
 from service.cache import RESULT, Cache
 from service.errors import InvalidInputError, NotFoundError
 from service.index_holder import Served
-from service.language import LanguageDetector
+from service.language import LanguageDetector, catalogue_languages
 from service.matching import MatchJudge
 from service.schemas import (
     MAX_OFFSET,
@@ -191,7 +191,9 @@ class SearchPipeline:
         text = normalise_query(request.query)
         if not text:
             raise InvalidInputError("query is empty after whitespace normalisation", loc=("body", "query"))
-        language = self.detector.resolve(text, request.lang)
+        # The served version's languages and vocabulary are the prior of an unhinted query's language.
+        catalogue = None if request.lang else catalogue_languages(channels_of(served))
+        language = self.detector.resolve(text, request.lang, catalogue)
         rerank = self.resolve_rerank(request.rerank, language.code)
         filters = SearchFilters.of(request.filters)
         check_fields(request.facets, request.max_per, served.index.fields, request.sort)

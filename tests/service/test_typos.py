@@ -14,7 +14,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from indexer.build import build
+from model.configs import get_preset
 from service.app import create_app
+from service.language import LanguageDetector
 from service.search.dictionaries import Dictionary, QueryDictionaries, nearest_in
 from service.search.typos import FUZZY_WEIGHT, Correction, correct_query, edit_budget
 from store.lexical import analyze
@@ -133,6 +135,15 @@ def test_a_mistyped_query_finds_the_product_by_its_words_and_says_what_it_search
     assert all(h["explain"]["channels"]["lexical"]["rank"] is None for h in off["results"])
     # Spaceless scripts: never corrected.
     assert _search(served, query="新鲜牛乃")["corrected_query"] is None
+
+
+def test_the_served_catalogue_is_the_prior_of_a_querys_language(served: Any) -> None:
+    """An unhinted query's language is read with the served version's languages and words as its prior
+    (``service.language.CatalogueLanguages``): "laptop" is Indonesian to the detector alone (the demo
+    model's languages), English in this shop, which writes mostly English; a hint still decides."""
+    assert LanguageDetector(get_preset("demo").languages).detect("laptop").code == "id"
+    assert _search(served, query="laptop")["language"]["code"] == "en"
+    assert _search(served, query="laptop", lang="id")["language"]["code"] == "id"
 
 
 def test_a_product_matching_as_typed_ranks_above_one_matching_as_corrected(served: Any) -> None:
