@@ -6,8 +6,10 @@ It returns its own small ``Detected``; the service turns it into its response sc
 The evidence, each kind where it is strong:
 
 1. The writing system. Hangul is Korean, kana Japanese, Thai Thai, Greek Greek, Hebrew Hebrew, and so on:
-   a text in such a script needs no statistics. Only scripts that several languages write (Latin, Cyrillic,
-   Arabic, Devanagari, Han) go on to a choice between that script's languages.
+   a text in such a script needs no statistics; so is a Han text holding a shinjitai (``SHINJITAI``: a
+   Japanese character form neither Chinese standard writes, 発 for 发 / 發). Only scripts that several
+   languages write (Latin, Cyrillic, Arabic, Devanagari, Han) go on to a choice between that script's
+   languages.
 2. Word frequencies (wordfreq's "small" lists, installed with the package: every word at or above one in a
    million tokens; 35 of its languages). Short queries are mostly common words ("a man", "tiga payung"), and
    whole-word frequencies tell languages apart where character n-grams cannot: py3langid alone put "A man"
@@ -19,13 +21,16 @@ The evidence, each kind where it is strong:
      ``COMPOUND_JOIN`` per join, at most the lists' floor (the list lacks it): the lists hold few of the
      compounds a shop sells, and none of them a language that does not compound; a split into rare parts
      ("apel" + "sin" + "juice" in Dutch) stays below an unknown word, and English loans the lists hold
-     ("girls" in Dutch text) are no parts;
+     ("girls" in Dutch text) are no heads; a modifier may be an English word ("Grapefruitsaft" =
+     grapefruit + Saft), counted at its English frequency, the head deciding the language;
    - a word a language's list lacks costs it ``OOV_LOG10`` less ``OOV_PER_LETTER`` for each letter beyond
      ``OOV_FREE_LETTERS``: the lists stop at one in a million, and a long word is less likely a rare word
      missing from a list than a word of another language ("vattenmelon" is no Dutch word);
    - a word English's list holds together with at least ``INTERNATIONAL_LISTS`` other lists ("laptop",
      "juice", "jeans": loanwords, whose frequency in another language's corpus says little) adds
-     ``INTERNATIONAL_PRIOR`` to English.
+     ``INTERNATIONAL_PRIOR`` to English; but such a word ten times as frequent in English as in the other
+     served languages (supported or the prior's), beside a word of one of them that English lacks in a
+     two-word text, is a name ("Birne Conference": the pear) and left out of every kind of evidence.
 3. py3langid's character n-gram scores, for words that the lists do not hold (inflected forms, rare words).
 4. A prior from where the text comes (``Prior``): the served catalogue's languages and vocabulary for a
    query (``service.language.CatalogueLanguages``), the field's language for a build's text value.
@@ -33,7 +38,9 @@ The evidence, each kind where it is strong:
 The scores of the script's languages add up (naive Bayes over words, plus the character scores at a tuned
 weight, plus a prior that favours the supported languages: a shop's queries come mostly in the languages it
 serves, plus the prior of the text's source) and are normalised into probabilities. The label is the most
-probable language, its probability the confidence; close relatives of a supported language count for it
+probable language, its probability the confidence (on a short query, a supported language that knows as
+many of its words as a likelier language neither supported nor the prior's: "melón galia" is Spanish, not
+Lithuanian); close relatives of a supported language count for it
 (Malay for Indonesian, Slovak for Czech). A text none of whose words the winning language knows gets at
 most ``UNKNOWN_WORDS_CONFIDENCE``: it is in a language or a spelling the lists miss (romanised Hindi,
 Estonian), and the label is a guess.
@@ -148,9 +155,39 @@ THREE_PART_LETTERS = 4
 # log10 a compound gains per join over the product of its parts' frequencies: two parts of 1e-5 make a word
 # at the lists' floor (1e-6), which caps it (a word a list lacks is rarer than that). Set so, not tuned.
 COMPOUND_JOIN = 4.0
+LOAN_PART_LETTERS = 4  # the least letters of an English loan as a modifier (as THREE_PART_LETTERS, by design)
 LOAN_LOG10 = 1.0  # a part ten times as frequent in English as in the language is an English loan there
 LINKS = ("", "s", "e", "n", "en", "er", "es")
 SPLIT_CACHE = 65536  # words whose splits are kept (a split costs ~0.1 ms; a shop's queries repeat words)
+
+# A short query (at most SHORT_QUERY_WORDS words) is not labelled with a language that is neither supported
+# nor named by the text's prior when a supported language knows as many of its words: "melón galia" is
+# Spanish, not Lithuanian ("galia": "power"), a shop's queries are in the languages it serves. Set by design.
+SHORT_QUERY_WORDS = 3
+# A name is left out of a text of NAME_QUERY_WORDS words, a name and a word ("Birne Conference"): in longer
+# text (a product title's half, "Smooth Style Utan") the English words are as often the text's own. By design.
+NAME_QUERY_WORDS = 2
+# Shinjitai: the Japanese forms of characters that Simplified and Traditional Chinese write otherwise (each
+# with its Simplified / Traditional form, from the Joyo kanji's reformed forms; only characters neither
+# Chinese standard writes, so no Chinese text holds one). A Han-only text holding one is Japanese, as a text
+# with kana is; the table holds the commonest (shop words among them: 塩 salt, 麺 noodles, 鶏 chicken).
+# fmt: off
+SHINJITAI = {
+    "亜": "亚亞", "圧": "压壓", "悪": "恶惡", "営": "营營", "駅": "驿驛", "円": "圆圓", "価": "价價",
+    "壊": "坏壞", "拡": "扩擴", "楽": "乐樂", "巻": "卷捲", "関": "关關", "歓": "欢歡",
+    "気": "气氣", "挙": "举舉", "経": "经經", "軽": "轻輕", "鶏": "鸡雞",
+    "険": "险險", "県": "县縣", "験": "验驗", "広": "广廣", "鉱": "矿礦", "黒": "黑", "済": "济濟",
+    "剤": "剂劑", "桜": "樱櫻", "児": "儿兒", "従": "从從", "渋": "涩澀", "獣": "兽獸", "縦": "纵縱",
+    "焼": "烧燒", "乗": "乘", "浄": "净淨", "譲": "让讓", "醸": "酿釀", "図": "图圖",
+    "粋": "粹", "穂": "穗", "帯": "带帶", "単": "单單", "団": "团團", "弾": "弹彈",
+    "遅": "迟遲", "鋳": "铸鑄", "鉄": "铁鐵", "転": "转轉", "伝": "传傳", "闘": "斗鬥",
+    "読": "读讀", "発": "发發", "抜": "拔", "売": "卖賣", "変": "变變",
+    "歩": "步", "満": "满滿", "薬": "药藥", "訳": "译譯", "様": "样樣", "謡": "谣謠",
+    "両": "两兩", "緑": "绿綠", "労": "劳勞", "録": "录錄",
+    "塩": "盐鹽", "麺": "面麵", "醤": "酱醬", "蔵": "藏", "続": "续續", "総": "总總", "絵": "绘繪",
+    "戦": "战戰", "択": "择擇", "沢": "泽澤", "隠": "隐隱", "顔": "颜顏", "歳": "岁歲", "斎": "斋齋",
+}
+# fmt: on
 
 _LN10 = math.log(10.0)
 _DROP_ASCII_LETTERS = str.maketrans("", "", string.ascii_letters)  # an ASCII letter is what isalpha() says
@@ -326,6 +363,8 @@ def _parts_log10(word: str, spans: Sequence[tuple[int, int]]) -> dict[tuple[int,
     strings: dict[str, int] = {}
     rows = np.full((len(spans), 4), -1, dtype=np.intp)  # each span's forms; -1: the NaN row below
     n = len(word)
+    # A head is read as written; a loan modifier needs LOAN_PART_LETTERS ("bra" + "une" is no Dutch word).
+    native_only = np.array([j == n or j - i < LOAN_PART_LETTERS for i, j in spans], dtype=bool)
     for at, (i, j) in enumerate(spans):
         part = word[i:j]
         for f, form in enumerate((part,) if j == n else _modifier_forms(part)):
@@ -334,9 +373,15 @@ def _parts_log10(word: str, spans: Sequence[tuple[int, int]]) -> dict[tuple[int,
     logs, _ = table.columns(list(strings), columns, c + 1)  # the compounding languages, then English
     # An English word the language's text holds as a loan ("girls", "players") is no part of its compounds:
     # wordfreq's lists of every language hold English, and "schoolgirls" is no Dutch compound.
-    loans = logs[:, c : c + 1] - logs[:, :c] > LOAN_LOG10
-    logs = np.vstack([np.where(loans, np.nan, logs[:, :c]), np.full((1, c), np.nan)])
-    by_span = np.fmax.reduce(logs[rows], axis=1)  # (spans, languages): the best form of each
+    # A modifier may be one ("Grapefruitsaft", "grapefruitsap", "Mandarinensaft"): then the head, a word of
+    # the language, carries the split, the loan counted at its English frequency.
+    english = logs[:, c : c + 1]
+    loans = english - logs[:, :c] > LOAN_LOG10
+    native = np.vstack([np.where(loans, np.nan, logs[:, :c]), np.full((1, c), np.nan)])
+    # A loan as written: English drops no -e in a compound ("bicycl" + "ist" is no German word).
+    loaned = np.vstack([np.where(np.isnan(native[:-1]), english, native[:-1]), native[-1:]])
+    by_span = np.fmax.reduce(native[rows], axis=1)  # (spans, languages): the best form of each
+    by_span = np.where(native_only[:, None], by_span, np.fmax(by_span, loaned[rows[:, 0]]))
     return {spans[at]: by_span[at] for at in np.flatnonzero(~np.isnan(by_span).all(axis=1)).tolist()}
 
 
@@ -423,6 +468,8 @@ class Evidence:
     char: np.ndarray  # py3langid's character log-likelihood over sqrt(bytes), as its norm_probs uses
     known_log10: np.ndarray  # sum of log10 frequencies of the words the language knows (listed, compounds)
     unknown: np.ndarray  # how many of the text's words the language lacks (neither listed nor a compound)
+    known_words: np.ndarray  # how many it knows (words neutral as names, ``_names``, neither)
+    known_masks: np.ndarray  # which it knows, bit i for word i, of a text of SHORT_QUERY_WORDS (else 0)
     any_known: np.ndarray  # whether it knows any of them (a language without a list: True)
     long_letters: np.ndarray  # letters beyond OOV_FREE_LETTERS of the words it lacks, summed
     international: np.ndarray  # the text's words English shares with INTERNATIONAL_LISTS other lists
@@ -561,22 +608,45 @@ class LanguageDetector:
         (``_word_features``), so a text gets the same row whatever it is classified with."""
         group = self._groups[script]
         n = len(group.codes)
-        chars = [self._char(script, v or None, b) for v, b in zip(visits, encoded_bytes, strict=True)]
-        if len(word_lists) == 1:  # the common case: one text, its words' features summed at once
-            summed = self._word_features(group, word_lists[0]).sum(axis=0, keepdims=True)
-            char = chars[0][None]
-        else:
-            features = self._word_features(group, [w for words_ in word_lists for w in words_])
-            ends = np.cumsum([len(words_) for words_ in word_lists]).tolist()
-            summed = np.stack([features[a:b].sum(axis=0) for a, b in zip([0, *ends], ends, strict=False)])
-            char = np.stack(chars)
+        features = self._word_features(group, [w for words_ in word_lists for w in words_])
+        ends = np.cumsum([len(words_) for words_ in word_lists]).tolist()
+        visits, encoded_bytes = list(visits), list(encoded_bytes)
+        rows = []  # per text: its words' features summed
+        masks = np.zeros((len(word_lists), n))  # per short text: the words each language knows, as bits
         bias = np.zeros((len(word_lists), n))
-        if prior is not None:
-            for row, words_ in enumerate(word_lists):
-                for code, value in prior.bias(words_).items():
-                    at = group.index.get(code)
-                    if at is not None:
-                        bias[row, at] += value
+        for row, ((a, b), words_) in enumerate(
+            zip(zip([0, *ends], ends, strict=False), word_lists, strict=True)
+        ):
+            given = prior.bias(words_) if prior is not None else {}
+            # The languages a name beside one of their words is left out for: supported or the prior's.
+            served = group.supported.copy()
+            for code, value in given.items():
+                if value > 0 and code in group.index:
+                    served[group.index[code]] = True
+            names = (
+                self._names(group, features[a:b], served)
+                if b - a == NAME_QUERY_WORDS
+                else np.zeros(b - a, dtype=bool)
+            )
+            if names.any():  # the names tell nothing: their features, characters and prior are left out
+                kept = [w for w, name in zip(words_, names.tolist(), strict=True) if not name]
+                rows.append(features[a:b][~names].sum(axis=0))
+                encoded = LanguageIdentifier._encode(" ".join(kept))
+                visits[row], encoded_bytes[row] = Counter(self._walk(encoded)[0]), len(encoded)
+                given = prior.bias(kept) if prior is not None else {}
+            else:
+                rows.append(features[a:b].sum(axis=0))
+            if b - a <= SHORT_QUERY_WORDS:
+                known = (features[a:b, 3 * n : 4 * n] > 0) & ~names[:, None]
+                masks[row] = (known * 2.0 ** np.arange(b - a)[:, None]).sum(axis=0)
+            for code, value in given.items():
+                at = group.index.get(code)
+                if at is not None:
+                    bias[row, at] += value
+        summed = np.stack(rows)
+        char = np.stack(
+            [self._char(script, v or None, b) for v, b in zip(visits, encoded_bytes, strict=True)]
+        )
         any_known = (summed[:, 3 * n : 4 * n] > 0) | group.no_list
         for row, words_ in enumerate(word_lists):
             if not words_:  # no words: none that a language lacks
@@ -585,11 +655,37 @@ class LanguageDetector:
             char=char,
             known_log10=summed[:, :n],
             unknown=summed[:, n : 2 * n],
+            known_words=summed[:, 3 * n : 4 * n],
+            known_masks=masks.astype(np.int64),
             any_known=any_known,
             long_letters=summed[:, 2 * n : 3 * n],
             international=summed[:, 4 * n],
             bias=bias,
         )
+
+    @staticmethod
+    def _names(group: _Group, features: np.ndarray, served: np.ndarray) -> np.ndarray:
+        """Which of one text's words (its ``_word_features`` rows) are names: international English words
+        (``LOAN_LOG10`` more frequent in English than in the other ``served`` languages, those supported or
+        named by the prior) beside a word English's list lacks and another served language's holds.
+        Beside "Birne" or "päron", "conference" is
+        a pear's name, written alike in every language, and English's frequency of it (50 times German's)
+        says nothing of the query's language: ``_evidence`` leaves it out of every kind of evidence."""
+        n = len(group.codes)
+        english = group.index.get("en")
+        names = features[:, 4 * n] > 0
+        if english is None or len(features) < 2 or not names.any():
+            return np.zeros(len(features), dtype=bool)
+        known = features[:, 3 * n : 4 * n] > 0
+        others = served & group.has_list
+        others[english] = False
+        # An English word (LOAN_LOG10 more frequent in English than in the other served languages' lists:
+        # "conference", not "fond" or "avec", which French writes as often)...
+        elsewhere = np.where(known & others, features[:, :n], -np.inf).max(axis=1)
+        names &= features[:, english] - elsewhere > LOAN_LOG10
+        # ... beside a word of another served language that English lacks.
+        foreign = ~known[:, english] & (known & others).any(axis=1)
+        return names & (foreign.sum() > 0)
 
     def _word_features(self, group: _Group, flat: Sequence[str]) -> np.ndarray:
         """Per word, over the group's languages, side by side: the log10 frequency of the word where the
@@ -722,12 +818,37 @@ class LanguageDetector:
             probs, knows = self._weigh_rows(script, ev)
             group = self._groups[script]
             for row, i in enumerate(at):
+                if script == "HAN" and "ja" in group.index and not SHINJITAI.keys().isdisjoint(texts[i][0]):
+                    out[i] = ("ja", scripts[i][1])  # a Japanese-only character form, as decisive as kana
+                    continue
                 best = int(probs[row].argmax())
+                if len(word_lists[row]) <= SHORT_QUERY_WORDS:
+                    best = self._served(group, best, probs[row], ev.known_masks[row], ev.bias[row])
                 confidence = float(probs[row, best]) * scripts[i][1]
                 if not knows[row, best]:
                     confidence = min(confidence, self.unknown_words_confidence)
                 out[i] = (group.codes[best], confidence)
         return out
+
+    @staticmethod
+    def _served(
+        group: _Group, best: int, probs: np.ndarray, known_masks: np.ndarray, bias: np.ndarray
+    ) -> int:
+        """The label of a short text: ``best``, unless it is a language neither supported nor named by the
+        prior and a supported language knows every word of the text that ``best`` lacks (and another
+        language knows), and as many words: then the likeliest of those (its probability is below
+        ``best``'s, so under one half). A supported language that knows only what ``best`` knows (Polish
+        beside Czech) leaves ``best`` its label."""
+        if group.supported[best] or bias[best] > 0:
+            return best
+        masks = known_masks.tolist()
+        mine = masks[best]
+        lacking = int(np.bitwise_or.reduce(known_masks)) & ~mine  # words others know, ``best`` lacks
+        if not lacking:
+            return best
+        served = group.supported & (group.fold == np.arange(len(group.codes)))
+        served &= np.array([(m & lacking) == lacking and m.bit_count() >= mine.bit_count() for m in masks])
+        return int(np.where(served, probs, -1.0).argmax()) if served.any() else best
 
     def _walk(self, encoded: bytes, state: int = 0) -> tuple[list[int], int]:
         """py3langid's DFA walk (``visit_counts``) from ``state``: the features it emits, in order, and the

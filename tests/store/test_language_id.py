@@ -17,6 +17,7 @@ from store.language_id import (
     COMPOUND_LANGUAGES,
     OOV_LOG10,
     SCRIPTS,
+    SHINJITAI,
     Detected,
     FixedPrior,
     LanguageDetector,
@@ -183,3 +184,60 @@ def test_letterless_and_script_decided_texts(demo: LanguageDetector) -> None:
     assert demo.detect("12345 !!") == Detected("und", 0.0, False)
     got = demo.detect("빨간 우산", FixedPrior({"en": 5.0}))  # a script of one language: no prior moves it
     assert (got.code, got.supported) == ("ko", False)
+
+
+def test_a_language_outside_the_supported_and_the_prior_does_not_take_a_short_query(
+    starter: LanguageDetector,
+) -> None:
+    """Lithuanian's list holds "galia" (power) at 1e-4.2, more often than Spanish's "melón" or Italian's
+    "melone": Lithuanian is the likeliest language of "melón galia", but on a short query a supported
+    language that knows as many of its words is the label (at under half the confidence); a prior that
+    names Lithuanian, or a query of more words, leaves Lithuanian its label."""
+    group = starter._groups["LATIN"]
+    for query, lang in [("melón galia", "es"), ("melone galia", "it")]:
+        probs, _ = starter.weigh(starter.evidence(query, "LATIN"), group)
+        assert group.codes[int(probs.argmax())] == "lt", query
+        got = starter.detect(query)
+        assert (got.code, got.supported) == (lang, True) and got.confidence < 0.5, query
+        assert starter.detect(query, FixedPrior({"lt": 1.5})).code == "lt", query
+
+
+def test_a_japanese_only_character_form_makes_a_han_text_japanese(demo: LanguageDetector) -> None:
+    """発 is Japanese's form of Chinese 发 / 發: "発酵乳" (fermented milk) is Japanese, "发酵乳" and "發酵乳"
+    Chinese; the table holds no form that either Chinese standard writes."""
+    assert demo.detect("発酵乳") == Detected("ja", 1.0, True)
+    assert demo.detect("食塩") == Detected("ja", 1.0, True)  # 塩: 盐 / 鹽
+    assert demo.detect("发酵乳").code == "zh" and demo.detect("發酵乳").code == "zh"
+    assert all(chinese and form not in chinese for form, chinese in SHINJITAI.items())
+    assert not set("".join(SHINJITAI.values())) & set(SHINJITAI)
+
+
+def test_an_english_loan_modifier_leaves_the_head_to_decide(starter: LanguageDetector) -> None:
+    """ "Grapefruit" is in English's list only, "Mandarin" English's and Swedish's: the compound's head
+    ("Saft", "sap") carries the split, the loan at its English frequency (before: no German split, and
+    "Mandarinensaft" Swedish)."""
+    de = COMPOUND_LANGUAGES.index("de")
+    split = compound_log10("grapefruitsaft")
+    assert split is not None
+    two = log10("grapefruit", "en") + log10("saft", "de") + COMPOUND_JOIN
+    three = log10("grape", "en") + log10("fruit", "en") + log10("saft", "de") + 2 * COMPOUND_JOIN
+    assert split[de] == pytest.approx(min(max(two, three), OOV_LOG10), abs=0.02)  # grape + fruit + saft
+    got = {q: starter.detect(q).code for q in ("Grapefruitsaft", "Mandarinensaft", "grapefruitsap")}
+    assert got == {"Grapefruitsaft": "de", "Mandarinensaft": "de", "grapefruitsap": "nl"}
+    assert compound_log10("ballplayers") is None  # a loan head is still no part
+
+
+def test_an_english_name_beside_a_word_of_another_language_is_left_out(starter: LanguageDetector) -> None:
+    """ "conference" (a pear) is 30 times as frequent in English's list as in any other served language's:
+    beside "Birne" (German) or "päron" (Swedish, named by the catalogue's prior) it tells nothing, and the
+    other word decides (before: English at 0.81 and 0.88). Alone it is English; a word French writes as
+    often as English ("fond") is no name."""
+    assert starter.detect("Birne Conference").code == "de"
+    assert starter.detect("päron conference").code == "en"  # Swedish: neither supported nor the prior's
+    assert starter.detect("päron conference", FixedPrior({"en": 1.5, "sv": 1.5})).code == "sv"
+    assert starter.detect("conference").code == "en"
+    assert starter.detect("fond gris").code == "fr"
+    # Only beside one word: a title's half "Smooth Style Utan" stays English (as the build read it).
+    sv = LanguageDetector([*USE_M3_LANGUAGES, "sv"])
+    assert sv.detect("Style Utan", FixedPrior({"en": 1.5})).code == "sv"
+    assert sv.detect("Smooth Style Utan", FixedPrior({"en": 1.5})).code == "en"
