@@ -5,20 +5,17 @@ shipped demo model."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
 
-from indexer.build import build
-from service.app import create_app
 from service.search.compounds import QueryCompounds
 from service.search.dictionaries import QueryDictionaries
 from store.lexical import analyze
-from store.products import PhotoRows, ProductChannels, ProductInfo, TextRows, write_product_channels
-from tests.fixtures import Catalogue, make_settings
+from store.products import ProductChannels
+from tests.fixtures import Catalogue
+from tests.titled_products import search_text, served_titles, write_title_channels
 
 TITLES = [
     ("sv", "Äpple Juice"),
@@ -35,25 +32,9 @@ TITLES = [
 @pytest.fixture(scope="module")
 def channels(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("compound-channels")
-    rng = np.random.default_rng(0)
-    n = len(TITLES)
-    owners = np.arange(n, dtype=np.int64)
-    vectors = rng.normal(size=(n, 8)).astype(np.float32)
-    info = ProductInfo(fields=["title"], text_languages=["en", "sv"], language_counts={}, photos=0, texts=0)
-    write_product_channels(
-        root,
-        info,
-        PhotoRows(owners, [f"p{i}.jpg" for i in range(n)], vectors),
-        TextRows(
-            owners,
-            ["title"] * n,
-            [lang for lang, _ in TITLES],
-            [t for _, t in TITLES],
-            [analyze(t, lang) for lang, t in TITLES],
-            vectors,
-        ),
-    )
-    opened = ProductChannels(root, n)
+    vectors = np.random.default_rng(0).normal(size=(len(TITLES), 8)).astype(np.float32)
+    write_title_channels(root, TITLES, vectors)
+    opened = ProductChannels(root, len(TITLES))
     yield opened
     opened.close()
 
@@ -98,24 +79,8 @@ def test_a_head_the_catalogue_does_not_write_is_not_split_off(
 
 @pytest.fixture(scope="module")
 def served(catalogue: Catalogue, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    root = tmp_path_factory.mktemp("compounds")
-    rows = [
-        {"id": f"p{i}", "paths": [str(catalogue.records[i].image)], f"title@{lang}": title}
-        for i, (lang, title) in enumerate(TITLES)
-    ]
-    manifest = root / "products.jsonl"
-    manifest.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-    settings = make_settings(root / "indexes", index_name="compounds", text_fields=["title"], index_workers=1)
-    report = build("compounds", [manifest], settings=settings)
-    assert report.published
-    with TestClient(create_app(settings.model_copy(update={"text_fields": []}))) as client:
+    with served_titles(catalogue, tmp_path_factory.mktemp("compounds"), "compounds", TITLES) as client:
         yield client
-
-
-def _search(client: TestClient, **body: Any) -> dict[str, Any]:
-    response = client.post("/v1/search", json={"mode": "text", "top_k": 8, "explain": True, **body})
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def _lexical(body: dict[str, Any]) -> dict[str, tuple[int, list[str]]]:
@@ -139,14 +104,14 @@ def test_a_compound_query_finds_the_product_that_writes_its_parts_apart(
 ) -> None:
     # The demo model's fusion is reciprocal rank over its (random) dense channel: the lexical channel's own
     # ranking is what decompounding changes, and it is the written-apart query's.
-    found = _lexical(_search(served, query=query, lang="sv"))
+    found = _lexical(search_text(served, query=query, lang="sv"))
     assert found[product] == (0, analyze(TITLES[int(product[1:])][1], "sv"))  # first, both parts matched
-    assert found == _lexical(_search(served, query=apart, lang="sv"))
+    assert found == _lexical(search_text(served, query=apart, lang="sv"))
     assert len(found) > 1  # a product holding one part matches by it, below
 
 
 def test_a_compound_read_as_a_language_that_does_not_compound_is_not_split(served: Any) -> None:
     # Certainly English: the query is one unknown English word, which no product's text holds.
-    assert _lexical(_search(served, query="äppeljuice", lang="en")) == {}
+    assert _lexical(search_text(served, query="äppeljuice", lang="en")) == {}
     # Unsure of its language (no hint): read as the catalogue's languages too, Swedish among them.
-    assert _lexical(_search(served, query="äppeljuice"))["p0"][0] == 0
+    assert _lexical(search_text(served, query="äppeljuice"))["p0"][0] == 0

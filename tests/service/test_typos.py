@@ -5,23 +5,19 @@ product index built by the indexer and served by the app with the shipped demo m
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
 
-from indexer.build import build
 from model.configs import get_preset
-from service.app import create_app
 from service.language import LanguageDetector
 from service.search.dictionaries import Dictionary, QueryDictionaries, nearest_in
 from service.search.typos import FUZZY_WEIGHT, Correction, correct_query, edit_budget
-from store.lexical import analyze
-from store.products import PhotoRows, ProductChannels, ProductInfo, TextRows, write_product_channels
-from tests.fixtures import Catalogue, make_settings
+from store.products import ProductChannels
+from tests.fixtures import Catalogue
+from tests.titled_products import search_text, served_titles, write_title_channels
 
 TITLES = [
     ("en", "Hass avocado"),
@@ -39,24 +35,8 @@ TITLES = [
 def channels(tmp_path: Path) -> Any:
     rng = np.random.default_rng(0)
     n = len(TITLES)
-    owners = np.arange(n, dtype=np.int64)
     vectors = rng.normal(size=(n, 8)).astype(np.float32)
-    info = ProductInfo(
-        fields=["title"], text_languages=["en", "sv", "zh"], language_counts={}, photos=0, texts=0
-    )
-    write_product_channels(
-        tmp_path,
-        info,
-        PhotoRows(owners, [f"p{i}.jpg" for i in range(n)], vectors),
-        TextRows(
-            owners,
-            ["title"] * n,
-            [lang for lang, _ in TITLES],
-            [t for _, t in TITLES],
-            [analyze(t, lang) for lang, t in TITLES],
-            vectors,
-        ),
-    )
+    write_title_channels(tmp_path, TITLES, vectors)
     opened = ProductChannels(tmp_path, n)
     yield opened
     opened.close()
@@ -102,39 +82,23 @@ def test_nothing_is_corrected_when_off_known_too_short_or_of_a_spaceless_script(
 
 @pytest.fixture(scope="module")
 def served(catalogue: Catalogue, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    root = tmp_path_factory.mktemp("typos")
-    rows = [
-        {"id": f"p{i}", "paths": [str(catalogue.records[i].image)], f"title@{lang}": title}
-        for i, (lang, title) in enumerate(TITLES)
-    ]
-    manifest = root / "products.jsonl"
-    manifest.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-    settings = make_settings(root / "indexes", index_name="typos", text_fields=["title"], index_workers=1)
-    report = build("typos", [manifest], settings=settings)
-    assert report.published
-    with TestClient(create_app(settings.model_copy(update={"text_fields": []}))) as client:
+    with served_titles(catalogue, tmp_path_factory.mktemp("typos"), "typos", TITLES) as client:
         yield client
 
 
-def _search(client: TestClient, **body: Any) -> dict[str, Any]:
-    response = client.post("/v1/search", json={"mode": "text", "top_k": 8, "explain": True, **body})
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
 def test_a_mistyped_query_finds_the_product_by_its_words_and_says_what_it_searched(served: Any) -> None:
-    body = _search(served, query="avocdo")
+    body = search_text(served, query="avocdo")
     assert body["corrected_query"] == "avocado"
     top = body["results"][0]
     assert top["id"] == "p0" and top["explain"]["channels"]["lexical"]["rank"] == 0
     assert top["explain"]["terms"] == ["avocado"] and top["explain"]["typos"] == {"avocdo": "avocado"}
     assert sum(h["explain"]["channels"]["lexical"]["rank"] is not None for h in body["results"]) == 1
     # Off: nothing corrected, nothing found by its words.
-    off = _search(served, query="avocdo", typos=0)
+    off = search_text(served, query="avocdo", typos=0)
     assert off["corrected_query"] is None
     assert all(h["explain"]["channels"]["lexical"]["rank"] is None for h in off["results"])
     # Spaceless scripts: never corrected.
-    assert _search(served, query="新鲜牛乃")["corrected_query"] is None
+    assert search_text(served, query="新鲜牛乃")["corrected_query"] is None
 
 
 def test_the_served_catalogue_is_the_prior_of_a_querys_language(served: Any) -> None:
@@ -142,12 +106,12 @@ def test_the_served_catalogue_is_the_prior_of_a_querys_language(served: Any) -> 
     (``service.language.CatalogueLanguages``): "laptop" is Indonesian to the detector alone (the demo
     model's languages), English in this shop, which writes mostly English; a hint still decides."""
     assert LanguageDetector(get_preset("demo").languages).detect("laptop").code == "id"
-    assert _search(served, query="laptop")["language"]["code"] == "en"
-    assert _search(served, query="laptop", lang="id")["language"]["code"] == "id"
+    assert search_text(served, query="laptop")["language"]["code"] == "en"
+    assert search_text(served, query="laptop", lang="id")["language"]["code"] == "id"
 
 
 def test_a_product_matching_as_typed_ranks_above_one_matching_as_corrected(served: Any) -> None:
-    body = _search(served, query="avocdo juice")
+    body = search_text(served, query="avocdo juice")
     assert body["corrected_query"] == "avocado juice"
     lexical = {h["id"]: h["explain"]["channels"]["lexical"] for h in body["results"]}
     # "Apple juice" (typed term) and "Hass avocado" (corrected term) score alike but for the weight.
@@ -166,7 +130,7 @@ def test_hostile_typos_values_are_refused_naming_the_field(served: Any, value: o
 
 @pytest.mark.parametrize("value", [None, 0, 1, 2])
 def test_each_typos_value_of_the_schema_is_answered(served: Any, value: int | None) -> None:
-    body = _search(served, query="chocolattte", typos=value)
+    body = search_text(served, query="chocolattte", typos=value)
     # Eleven letters, two edits from "chocolate": corrected with two edits allowed (the default) only.
     assert body["corrected_query"] == ("chocolate" if value in (None, 2) else None)
 
@@ -248,20 +212,20 @@ def test_a_dictionary_knows_its_words_and_is_asked_only_for_words_of_its_script(
 
 
 def test_a_mistyped_german_query_is_searched_as_corrected_and_says_so(served: Any) -> None:
-    body = _search(served, query="Äpcel", lang="de")
+    body = search_text(served, query="Äpcel", lang="de")
     assert body["corrected_query"] == "äpfel"
     assert all(h["explain"]["typos"] == {"äpcel": "äpfel"} for h in body["results"])
     assert all(h["explain"]["channels"]["lexical"]["rank"] is None for h in body["results"])
-    assert _search(served, query="Äpcel", lang="de", typos=0)["corrected_query"] is None
-    assert _search(served, query="Äpfel", lang="de")["corrected_query"] is None  # clean: left alone
+    assert search_text(served, query="Äpcel", lang="de", typos=0)["corrected_query"] is None
+    assert search_text(served, query="Äpfel", lang="de")["corrected_query"] is None  # clean: left alone
 
 
 def test_a_cached_answer_says_what_it_searched_and_typos_are_in_its_key(served: Any) -> None:
-    first = _search(served, query="avocdo", top_k=3)
-    again = _search(served, query="avocdo", top_k=3)
+    first = search_text(served, query="avocdo", top_k=3)
+    again = search_text(served, query="avocdo", top_k=3)
     assert again["cached"] is True and again["corrected_query"] == first["corrected_query"] == "avocado"
     assert [h["id"] for h in again["results"]] == [h["id"] for h in first["results"]]
-    off = _search(served, query="avocdo", top_k=3, typos=0)  # another key: not the corrected answer
+    off = search_text(served, query="avocdo", top_k=3, typos=0)  # another key: not the corrected answer
     assert off["cached"] is False and off["corrected_query"] is None
 
 

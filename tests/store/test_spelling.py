@@ -10,8 +10,9 @@ import pytest
 
 from store.hybrid import HybridQuery, gather
 from store.lexical import analyze, words_of
-from store.products import PhotoRows, ProductChannels, ProductInfo, TextRows, write_product_channels
+from store.products import ProductChannels
 from store.spelling import MAX_WORD, Nearest, Vocabulary
+from tests.titled_products import write_title_channels
 
 TEXTS = [
     ("en", "Hass avocado, ripe and ready"),
@@ -27,26 +28,10 @@ TEXTS = [
 
 def channels_of(root: Path, texts: list[tuple[str, str]]) -> ProductChannels:
     rng = np.random.default_rng(0)
-    n = len(texts)
-    owners = np.arange(n, dtype=np.int64)
-    vectors = rng.normal(size=(n, 8)).astype(np.float32)
+    vectors = rng.normal(size=(len(texts), 8)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    langs = sorted({lang for lang, _ in texts})
-    info = ProductInfo(fields=["title"], text_languages=langs, language_counts={}, photos=0, texts=0)
-    write_product_channels(
-        root,
-        info,
-        PhotoRows(owners, [f"p{i}.jpg" for i in range(n)], vectors),
-        TextRows(
-            owners,
-            ["title"] * n,
-            [lang for lang, _ in texts],
-            [t for _, t in texts],
-            [analyze(t, lang) for lang, t in texts],
-            vectors,
-        ),
-    )
-    return ProductChannels(root, n)
+    write_title_channels(root, texts, vectors)
+    return ProductChannels(root, len(texts))
 
 
 def test_the_vocabulary_holds_words_their_frequencies_and_stems_but_no_spaceless_scripts() -> None:
