@@ -28,3 +28,27 @@ class IndexUnreachableError(IndexFormatError):
     """Part of a version served elsewhere (a shard on other machines) did not answer in time, or every replica
     asked died: the files may be fine, and the same call may succeed later (a version that failed to open so
     is tried again at the next poll, unlike a broken one)."""
+
+
+class ChangeLogError(IndexFormatError):
+    """An index's live change log (``store.live``) cannot be read or written as asked."""
+
+
+class ChangeLogCorruptError(ChangeLogError):
+    """A record of the change log (or the log's file) is damaged: it does not parse, fails its checksum, or
+    holds what no writer writes. The message names the log and the sequence number."""
+
+
+class ChangeLogUnavailableError(ChangeLogError, IndexUnreachableError):
+    """The change log did not answer in time (another writer held it past the busy timeout, the database is
+    down or unreachable): nothing was written, and the same call may succeed later (a write route answers
+    503 with ``Retry-After``; it never drops the write in silence)."""
+
+
+class InvalidChangeError(ValueError):
+    """A change that cannot be recorded (an empty id, a value that is not JSON, a malformed photo digest):
+    the caller's input, refused before anything is written. ``field`` names the part at fault."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field

@@ -4,6 +4,8 @@ Layout::
 
     INDEX_ROOT/NAME/CURRENT             the published version name, switched atomically
     INDEX_ROOT/NAME/rules.json          merchandising rules (``store.rules``), beside the versions
+    INDEX_ROOT/NAME/changes.sqlite      the live change log (``store.live``; SQLite in WAL mode, with its
+                                        ``-wal`` and ``-shm`` files): product writes since the versions
     INDEX_ROOT/NAME/<version>/          immutable once published (version: sortable UTC stamp + suffix)
         manifest.json                   IndexManifest (``store.manifest``)
         index.faiss                     faiss index, inner product on L2-normalised embeddings; ids = rows
@@ -45,6 +47,7 @@ SHARDED_FORMAT_VERSION = 2  # a sharded version's own manifest (older readers re
 MAX_FORMAT_VERSION = SHARDED_FORMAT_VERSION  # the newest format this code reads
 
 CURRENT_FILE = "CURRENT"
+CHANGELOG_FILE = "changes.sqlite"  # store.live: beside the versions, since it outlives each of them
 BUILDS_DIR = ".builds"
 MANIFEST_FILE = "manifest.json"
 INDEX_FILE = "index.faiss"
