@@ -279,10 +279,12 @@ class SqliteChangeLog(ChangeLog):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
+                conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:  # a failed COMMIT (an I/O error) leaves it open
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
 
     def _state(self, conn: sqlite3.Connection, key: str) -> int:
         return int(conn.execute("SELECT value FROM log_state WHERE key = ?", (key,)).fetchone()[0])
@@ -290,7 +292,7 @@ class SqliteChangeLog(ChangeLog):
     def _append(self, records: list[str]) -> int:
         with self._write() as conn:
             first = self._state(conn, "last_sequence") + 1
-            now = time.time()  # taken under the write lock: increasing with seq across processes
+            now = time.time()  # under the write lock: in step with seq across processes (barring clock steps)
             self._insert(conn, [(first + i, now, r, record_crc(r)) for i, r in enumerate(records)])
             conn.execute(
                 "UPDATE log_state SET value = ? WHERE key = 'last_sequence'", (first + len(records) - 1,)

@@ -10,6 +10,7 @@ import random
 import signal
 import sqlite3
 import struct
+import threading
 import time
 from pathlib import Path
 
@@ -153,7 +154,11 @@ def test_a_damaged_record_is_a_typed_error_naming_its_sequence(
 FORK = multiprocessing.get_context("fork")  # the child opens its own connection (ChangeLog checks the pid)
 
 
-def _append_many(log: ChangeLog, worker: int, count: int, out: multiprocessing.SimpleQueue) -> None:
+def _append_many(
+    log: ChangeLog, worker: int, count: int, start: threading.Barrier, out: multiprocessing.SimpleQueue
+) -> None:
+    log.last_sequence()  # connected before the start, so that both begin appending at once
+    start.wait(timeout=30)
     rng = random.Random(worker)
     seqs: list[int] = []
     done = 0
@@ -161,13 +166,17 @@ def _append_many(log: ChangeLog, worker: int, count: int, out: multiprocessing.S
         size = min(rng.randint(1, 5), count - done)
         seqs += log.append([Patch(id=f"w{worker}-{done + i}", fields={"n": done + i}) for i in range(size)])
         done += size
+        # Writes arrive with gaps (requests): back to back, SQLite's busy wait (a sleep, retried) can leave
+        # the lock to the writer that holds it for a whole run of appends, and the two would not interleave.
+        time.sleep(0.001)
     out.put((worker, seqs))
 
 
 def test_two_processes_appending_at_once_get_distinct_increasing_sequences(log: ChangeLog) -> None:
     count = 150
     out = FORK.SimpleQueue()
-    workers = [FORK.Process(target=_append_many, args=(log, w, count, out)) for w in range(2)]
+    start = FORK.Barrier(2)
+    workers = [FORK.Process(target=_append_many, args=(log, w, count, start, out)) for w in range(2)]
     for p in workers:
         p.start()
     results = dict(out.get() for _ in workers)
@@ -237,6 +246,25 @@ def test_the_sqlite_log_lives_in_the_index_folder_in_wal_mode_synced_at_commit(t
     assert log._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # type: ignore[attr-defined]  # FULL
     with sqlite3.connect(log.path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    log.close()
+
+
+def _open_and_append(path: Path, worker: int) -> None:
+    SqliteChangeLog(path, busy_timeout_s=10.0).append([Delete(id=f"opener-{worker}")])
+
+
+def test_processes_opening_a_new_log_at_once_all_append(tmp_path: Path) -> None:
+    """The first opening creates the file, sets WAL mode and the tables: racing openers wait their turn."""
+    path = tmp_path / "changes.sqlite"
+    openers = [FORK.Process(target=_open_and_append, args=(path, w)) for w in range(4)]
+    for p in openers:
+        p.start()
+    for p in openers:
+        p.join(timeout=30)
+    assert [p.exitcode for p in openers] == [0, 0, 0, 0]
+    log = SqliteChangeLog(path)
+    assert sorted(e.change.id for e in log.changes_since(0)) == [f"opener-{w}" for w in range(4)]
+    assert log.last_sequence() == 4
     log.close()
 
 
