@@ -34,7 +34,7 @@ from store.live.records import (
 
 
 def open_changelog(root: Path, name: str, dsn: str | None = None) -> ChangeLog:
-    """Index ``name``'s log: in PostgreSQL at ``dsn`` when one is given (``CCRK_LIVE_DSN``), else the
+    """Index ``name``'s log: in PostgreSQL at ``dsn`` when one is given, else the
     SQLite file in the index's folder under ``root``."""
     if dsn:
         from store.live.postgres import PostgresChangeLog
