@@ -28,7 +28,7 @@ has parameters per language group: a language the catalogue's text is written in
 matches are language-bound: a query in a language the shop never wrote in gets the weights fitted for that
 case). Nothing here is tuned by hand: ``indexer.fusion_calibration`` fits and chooses them per version.
 
-About 440 lines, kept in one module: the candidates' features, the fusion that reads them and the checks
+About 490 lines, kept in one module: the candidates' features, the fusion that reads them and the checks
 of a stored fusion's parameters against those features must change together (a feature added in one and
 not the others would be read by a model fitted without it).
 """
