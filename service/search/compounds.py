@@ -7,9 +7,9 @@ its parts too: "äppeljuice" finds "Äpple Juice", "grapefruktjuice" the text th
 Each such reading of the query (one per compounding language it is read as: ``service.search.hybrid``'s
 readings) gets one more reading, the same terms with each split word's term replaced by its parts' terms.
 The compound's own term stays in the first reading, so a catalogue that writes the compound still matches
-it; the split reading is scored on its own in the ``lexical`` coverage feature (``store.hybrid``: the
-best-covered reading counts), where a product holding every part covers the query as one holding the
-compound would. BM25 searches the union of both readings' terms.
+it; the split reading is scored on its own in the term coverage features (``coverage`` and ``lexical``,
+``store.hybrid``: the best-covered reading counts), where a product holding every part covers the query as
+one holding the compound would. BM25 searches the union of both readings' terms.
 
 Known words: the version's vocabulary (``store.spelling.Vocabulary``, the words and stems of its text
 values) and the language's wordfreq list (``service.search.dictionaries``: its "large" list where there is
