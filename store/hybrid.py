@@ -36,7 +36,7 @@ not the others would be read by a model fitted without it).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,12 +177,8 @@ def gather(
             lex_rows[found] = lexical.via[idx[found]]
             best = float(lexical.scores.max()) if lexical.scores.size else 0.0
             features[found, 3] = lexical.scores[idx[found]] / best if best > 0 else 0.0
-        features[:, 5], row_coverage, held = field_coverage(channels, query, rows, lexical_mask)
-        if found.size:
-            # the best BM25 value is one of the product's values in the mask: its coverage is read there
-            features[found, 2] = row_coverage(lex_rows[found])
-            presence = np.zeros((count, len(query.terms)), bool)
-            presence[found] = held(lex_rows[found])
+        features[:, 5], features[:, 2], held = field_coverage(channels, query, rows, lex_rows, lexical_mask)
+        presence = held if found.size else None
     # A channel the product has no row in (no text, say) reads as its floor, not as -inf.
     features[~np.isfinite(features)] = -1.0
     scores = (image.scores, dense.scores, lexical.scores)
@@ -190,13 +186,17 @@ def gather(
 
 
 def field_coverage(
-    channels: ProductChannels, query: HybridQuery, products: np.ndarray, row_mask: np.ndarray | None = None
-) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]:
-    """The ``coverage`` feature of ``products``: the IDF-weighted share of the query's terms that each one's
-    best-covered text value (among ``row_mask``'s) holds, its best-covered reading counted (0 for a product
-    without a value); and two look-ups over those values' text rows: each one's own coverage (the
-    ``lexical`` feature, read at the best BM25 value) and which of the query's terms it holds ((rows,
-    len(query.terms)) bool). One presence matrix (values x distinct terms) and a product per reading."""
+    channels: ProductChannels,
+    query: HybridQuery,
+    products: np.ndarray,
+    best_rows: np.ndarray,
+    row_mask: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The term coverage of ``products``, (n,) each: ``coverage``, the IDF-weighted share of the query's terms
+    that each one's best-covered text value (among ``row_mask``'s) holds, its best-covered reading counted (0
+    for a product without a value); ``lexical``, that share at its best BM25 value ``best_rows`` (-1: none,
+    0); and (n, len(query.terms)) bool, which of the query's terms that value holds. One presence matrix
+    (values x distinct terms) and a product per reading."""
     terms = list(query.terms)
     readings = [r for r in (query.readings or [terms]) if r]
     lo = channels.texts.start[products]
@@ -207,35 +207,29 @@ def field_coverage(
         counts = np.bincount(np.repeat(np.arange(products.size), counts)[kept], minlength=products.size)
         text_rows, firsts = text_rows[kept], np.cumsum(counts) - counts
     coverage = np.zeros(products.size, np.float32)
+    lexical = np.zeros(products.size, np.float32)
+    presence = np.zeros((products.size, len(terms)), bool)
     if not readings or not text_rows.size:
-        held = np.zeros((0, len(terms)), bool)
-        row_coverage = np.zeros(0, np.float32)
-    else:
-        vocab = list(dict.fromkeys([*terms, *(t for r in readings for t in r)]))
-        column = {t: j for j, t in enumerate(vocab)}
-        idf = channels.term_idf(terms)  # a reading's term beyond the query's cap weighs 0, as in BM25
-        present = channels.presence(text_rows, vocab)
-        weights = np.zeros((len(vocab), len(readings)), np.float64)
-        for k, reading in enumerate(readings):
-            for t in reading:
-                weights[column[t], k] += idf.get(t, 0.0) * query.weights.get(t, 1.0)
-        totals = weights.sum(axis=0)
-        totals[totals == 0] = 1.0
-        row_coverage = (present @ weights / totals).max(axis=1).astype(np.float32)
-        held = present[:, [column[t] for t in terms]]
-        some = np.flatnonzero(counts > 0)
-        coverage[some] = np.maximum.reduceat(row_coverage, firsts[some])
-    order = np.argsort(text_rows, kind="stable")
-    sorted_rows = text_rows[order]
-
-    def at(values: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-        def look_up(rows: np.ndarray) -> np.ndarray:
-            # every asked row is one of the products' values in the mask (the caller's best BM25 values)
-            return values[order[np.searchsorted(sorted_rows, rows)]]
-
-        return look_up
-
-    return coverage, at(row_coverage), at(held)
+        return coverage, lexical, presence
+    vocab = list(dict.fromkeys([*terms, *(t for r in readings for t in r)]))
+    column = {t: j for j, t in enumerate(vocab)}
+    idf = channels.term_idf(terms)  # a reading's term beyond the query's cap weighs 0, as in BM25
+    present = channels.presence(text_rows, vocab)
+    weights = np.zeros((len(vocab), len(readings)), np.float64)
+    for k, reading in enumerate(readings):
+        for t in reading:
+            weights[column[t], k] += idf.get(t, 0.0) * query.weights.get(t, 1.0)
+    totals = weights.sum(axis=0)
+    totals[totals == 0] = 1.0
+    row_coverage = (present @ weights / totals).max(axis=1).astype(np.float32)
+    some = np.flatnonzero(counts > 0)
+    coverage[some] = np.maximum.reduceat(row_coverage, firsts[some])
+    # The best BM25 value is one of the product's values in the mask (the lexical channel read the same).
+    at = positions_of(best_rows, text_rows)
+    found = at >= 0
+    lexical[found] = row_coverage[at[found]]
+    presence[found] = present[at[found]][:, [column[t] for t in terms]]
+    return coverage, lexical, presence
 
 
 @dataclass
