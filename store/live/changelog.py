@@ -33,8 +33,9 @@ import sqlite3
 import threading
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Generic, Protocol, TypeVar
 
 from store.errors import ChangeLogCorruptError, ChangeLogError, ChangeLogUnavailableError, InvalidChangeError
 from store.layout import CHANGELOG_FILE, index_dir
@@ -195,8 +196,54 @@ INSERT OR IGNORE INTO log_state (key, value) VALUES ('last_sequence', 0), ('fold
 """
 
 # Connections a forked child inherited: never closed there (closing one in the child could touch the
-# parent's WAL state); kept referenced so that garbage collection does not close them either.
+# parent's WAL state, or end the parent's database session on the shared socket); kept referenced so that
+# garbage collection does not close them either.
 _INHERITED: list[object] = []
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=_Closable)
+
+
+class ProcessConnection(Generic[C]):
+    """A backend's one connection per process, opened by ``open`` on first use and again in a forked child
+    (the inherited one is kept, never closed there: ``_INHERITED``) or where ``usable`` says it can no
+    longer serve (closed first). Call with the backend's lock held."""
+
+    def __init__(
+        self, open_connection: Callable[[], C], usable: Callable[[C], bool] = lambda _: True
+    ) -> None:
+        self._open = open_connection
+        self._usable = usable
+        self._conn: C | None = None
+        self._pid = -1
+
+    @property
+    def current(self) -> C | None:
+        """The connection opened last (None: none yet, or closed), without opening one."""
+        return self._conn
+
+    def get(self) -> C:
+        conn = self._conn
+        if conn is not None and self._pid == os.getpid() and self._usable(conn):
+            return conn
+        if conn is not None:
+            if self._pid != os.getpid():
+                _INHERITED.append(conn)
+            else:
+                conn.close()
+        self._conn = None
+        conn = self._open()
+        self._conn, self._pid = conn, os.getpid()
+        return conn
+
+    def close(self) -> None:
+        if self._conn is not None and self._pid == os.getpid():
+            self._conn.close()
+        self._conn = None
 
 
 class SqliteChangeLog(ChangeLog):
@@ -215,8 +262,7 @@ class SqliteChangeLog(ChangeLog):
         self.where = f"change log {self.path}"
         self.busy_timeout_s = busy_timeout_s
         self._lock = threading.Lock()
-        self._pid = -1
-        self._conn: sqlite3.Connection | None = None
+        self._conns: ProcessConnection[sqlite3.Connection] = ProcessConnection(self._open)
         with self._lock:
             self._connection()
 
@@ -237,11 +283,9 @@ class SqliteChangeLog(ChangeLog):
 
     def _connection(self) -> sqlite3.Connection:
         """This process's connection (opened again in a forked child); call with ``_lock`` held."""
-        if self._conn is not None and self._pid == os.getpid():
-            return self._conn
-        if self._conn is not None:
-            _INHERITED.append(self._conn)
-        self._conn = None
+        return self._conns.get()
+
+    def _open(self) -> sqlite3.Connection:
         with self._errors():
             conn = sqlite3.connect(
                 self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
@@ -269,7 +313,6 @@ class SqliteChangeLog(ChangeLog):
             except BaseException:
                 conn.close()
                 raise
-        self._conn, self._pid = conn, os.getpid()
         return conn
 
     @contextlib.contextmanager
@@ -352,6 +395,4 @@ class SqliteChangeLog(ChangeLog):
 
     def close(self) -> None:
         with self._lock:
-            if self._conn is not None and self._pid == os.getpid():
-                self._conn.close()
-            self._conn = None
+            self._conns.close()

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from store.errors import ChangeLogError, ChangeLogUnavailableError
-from store.live.changelog import ChangeLog, Row, fold_refused, record_crc, truncate_refused
+from store.live.changelog import ChangeLog, ProcessConnection, Row, fold_refused, record_crc, truncate_refused
 
 if TYPE_CHECKING:
     import psycopg
@@ -43,10 +42,6 @@ _DDL = (
     " last_sequence bigint NOT NULL DEFAULT 0, folded_sequence bigint NOT NULL DEFAULT 0)",
 )
 _INSERT = "INSERT INTO {s}.changes (index_name, seq, committed_at, record, crc) VALUES (%s, %s, %s, %s, %s)"
-
-# Connections a forked child inherited: closing one there would end the parent's session on the shared
-# socket, so they are kept referenced and never closed.
-_INHERITED: list[object] = []
 
 
 class PostgresChangeLog(ChangeLog):
@@ -69,8 +64,10 @@ class PostgresChangeLog(ChangeLog):
         self.where = f"change log {schema}.changes of index {index!r}"
         self.notify_channel = f"{schema}_changes"
         self._lock = threading.Lock()
-        self._pid = -1
-        self._conn: psycopg.Connection[Any] | None = None
+        # Opened again after a fork (``ProcessConnection``) or once the connection is lost.
+        self._conns: ProcessConnection[psycopg.Connection[Any]] = ProcessConnection(
+            self._open, lambda conn: not conn.closed and not conn.broken
+        )
         with self._lock:
             self._connection()
 
@@ -93,16 +90,12 @@ class PostgresChangeLog(ChangeLog):
 
     def _connection(self) -> psycopg.Connection[Any]:
         """This process's connection, opened again after a fork or a lost connection; with ``_lock`` held."""
+
+        return self._conns.get()
+
+    def _open(self) -> psycopg.Connection[Any]:
         import psycopg
 
-        conn = self._conn
-        if conn is not None and self._pid == os.getpid() and not conn.closed and not conn.broken:
-            return conn
-        if conn is not None and self._pid != os.getpid():
-            _INHERITED.append(conn)
-        elif conn is not None:
-            conn.close()
-        self._conn = None
         with self._errors():
             conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=self.connect_timeout_s)
             try:
@@ -122,7 +115,6 @@ class PostgresChangeLog(ChangeLog):
             except BaseException:
                 conn.close()
                 raise
-        self._conn, self._pid = conn, os.getpid()
         return conn
 
     @contextlib.contextmanager
@@ -217,6 +209,4 @@ class PostgresChangeLog(ChangeLog):
 
     def close(self) -> None:
         with self._lock:
-            if self._conn is not None and self._pid == os.getpid():
-                self._conn.close()
-            self._conn = None
+            self._conns.close()

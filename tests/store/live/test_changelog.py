@@ -242,8 +242,9 @@ def test_the_sqlite_log_lives_in_the_index_folder_in_wal_mode_synced_at_commit(t
     log = SqliteChangeLog.for_index(tmp_path, "shop")
     assert log.path == changelog_path(tmp_path, "shop") == tmp_path / "shop" / "changes.sqlite"
     log.append([product(1)])
-    assert log._conn is not None  # type: ignore[attr-defined]
-    assert log._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # type: ignore[attr-defined]  # FULL
+    opened = log._conns.current  # the log's own connection, as it was configured
+    assert opened is not None
+    assert opened.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     with sqlite3.connect(log.path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     log.close()

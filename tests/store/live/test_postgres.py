@@ -28,8 +28,9 @@ def test_a_server_that_does_not_answer_is_unavailable() -> None:
 def test_a_lost_connection_is_unavailable_once_then_opened_again(pg_schema: str) -> None:
     log = PostgresChangeLog(PG_DSN, "shop", schema=pg_schema)
     log.append([Delete(id="a")])
-    assert log._conn is not None
-    pid = log._conn.info.backend_pid
+    opened = log._conns.current
+    assert opened is not None
+    pid = opened.info.backend_pid
     with psycopg.connect(PG_DSN, autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
     with pytest.raises(ChangeLogUnavailableError):
