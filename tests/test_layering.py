@@ -45,10 +45,27 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
+def parsed(source: str, attempts: int = 5) -> ast.Module:
+    """``ast.parse``, tried again on CPython 3.11's spurious "AST constructor recursion depth mismatch".
+
+    That SystemError comes from the interpreter, not from the source: 3.11 keeps the AST constructor's
+    depth count in state shared by every thread, so a parse in another thread of the test process (an
+    import that pytest's assertion rewriting parses, say) can unbalance it (cpython gh-106905). The same
+    source then parses on the next try; a real error in the source is a SyntaxError and is not retried.
+    """
+    for attempt in range(attempts):
+        try:
+            return ast.parse(source)
+        except SystemError as error:
+            if "recursion depth mismatch" not in str(error) or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 def imported_modules(source: str, module: str, is_package: bool) -> Iterator[tuple[int, str]]:
     """(line, absolute module name) of every import in one module's source, wherever it stands."""
     package = module if is_package else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(source)):  # every node, not only the module's body
+    for node in ast.walk(parsed(source)):  # every node, not only the module's body
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name
