@@ -363,6 +363,23 @@ class Settings(BaseSettings):
     )
     cors_origins: list[str] = Field(default_factory=list, description="Allowed CORS origins.")
     index_poll_s: float = Field(5.0, gt=0.0, description="How often the service looks for a new CURRENT.")
+    live_dsn: str | None = Field(
+        None,
+        description="PostgreSQL address of the live catalogue's change log (`postgresql://user@host/db`), for"
+        " API processes on several machines; unset: a SQLite file in each index's folder, shared by the"
+        " processes of one machine.",
+    )
+    live_poll_s: float = Field(
+        0.1,
+        gt=0.0,
+        le=5.0,
+        description="How often each process reads the change log for products written by the others.",
+    )
+    live_wait_s: float = Field(
+        5.0,
+        gt=0.0,
+        description="How long a write with wait=true waits for this process to show it, at most.",
+    )
     max_upload_mb: int = Field(10, ge=1, description="Largest image accepted by /v1/search/image.")
     http_header_timeout_s: float = Field(
         10.0, gt=0.0, description="A connection must send its request head within this (else closed)."

@@ -107,6 +107,15 @@ class BusyError(ServiceError):
     retry_after_s = 1
 
 
+class WriteUnavailableError(ServiceError):
+    """A product write could not be recorded: the change log did not answer (nothing was written); the
+    client should send the same write again after ``Retry-After``."""
+
+    status_code = 503
+    error_type = "write_unavailable"
+    retry_after_s = 1
+
+
 class ConflictError(ServiceError):
     """The state on disk does not allow the change (a rules file that cannot be read: fix or delete it)."""
 
@@ -215,7 +224,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def service_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ServiceError)
         headers = {"WWW-Authenticate": "ApiKey"} if isinstance(exc, UnauthorizedError) else None
-        if isinstance(exc, BusyError):
+        if isinstance(exc, BusyError | WriteUnavailableError):
             headers = {"Retry-After": str(exc.retry_after_s)}
         if isinstance(exc, ReloadOutOfMemoryError) and exc.retry_after_s is not None:
             headers = {"Retry-After": str(exc.retry_after_s)}

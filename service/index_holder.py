@@ -100,10 +100,12 @@ class Served:
     loaded_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     leases: int = 0
     retired: bool = False
-    # Metadata rows already read (a published version is immutable): a hit costs a dict copy, not SQLite.
+    # Metadata rows already read: a hit costs a dict copy, not SQLite. A published version is immutable;
+    # the rows its live overlay changes are forgotten (``forget``).
     item_cache_rows: int = 100_000
     _items: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
     _items_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _generation: int = field(default=0, repr=False)  # bumped by ``forget``
     # Faceted fields as columns of codes, read once per row (``service.search.facet_columns``).
     facet_columns: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -126,14 +128,28 @@ class Served:
             items = list(map(got.__getitem__, rows))
         return {name: list(map(dict.get, items, repeat(name))) for name in names}
 
+    def forget(self, rows: Sequence[int]) -> None:
+        """Drop what the caches hold of ``rows``, whose fields changed (``service.live``): the row cache's
+        copies, and every facet column (rebuilt from the rows a search reads)."""
+        if not len(rows):
+            return
+        with self._items_lock:
+            self._generation += 1
+            for row in rows:
+                self._items.pop(int(row), None)
+        self.facet_columns.clear()
+
     def _cached(self, rows: list[int]) -> dict[int, dict[str, Any]]:
         cache = self._items
         got = dict(zip(rows, map(cache.get, rows), strict=True))
         missing = [r for r, item in got.items() if item is None]
         if missing:
+            generation = self._generation
             fetched = self.index.items(missing)  # raises IndexFormatError on an unknown row, as before
             got.update(zip(missing, fetched, strict=True))
             with self._items_lock:
+                if generation != self._generation:  # rows changed while read: not kept
+                    return got  # type: ignore[return-value]
                 while cache and len(cache) + len(missing) > self.item_cache_rows:
                     del cache[next(iter(cache))]  # oldest first (dicts keep insertion order)
                 cache.update(zip(missing, fetched, strict=True))

@@ -39,8 +39,14 @@ log = logging.getLogger(__name__)
 KEYS_FILE = "api-keys.json"
 KEY_PREFIX = "ccrk_"
 FORMAT = 1
-Scope = Literal["search", "admin"]
-SCOPES: tuple[str, ...] = ("search", "admin")
+Scope = Literal["search", "write", "admin"]
+SCOPES: tuple[str, ...] = ("search", "write", "admin")
+# What each scope may do: a write key also searches (a back office reads what it wrote); admin does all.
+_GRANTS: dict[str, frozenset[str]] = {
+    "search": frozenset({"search"}),
+    "write": frozenset({"search", "write"}),
+    "admin": frozenset({"search", "write", "admin"}),
+}
 ALL_INDEXES = "*"
 
 
@@ -66,8 +72,9 @@ class KeyRecord:
         return ALL_INDEXES in self.indexes or index in self.indexes
 
     def allows_scope(self, scope: Scope) -> bool:
-        """An admin key may also search; a search key may only search."""
-        return self.scope == "admin" or scope == "search"
+        """A search key may only search; a write key may also write products (``service.live``); an admin
+        key may do everything."""
+        return scope in _GRANTS[self.scope]
 
     def to_json(self) -> dict[str, object]:
         return {**asdict(self), "indexes": list(self.indexes)}

@@ -11,7 +11,8 @@ from typing import Annotated
 import typer
 
 keys_app = typer.Typer(
-    help="API keys with scopes (search, admin), per-index access and fair-share limits.", no_args_is_help=True
+    help="API keys with scopes (search, write, admin), per-index access and fair-share limits.",
+    no_args_is_help=True,
 )
 
 IndexRoot = Annotated[
@@ -78,7 +79,12 @@ def _describe(record: object) -> str:
 
 @keys_app.command("create")
 def create_command(
-    scope: Annotated[str, typer.Option(help="search, or admin (admin routes; may also search).")] = "search",
+    scope: Annotated[
+        str,
+        typer.Option(
+            help="search; write (product writes, and search); admin (admin routes, writes, search)."
+        ),
+    ] = "search",
     index: Annotated[
         list[str] | None, typer.Option("--index", help="An index the key may search (repeat); default: all.")
     ] = None,

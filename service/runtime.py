@@ -32,6 +32,7 @@ from service.hugepages import advise_huge_pages
 from service.index_holder import IndexHolder, Served, image_base_of
 from service.keys import KeyRecord, KeyRing
 from service.language import LanguageDetector
+from service.live.feed import LiveFeed
 from service.metrics import Metrics
 from service.monitor import Monitor
 from service.quota_ledger import QuotaLedger
@@ -127,6 +128,8 @@ class Runtime:
         self.index_opener: Callable[..., OpenedIndex] | None = None
         # The holders' clock for ``UNREACHABLE_WAIT_S`` (injected by tests).
         self.clock: Callable[[], float] = monotonic
+        # Each served index's change log (``service.live``), made with its holder.
+        self.feeds: dict[str, LiveFeed] = {}
 
     @property
     def pipeline(self) -> SearchPipeline:
@@ -288,9 +291,20 @@ class Runtime:
         self._pages_advised = True
         log.info("huge pages advised for %d MB in %.0f ms", advised >> 20, (perf_counter() - t0) * 1000)
 
+    def feed(self, name: str) -> LiveFeed:
+        """Index ``name``'s change log (``service.live``), opened when first read or written."""
+        feed = self.feeds.get(name)
+        if feed is None:
+            feed = self.feeds.setdefault(
+                name, LiveFeed(self.settings.index_root, name, self.settings.live_dsn)
+            )
+        return feed
+
     def _on_load(self, served: Served) -> None:
-        """A version built before match calibration existed is calibrated while it loads, not by the first
+        """The live catalogue's changes are applied to a version before it serves (``LiveFeed.attach``). A
+        version built before match calibration existed is calibrated while it loads, not by the first
         searches of it (a few hundred encoded queries; seconds for a large model on CPU)."""
+        self.feed(served.index.manifest.name).attach(served)
         if self._pipeline is not None:
             self._pipeline.judge.calibration(served)
 
@@ -415,6 +429,27 @@ class Runtime:
                 del self._joining[name]
                 self.index_names = (*self.index_names, name)
 
+    def _catch_up(self, holder: IndexHolder) -> None:
+        """Live poller step for one index: apply the log's new entries to the served version (leased, so a
+        swap cannot close it meanwhile). Blocking."""
+        if holder.served is None:
+            return
+        try:
+            with holder.lease() as served:
+                self.feed(holder.name).catch_up(served)
+        except IndexUnavailableError:  # retired or swapped out meanwhile: the next version attaches itself
+            return
+
+    async def _live_poll(self) -> None:
+        """Every ``live_poll_s``: the products other processes wrote, applied here (``service.live``)."""
+        while True:
+            await anyio.sleep(self.settings.live_poll_s)
+            for holder in list(self.holders.values()):
+                try:
+                    await anyio.to_thread.run_sync(self._catch_up, holder)
+                except Exception:  # the poller must outlive any one bad entry or version
+                    log.exception("applying the change log of %s failed", holder.name)
+
     def _add_facade(self, name: str, holder: IndexHolder) -> None:
         first = next(iter(self._facades.values()), None)
         if self._telemetry is None:
@@ -447,16 +482,20 @@ class Runtime:
         gc.freeze()
         self._huge_pages()
         poller = asyncio.create_task(self._poll())
+        live_poller = asyncio.create_task(self._live_poll())
         await self.monitor.start()
         try:
             yield
         finally:
             await self.monitor.stop()
-            poller.cancel()
-            with suppress(asyncio.CancelledError):
-                await poller
+            for task in (poller, live_poller):
+                task.cancel()
+                with suppress(asyncio.CancelledError):
+                    await task
             for holder in (*self.holders.values(), *self._joining.values()):
                 holder.close()
+            for feed in self.feeds.values():
+                feed.close()
             self.rate_limiter.close()
             self.auth_throttle.close()
             if self.cache is not None:

@@ -140,6 +140,70 @@ def filter_sql(filters: dict[str, Any], fields: set[str]) -> tuple[str, list[Any
     return f"SELECT row FROM items WHERE {' AND '.join(clauses)} ORDER BY row", args
 
 
+def _sql_value(value: Any) -> Any:
+    """A field's value as ``json_extract`` hands it to SQL: true/false as 1/0, an array or object as its
+    minified JSON text, anything else as it is (None: SQL NULL)."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, list | dict):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return value
+
+
+def _sql_equal(value: Any, wanted: Any) -> bool:
+    """SQL ``=`` between a field's value and a bound filter value (a bool binds as 1/0): numbers equal by
+    value, text by its characters, a number never equal to a text, NULL to nothing."""
+    value, wanted = _sql_value(value), _sql_value(wanted)
+    if value is None or wanted is None:
+        return False
+    if isinstance(value, str) or isinstance(wanted, str):
+        return isinstance(value, str) and isinstance(wanted, str) and value == wanted
+    return bool(value == wanted)
+
+
+def fields_match(fields: dict[str, Any], filters: dict[str, Any]) -> bool:
+    """Whether one row's fields match every filter, exactly as ``filter_sql``'s query decides it for a
+    stored row: a row whose fields changed since the version was written (``store.live``) is matched in
+    memory, and must match as the version's own rows do. The filters are checked by ``filter_sql`` first."""
+    for name, cond in filters.items():
+        value = fields.get(name)
+        if isinstance(cond, dict):
+            number = _sql_value(value)
+            if not isinstance(number, int | float) or isinstance(number, bool):
+                return False
+            for op, bound in cond.items():
+                if not {
+                    "gte": number >= bound,
+                    "gt": number > bound,
+                    "lte": number <= bound,
+                    "lt": number < bound,
+                }[op]:
+                    return False
+        elif isinstance(cond, list | tuple):
+            if not any(_sql_equal(value, wanted) for wanted in cond):
+                return False
+        elif not _sql_equal(value, cond):
+            return False
+    return True
+
+
+JSON_KINDS = {"integer": "number", "real": "number", "true": "bool", "false": "bool"}
+
+
+def kind_of(value: Any) -> str | None:
+    """A JSON value's kind as ``MetadataReader.field_kinds`` names them: number, bool, text, array, object
+    (None for null)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "text"
+    return "array" if isinstance(value, list | tuple) else "object"
+
+
 class MetadataReader:
     """One published metadata.sqlite, opened read-only and immutable (a published version never changes);
     one connection shared by threads under a lock."""
@@ -195,6 +259,15 @@ class MetadataReader:
                 "SELECT row FROM items WHERE id = ? AND deleted = 0", (item_id,)
             ).fetchone()
         return None if hit is None else int(hit[0])
+
+    def field_kinds(self, name: str) -> set[str]:
+        """The kinds of value (``kind_of``) field ``name`` holds in the live rows: what a write of that
+        field must agree with. A scan of the table (tens of ms at 100k rows): callers keep the answer."""
+        kind = field_expr(name).replace("json_extract(", "json_type(", 1)
+        sql = f"SELECT DISTINCT {kind} FROM items WHERE deleted = 0"
+        with self._lock:
+            found = {t for (t,) in self._db.execute(sql) if t is not None and t != "null"}
+        return {JSON_KINDS.get(t, t) for t in found}
 
     def rows_matching(self, filters: dict[str, Any], fields: set[str]) -> np.ndarray:
         """Sorted live rows matching every filter (``filter_sql``)."""

@@ -454,3 +454,7 @@ class IndexVersion:
         """Sorted live rows matching every filter: {field: value} equality, {field: [v1, v2]} any-of,
         {field: {"gte": x, "lte": y}} numeric range (also gt/lt)."""
         return self._meta.rows_matching(filters, self._fields)
+
+    def field_kinds(self, name: str) -> set[str]:
+        """The kinds of value field ``name`` holds in the live rows (``store.metadata.kind_of``)."""
+        return self._meta.field_kinds(name) if name in self._fields else set()

@@ -200,6 +200,10 @@ class ShardedIndex:
         ]
         return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
+    def field_kinds(self, name: str) -> set[str]:
+        """The kinds of value field ``name`` holds in any shard's live rows."""
+        return set().union(*(shard.field_kinds(name) for shard in self._shards))
+
     def live_mask(self) -> np.ndarray | None:
         """The product channels' mask over the global rows: (total_rows,) bool, False for deleted rows.
         None when no row is deleted, or when the version has no product channels (only their searches ask

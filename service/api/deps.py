@@ -159,6 +159,29 @@ async def search_caller(request: Request, runtime: RuntimeDep, caller: CallerDep
 SearchCallerDep = Annotated[Caller, Depends(search_caller)]
 
 
+async def write_caller(request: Request, runtime: RuntimeDep, caller: CallerDep) -> Caller:
+    """A caller allowed to write the products of the route's catalogue (``service.live``): the admin key,
+    or an API key of scope write or admin valid for that index. 401 without a key (writes never go
+    anonymous), 403 for a search key or a key of other catalogues, 429 when its bucket is empty (the
+    same fair share as its searches)."""
+    if caller.anonymous:
+        raise UnauthorizedError(
+            "writing products needs an API key of scope write (Authorization: Bearer KEY, or X-API-Key)",
+            loc=("header", "authorization"),
+        )
+    index = request.path_params.get("name") or runtime.settings.index_name
+    record = caller.record
+    if record is not None and not record.allows_scope("write"):
+        raise ScopeError(f"this API key has scope {record.scope}, not write", loc=("header", "authorization"))
+    if record is not None and not record.allows_index(index):
+        raise ScopeError(f"this API key is not valid for index {index!r}", loc=("path", "name"))
+    runtime.admit(caller, request)
+    return caller
+
+
+WriteCallerDep = Annotated[Caller, Depends(write_caller)]
+
+
 async def expensive_slot(runtime: RuntimeDep, caller: SearchCallerDep) -> AsyncIterator[Caller]:
     """One of the caller's slots for expensive work (image search), held to the end of the request."""
     async with runtime.expensive(caller):
@@ -194,7 +217,7 @@ async def require_admin(
     if record is None:
         _refuse(runtime, request, missing)
     if not record.allows_scope("admin"):
-        raise ScopeError("this API key has scope search, not admin", loc=("header", "x-api-key"))
+        raise ScopeError(f"this API key has scope {record.scope}, not admin", loc=("header", "x-api-key"))
     return record
 
 

@@ -170,7 +170,7 @@ class SearchPipeline:
         rerank = request.rerank if request.rerank is not None else self.default_rerank
         if request.offset + request.top_k > INLINE_MAX_RESULTS:  # a deep page: a wide ANN walk
             return False
-        index = served.index
+        index = getattr(served.index, "base", served.index)  # a live view's version (``service.live``)
         local = isinstance(index, IndexVersion) or (
             isinstance(index, ShardedIndex) and len(index.shards) <= INLINE_MAX_SHARDS
         )
@@ -511,6 +511,7 @@ class SearchPipeline:
             [
                 RESULT_FORMAT,
                 served.version,
+                getattr(served.index, "live_sequence", 0),  # the product writes it shows (``service.live``)
                 served.image_base,  # the hits' links: a version may be served as another process's default
                 self.model_fingerprint,  # of the query side: a language added to the model changes it
                 text,

@@ -116,7 +116,9 @@ class RuleBook:
         self._masks: weakref.WeakKeyDictionary[Any, dict[str, np.ndarray | None]] = (
             weakref.WeakKeyDictionary()
         )
-        self._rows: weakref.WeakKeyDictionary[Any, dict[str, int | None]] = weakref.WeakKeyDictionary()
+        self._rows: weakref.WeakKeyDictionary[Any, dict[tuple[int, str], int | None]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @staticmethod
     def path_of(served: Served) -> Path | None:
@@ -209,19 +211,21 @@ class RuleBook:
     def row_of(self, served: Served, item_id: str) -> int | None:
         """A pinned product's row in the served version (None: not in it), looked up once per version."""
         per_version = self._rows.setdefault(served.index, {})
-        known = per_version.get(item_id, -1)  # one read: another search may clear the dict at any time
+        key = (live_sequence(served), item_id)  # a product deleted through the API is gone from then on
+        known = per_version.get(key, -1)  # one read: another search may clear the dict at any time
         if known != -1:
             return known
         row = served.index.row_of(item_id)
         if len(per_version) >= 4096:
             per_version.clear()
-        per_version[item_id] = row
+        per_version[key] = row
         return row
 
     def mask(self, served: Served, key: str, plain: dict[str, Any]) -> np.ndarray | None:
         """The served version's live rows matching filter ``plain`` (``key``: its canonical JSON) as a
         boolean mask; None where the version lacks one of its fields (the action is skipped)."""
         per_version = self._masks.setdefault(served.index, {})
+        key = f"{live_sequence(served)}:{key}"  # products' fields change through the API (``service.live``)
         if key in per_version:
             return per_version[key]
         fields = served.index.fields
@@ -229,9 +233,15 @@ class RuleBook:
         if all(name in fields for name in plain):
             found = np.zeros(served.index.total_rows, bool)
             found[np.asarray(served.index.filter_rows(plain), np.int64)] = True
-        if len(per_version) < 4096:
-            per_version[key] = found
+        if len(per_version) >= 4096:
+            per_version.clear()
+        per_version[key] = found
         return found
+
+
+def live_sequence(served: Served) -> int:
+    """The last product write the served version shows (0: none; ``service.live``)."""
+    return int(getattr(served.index, "live_sequence", 0))
 
 
 @dataclass

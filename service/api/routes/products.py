@@ -1,0 +1,121 @@
+"""Product writes of a served index (``service.live``): ``PATCH`` a product's fields, ``DELETE`` a product,
+under ``/v1/indexes/{name}/products/{id}`` and the default index's ``/v1/products/{id}``.
+
+Each write needs the admin key or an API key of scope write (or admin) for that index, and counts against
+its key's rate limit. It is answered only once the index's change log holds it durably; with ``wait``
+(the default) once this process's searches show it too, and every other process serving the index shows
+it within ``CCRK_LIVE_POLL_S``."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Annotated, Any
+
+import anyio
+from fastapi import APIRouter, Query
+from fastapi import Path as PathParam
+
+from service.api.deps import IndexName, RuntimeDep, WriteCallerDep
+from service.index_holder import IndexHolder
+from service.live.schemas import ProductPatch, WriteReceipt
+from service.live.writes import delete_product, patch_product
+from service.runtime import Runtime
+
+router = APIRouter(tags=["products"])
+
+JSON_BODY_LIMIT = 64 * 1024
+ProductId = Annotated[str, PathParam(min_length=1, max_length=512, description="The product's id.")]
+Wait = Annotated[
+    bool,
+    Query(description="Answer once this process's searches show the write (else once it is durable)."),
+]
+WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "No API key, or an unknown or revoked one."},
+    403: {"description": "A key of scope search, or of other indexes."},
+    404: {"description": "The index is not served here, or it holds no product of this id."},
+    422: {
+        "description": "Invalid input; the error names the field (a value of another kind than the "
+        "catalogue's, say)."
+    },
+    429: {"description": "Rate limit or daily quota of the caller; see Retry-After."},
+    503: {
+        "description": "No index loaded, or the change log did not answer (nothing was written; see "
+        "Retry-After)."
+    },
+}
+
+
+async def _patch(
+    runtime: Runtime, holder: IndexHolder, item_id: str, body: ProductPatch, wait: bool
+) -> WriteReceipt:
+    def work() -> WriteReceipt:
+        with holder.lease() as served:
+            return patch_product(
+                runtime.feed(holder.name),
+                served,
+                item_id,
+                body,
+                wait=wait,
+                wait_s=runtime.settings.live_wait_s,
+            )
+
+    return await anyio.to_thread.run_sync(work)
+
+
+async def _delete(runtime: Runtime, holder: IndexHolder, item_id: str, wait: bool) -> WriteReceipt:
+    def work() -> WriteReceipt:
+        with holder.lease() as served:
+            return delete_product(
+                runtime.feed(holder.name), served, item_id, wait=wait, wait_s=runtime.settings.live_wait_s
+            )
+
+    return await anyio.to_thread.run_sync(partial(work))
+
+
+@router.patch(
+    "/v1/indexes/{name}/products/{item_id:path}",
+    response_model=WriteReceipt,
+    responses=WRITE_ERRORS,
+    max_body_size=JSON_BODY_LIMIT,
+)
+async def patch_indexed_product(
+    name: IndexName,
+    item_id: ProductId,
+    body: ProductPatch,
+    runtime: RuntimeDep,
+    caller: WriteCallerDep,
+    wait: Wait = True,
+) -> WriteReceipt:
+    """Change some fields of one product (price, stock, any metadata)."""
+    return await _patch(runtime, runtime.catalogue_holder(name), item_id, body, wait)
+
+
+@router.delete(
+    "/v1/indexes/{name}/products/{item_id:path}", response_model=WriteReceipt, responses=WRITE_ERRORS
+)
+async def delete_indexed_product(
+    name: IndexName, item_id: ProductId, runtime: RuntimeDep, caller: WriteCallerDep, wait: Wait = True
+) -> WriteReceipt:
+    """Delete one product: no search, filter or count shows it any more."""
+    return await _delete(runtime, runtime.catalogue_holder(name), item_id, wait)
+
+
+@router.patch(
+    "/v1/products/{item_id:path}",
+    response_model=WriteReceipt,
+    responses=WRITE_ERRORS,
+    max_body_size=JSON_BODY_LIMIT,
+)
+async def patch_product_route(
+    item_id: ProductId, body: ProductPatch, runtime: RuntimeDep, caller: WriteCallerDep, wait: Wait = True
+) -> WriteReceipt:
+    """Change some fields of one product of the default index (as ``/v1/indexes/{name}/products/{id}``)."""
+    return await _patch(runtime, runtime.holder, item_id, body, wait)
+
+
+@router.delete("/v1/products/{item_id:path}", response_model=WriteReceipt, responses=WRITE_ERRORS)
+async def delete_product_route(
+    item_id: ProductId, runtime: RuntimeDep, caller: WriteCallerDep, wait: Wait = True
+) -> WriteReceipt:
+    """Delete one product of the default index."""
+    return await _delete(runtime, runtime.holder, item_id, wait)

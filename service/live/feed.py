@@ -1,0 +1,123 @@
+"""One served index's change log, read into the version it serves.
+
+Every process serving an index holds a ``LiveFeed`` for it. When a version is loaded (``attach``), its
+index becomes a ``store.live.overlay.LiveIndex`` and catches up with the whole log after the version's
+own changes before it serves; then the runtime's live poller calls ``catch_up`` every
+``CCRK_LIVE_POLL_S``, so a change written by any process (another worker of ``ccrk serve --workers N``,
+another machine's through PostgreSQL) shows in this one within a poll. A write through this process
+(``write``) is appended, then applied here at once, before it is acknowledged (``wait``).
+
+Each catch-up forgets what the served version's caches hold of the rows it changed (``Served.forget``),
+so hits, sort and facets read the new values. While the log cannot be read, searches keep answering from
+the overlay already applied, and ``problem`` says why (``/readyz``, ``/metrics``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from service.index_holder import Served
+from store.errors import ChangeLogError, IndexUnreachableError
+from store.live import MAX_PAGE, Change, ChangeLog, changelog_path, open_changelog
+from store.live.overlay import Applied, LiveIndex, LiveOverlay
+
+log = logging.getLogger(__name__)
+
+
+class LiveFeed:
+    """Index ``name``'s log (SQLite in its folder under ``root``, or PostgreSQL at ``dsn``) and what this
+    process applied of it. Thread-safe: catch-ups run one at a time."""
+
+    def __init__(self, root: Path, name: str, dsn: str | None = None) -> None:
+        self.root = Path(root)
+        self.name = name
+        self.dsn = dsn
+        self._log: ChangeLog | None = None
+        self._open_lock = threading.Lock()
+        self._apply_lock = threading.Lock()
+        self.problem: str | None = None  # why the last read of the log failed (None: it did not)
+        self.applied_entries = 0  # entries applied by this process since its start (every version's)
+
+    # -- the log ---------------------------------------------------------------------------------------------
+
+    def _opened(self, create: bool) -> ChangeLog | None:
+        """The log, opened once; without ``create``, None while an embedded log has no file yet (nothing
+        was ever written to the index: a reader creates nothing in a folder it may only read)."""
+        with self._open_lock:
+            if self._log is None:
+                if not self.dsn and not create and not changelog_path(self.root, self.name).is_file():
+                    return None
+                self._log = open_changelog(self.root, self.name, self.dsn)
+            return self._log
+
+    def write(self, changes: Sequence[Change]) -> list[int]:
+        """Append ``changes`` in one transaction; their sequence numbers once durable (``ChangeLog.append``:
+        ``InvalidChangeError``, ``ChangeLogUnavailableError`` with nothing written)."""
+        opened = self._opened(create=True)
+        assert opened is not None
+        return opened.append(list(changes))
+
+    def pending(self) -> int:
+        """Entries no version holds yet (0 while there is no log)."""
+        opened = self._opened(create=False)
+        return 0 if opened is None else opened.pending()
+
+    def close(self) -> None:
+        with self._open_lock:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+
+    # -- applying --------------------------------------------------------------------------------------------
+
+    def attach(self, served: Served) -> None:
+        """Make ``served``'s index a live view over it and apply the log to it (before it serves: run in
+        the loading thread). A version records no sequence yet, so it applies the whole log."""
+        if not isinstance(served.index, LiveIndex):
+            served.index = LiveIndex(served.index, LiveOverlay(served.index, applied=0))  # type: ignore[assignment]
+        self.catch_up(served)
+
+    def catch_up(self, served: Served, upto: int | None = None) -> Applied | None:
+        """Apply every entry after what ``served`` shows (up to ``upto``, None: all); None when there was
+        nothing to apply or the log could not be read (``problem`` says why)."""
+        index = served.index
+        if not isinstance(index, LiveIndex):
+            return None
+        with self._apply_lock:
+            try:
+                opened = self._opened(create=False)
+                if opened is None:
+                    self.problem = None
+                    return None
+                total: Applied | None = None
+                while upto is None or index.live_sequence < upto:
+                    page = opened.changes_since(index.live_sequence, limit=MAX_PAGE, upto=upto)
+                    if not page:
+                        break
+                    applied = index.overlay.apply(page)
+                    served.forget(applied.rows)
+                    self.applied_entries += applied.entries
+                    total = applied
+                self.problem = None
+                return total
+            except (ChangeLogError, IndexUnreachableError) as exc:
+                if self.problem != str(exc):
+                    log.error("reading the change log of index %s failed: %s", self.name, exc)
+                self.problem = str(exc)
+                return None
+
+    def wait_for(self, served: Served, seq: int, timeout_s: float) -> bool:
+        """Apply the log up to ``seq`` to ``served``: whether it shows ``seq`` within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.catch_up(served, upto=seq)
+            index = served.index
+            if isinstance(index, LiveIndex) and index.live_sequence >= seq:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)

@@ -1,0 +1,303 @@
+"""The live catalogue over a served version: what the change log's entries after the version did to its
+products, applied in sequence order, and the view searches read through.
+
+``LiveOverlay`` applies entries (one applier per served version: the service's feed) and publishes each
+result as an immutable ``Snapshot``; ``LiveIndex`` is the served version with the latest snapshot over it,
+so filters, sort, facets, hits and ``row_of`` see the live state, and every other call reaches the version
+as it is. A snapshot is built from the version and the log alone, so every process serving the version
+applies the same entries to the same state (Qdrant's and Vespa's rule: partial updates are an overlay on
+immutable segments, not edits of them).
+
+What an entry does to a product of the version (named by its id):
+
+    patch   its fields: each named field takes the new value, a field set to null is removed (JSON merge
+            patch, RFC 7396, at the top level); a patch of a product that is gone does nothing
+    delete  it is hidden: searches, filters, ``row_of`` and the counts leave it out
+    upsert  not applied by this release (new products need their photos and text embedded: counted in
+            ``Snapshot.not_applied``, and no write route produces one yet); so is a patch's text fields
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from store.live.records import Delete, Entry, Patch, Upsert
+from store.metadata import fields_match, filter_sql, kind_of
+
+Fields = Mapping[str, Any]
+
+
+class BaseIndex(Protocol):
+    """What the overlay reads of a served version (an ``IndexVersion``, a ``ShardedIndex``, a remote one)."""
+
+    @property
+    def total_rows(self) -> int: ...
+
+    @property
+    def fields(self) -> set[str]: ...
+
+    def __len__(self) -> int: ...
+
+    def row_of(self, item_id: str) -> int | None: ...
+
+    def items(self, rows: Sequence[int]) -> list[dict[str, Any]]: ...
+
+    def filter_rows(self, filters: dict[str, Any]) -> np.ndarray: ...
+
+    def live_mask(self) -> np.ndarray | None: ...
+
+    def search(
+        self, queries: np.ndarray, k: int, allowed_rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def search_exact(
+        self, queries: np.ndarray, k: int, allowed_rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+_NO_ROWS = np.zeros(0, np.int64)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The live state after every entry up to ``applied`` (immutable: a search reads one throughout).
+
+    Attributes:
+        applied: the last sequence number applied (the version's own when nothing is).
+        hidden: the version's rows deleted since, sorted.
+        changed: the version's rows whose fields changed since (and are not hidden), sorted.
+        fields: each changed row's fields now (whole, as the version's ``items`` gives them, without id and
+            path).
+        names: the field names the changed rows hold.
+        live: the version's live mask less the hidden rows (None when nothing is hidden).
+        not_applied: entries this release read and could not apply (upserts, text of patches).
+        last_committed_at: the commit time of the last entry applied (0: none), what apply lag reads.
+    """
+
+    applied: int
+    hidden: np.ndarray = field(default_factory=lambda: _NO_ROWS)
+    changed: np.ndarray = field(default_factory=lambda: _NO_ROWS)
+    fields: Mapping[int, Fields] = field(default_factory=dict)
+    names: frozenset[str] = frozenset()
+    live: np.ndarray | None = None
+    not_applied: int = 0
+    last_committed_at: float = 0.0
+
+    @property
+    def empty(self) -> bool:
+        return not self.hidden.size and not self.changed.size
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What one ``LiveOverlay.apply`` did: the snapshot it published, the rows whose state changed (what a
+    cache of rows must forget) and how many entries named no product of the version."""
+
+    snapshot: Snapshot
+    rows: np.ndarray
+    entries: int
+    skipped: int
+
+
+def merged(fields: Fields, patch: Fields) -> dict[str, Any]:
+    """``fields`` with ``patch`` over them: a new value replaces the old, None removes the field."""
+    out = dict(fields)
+    for name, value in patch.items():
+        if value is None:
+            out.pop(name, None)
+        else:
+            out[name] = value
+    return out
+
+
+class LiveOverlay:
+    """The entries applied over one served version (thread-safe; entries are applied in sequence order,
+    and one already applied is skipped, so a page read twice does nothing the second time)."""
+
+    def __init__(self, base: BaseIndex, applied: int = 0) -> None:
+        self.base = base
+        self._lock = threading.Lock()
+        self._hidden: set[int] = set()
+        self._fields: dict[int, dict[str, Any]] = {}
+        self._names: set[str] = set()
+        self._rows: dict[str, int | None] = {}  # the version's row of an id (None: not in it)
+        self._not_applied = 0
+        self.snapshot = Snapshot(applied=applied)
+
+    def _row(self, item_id: str) -> int | None:
+        """The version's row of ``item_id`` while it is not hidden."""
+        if item_id not in self._rows:
+            self._rows[item_id] = self.base.row_of(item_id)
+        row = self._rows[item_id]
+        return None if row is None or row in self._hidden else row
+
+    def _fields_of(self, row: int) -> dict[str, Any]:
+        current = self._fields.get(row)
+        if current is not None:
+            return current
+        (item,) = self.base.items([row])
+        return {k: v for k, v in item.items() if k not in ("id", "path")}
+
+    def apply(self, entries: Iterable[Entry]) -> Applied:
+        """Apply the entries after the snapshot's ``applied`` and publish the new snapshot."""
+        with self._lock:
+            applied = self.snapshot.applied
+            committed_at = self.snapshot.last_committed_at
+            touched: set[int] = set()
+            hid = False
+            count = skipped = 0
+            for entry in entries:
+                if entry.seq <= applied:
+                    continue
+                applied, committed_at = entry.seq, entry.committed_at
+                count += 1
+                change = entry.change
+                if isinstance(change, Upsert):
+                    self._not_applied += 1
+                    continue
+                row = self._row(change.id)
+                if row is None:
+                    skipped += 1
+                    continue
+                touched.add(row)
+                if isinstance(change, Delete):
+                    self._hidden.add(row)
+                    self._fields.pop(row, None)
+                    hid = True
+                elif isinstance(change, Patch):
+                    if change.text:
+                        self._not_applied += 1
+                    if change.fields:
+                        self._fields[row] = merged(self._fields_of(row), change.fields)
+                        self._names.update(self._fields[row])
+            self.snapshot = self._publish(applied, committed_at, hid)
+            return Applied(self.snapshot, np.array(sorted(touched), np.int64), count, skipped)
+
+    def _publish(self, applied: int, committed_at: float, hid: bool) -> Snapshot:
+        old = self.snapshot
+        live = old.live
+        if hid:
+            base_live = self.base.live_mask()
+            live = np.ones(self.base.total_rows, bool) if base_live is None else base_live.copy()
+            live[np.fromiter(self._hidden, np.int64, len(self._hidden))] = False
+        return Snapshot(
+            applied=applied,
+            hidden=np.array(sorted(self._hidden), np.int64) if hid else old.hidden,
+            changed=np.array(sorted(self._fields), np.int64),
+            fields=dict(self._fields),
+            names=frozenset(self._names),
+            live=live,
+            not_applied=self._not_applied,
+            last_committed_at=committed_at,
+        )
+
+
+def _without(rows: np.ndarray, drop: np.ndarray) -> np.ndarray:
+    return rows[~np.isin(rows, drop, assume_unique=False)] if drop.size and rows.size else rows
+
+
+class LiveIndex:
+    """A served version seen through its overlay's latest snapshot. Every attribute it does not define is
+    the version's own (its manifest, path, product channels, embeddings, re-rank tokens, ``close``)."""
+
+    def __init__(self, base: BaseIndex, overlay: LiveOverlay | None = None) -> None:
+        self.base = base
+        self.overlay = overlay if overlay is not None else LiveOverlay(base)
+        self._kinds: dict[str, set[str]] = {}
+        self._kinds_lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("base", "overlay"):  # not set yet (a copy, a pickle): never the version's own
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self.overlay.snapshot
+
+    @property
+    def live_sequence(self) -> int:
+        """The last change-log sequence number this view shows."""
+        return self.overlay.snapshot.applied
+
+    def __len__(self) -> int:
+        return len(self.base) - int(self.overlay.snapshot.hidden.size)
+
+    @property
+    def fields(self) -> set[str]:
+        return self.base.fields | self.overlay.snapshot.names
+
+    def live_mask(self) -> np.ndarray | None:
+        snap = self.overlay.snapshot
+        return snap.live if snap.hidden.size else self.base.live_mask()
+
+    def row_of(self, item_id: str) -> int | None:
+        row = self.base.row_of(item_id)
+        hidden = self.overlay.snapshot.hidden
+        if row is None or (hidden.size and hidden[min(np.searchsorted(hidden, row), hidden.size - 1)] == row):
+            return None
+        return row
+
+    def items(self, rows: Sequence[int]) -> list[dict[str, Any]]:
+        found = self.base.items(rows)
+        changed = self.overlay.snapshot.fields
+        if not changed:
+            return found
+        for i, row in enumerate(rows):
+            now = changed.get(int(row))
+            if now is not None:
+                found[i] = {"id": found[i]["id"], "path": found[i]["path"], **now}
+        return found
+
+    def filter_rows(self, filters: dict[str, Any]) -> np.ndarray:
+        """The version's matching rows less the hidden and changed ones, and the changed rows whose fields
+        now match (``store.metadata.fields_match``: the same rule the version's SQL applies)."""
+        snap = self.overlay.snapshot
+        if snap.empty:
+            return self.base.filter_rows(filters)
+        filter_sql(filters, self.fields)  # an unknown field or a malformed condition: FilterError
+        base_fields = self.base.fields
+        rows = self.base.filter_rows(filters) if set(filters) <= base_fields else _NO_ROWS
+        rows = _without(_without(rows, snap.hidden), snap.changed)
+        now = [row for row in snap.changed.tolist() if fields_match(snap.fields[row], filters)]
+        if not now:
+            return rows
+        return np.union1d(rows, np.asarray(now, np.int64))
+
+    def field_kinds(self, name: str) -> set[str]:
+        """The kinds of value field ``name`` holds now: the version's (read once per field) and the
+        changed rows'."""
+        with self._kinds_lock:
+            kinds = self._kinds.get(name)
+        if kinds is None:
+            reader = getattr(self.base, "field_kinds", None)
+            kinds = set(reader(name)) if reader is not None else set()
+            with self._kinds_lock:
+                self._kinds[name] = kinds
+        changed = self.overlay.snapshot.fields
+        extra = {kind_of(f[name]) for f in changed.values() if name in f} if changed else set()
+        return kinds | {k for k in extra if k is not None}
+
+    def _visible(self, allowed_rows: np.ndarray | None) -> np.ndarray | None:
+        snap = self.overlay.snapshot
+        if not snap.hidden.size:
+            return allowed_rows
+        if allowed_rows is None:
+            assert snap.live is not None
+            return np.flatnonzero(snap.live)
+        return _without(np.asarray(allowed_rows, np.int64).ravel(), snap.hidden)
+
+    def search(
+        self, queries: np.ndarray, k: int, allowed_rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return self.base.search(queries, k, self._visible(allowed_rows))
+
+    def search_exact(
+        self, queries: np.ndarray, k: int, allowed_rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return self.base.search_exact(queries, k, self._visible(allowed_rows))

@@ -1,0 +1,228 @@
+"""Product writes through the API (``service.live``): a price change reorders a ``sort: price`` query and an
+out-of-stock product leaves an ``in_stock`` filter, in the writing server at once and in a second server
+of the same index (another process's stand-in: its own app, runtime and log connection) within a poll;
+deletes hide a product everywhere; writes survive a restart; scopes and bad input get the 4xx naming the
+field; a log that does not answer gets a 503 with Retry-After and nothing written. The shipped demo model,
+a synthetic catalogue built by the real indexer, real uvicorn."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from ccrk_settings import DEFAULT_MODEL_DIR, Settings
+from indexer.build import build
+from service.keys import KeyStore
+from store.live import changelog_path
+from synthetic.synth import SynthConfig, generate_catalogue
+from tests.fixtures import LiveServer, make_settings
+
+PRODUCTS = 30
+QUERY = {"query": "a red umbrella", "top_k": 30, "mode": "hybrid"}
+BY_PRICE = {**QUERY, "sort": {"field": "price", "order": "asc"}}
+
+
+@dataclass
+class Shop:
+    root: Path
+    settings: Settings
+    a: LiveServer
+    b: LiveServer
+    write_key: str
+    search_key: str
+    other_key: str  # a write key of another index
+
+
+def _products(catalogue: Path, out: Path) -> Path:
+    recs = [json.loads(line) for line in (catalogue / "test.jsonl").read_text().splitlines()]
+    rows = [
+        {
+            "id": f"prod-{i}",
+            "path": str(catalogue / recs[i]["image"]),
+            "title": recs[i]["captions"]["en"][0],
+            "category": recs[i]["attributes"]["category"],
+            "price": float(3 * i % 41) + 0.5,
+            "in_stock": True,
+        }
+        for i in range(PRODUCTS)
+    ]
+    path = out / "products.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shop]:
+    tmp = tmp_path_factory.mktemp("live")
+    generate_catalogue(tmp / "cat", SynthConfig(seed=3, n_train=0, n_val=0, n_test=PRODUCTS, image_size=64))
+    manifest = _products(tmp / "cat", tmp)
+    build_settings = Settings(
+        model_dir=DEFAULT_MODEL_DIR,
+        backend="onnx",
+        device="cpu",
+        threads=1,
+        index_root=tmp / "indexes",
+        index_workers=1,
+        index_batch_size=8,
+        rerank_policy_queries=0,
+        text_fields=["title"],
+    )
+    build("shop", [manifest], settings=build_settings)
+    keys = KeyStore(build_settings.index_root)
+    _, write_key = keys.create("write", ["shop"])
+    _, search_key = keys.create("search", ["shop"])
+    _, other_key = keys.create("write", ["other"])
+    settings = make_settings(build_settings.index_root, index_name="shop")
+    with LiveServer(settings) as a, LiveServer(settings) as b:
+        yield Shop(build_settings.index_root, settings, a, b, write_key, search_key, other_key)
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 5.0) -> float:
+    """Seconds until ``check()`` holds (fails the test past ``timeout``)."""
+    start = time.monotonic()
+    while not check():
+        assert time.monotonic() - start < timeout, "not visible in time"
+        time.sleep(0.02)
+    return time.monotonic() - start
+
+
+def ids(server: LiveServer, body: dict[str, Any]) -> list[str]:
+    with server.client() as client:
+        answer = client.post("/v1/search", json=body)
+    assert answer.status_code == 200, answer.text
+    return [hit["id"] for hit in answer.json()["results"]]
+
+
+def write(shop: Shop, method: str, path: str, key: str | None = None, **kwargs: Any) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {key if key is not None else shop.write_key}"}
+    headers.update(kwargs.pop("headers", {}))
+    with shop.a.client() as client:
+        return client.request(method, path, headers=headers, **kwargs)
+
+
+def test_a_price_change_reorders_a_sort_by_price_in_both_servers(shop: Shop) -> None:
+    before = ids(shop.a, BY_PRICE)
+    assert len(before) >= 3 and ids(shop.b, BY_PRICE) == before
+    dearest = before[-1]
+    answer = write(shop, "PATCH", f"/v1/indexes/shop/products/{dearest}", json={"fields": {"price": 0.01}})
+    assert answer.status_code == 200, answer.text
+    receipt = answer.json()
+    assert receipt["id"] == dearest and receipt["kind"] == "patch" and receipt["visible"] is True
+    assert receipt["seq"] >= 1
+    assert ids(shop.a, BY_PRICE)[0] == dearest  # the writer shows it as it answers
+    lag = wait_until(lambda: ids(shop.b, BY_PRICE)[0] == dearest)
+    assert lag < 1.0
+    # The hit's metadata says the new price, in both.
+    for server in (shop.a, shop.b):
+        with server.client() as client:
+            hits = client.post("/v1/search", json=BY_PRICE).json()["results"]
+        assert hits[0]["metadata"]["price"] == 0.01
+
+
+def test_an_out_of_stock_product_leaves_an_in_stock_filter(shop: Shop) -> None:
+    in_stock = {**QUERY, "filters": {"in_stock": True}}
+    before = ids(shop.a, in_stock)
+    gone = before[0]
+    answer = write(shop, "PATCH", f"/v1/products/{gone}", json={"fields": {"in_stock": False}})
+    assert answer.status_code == 200, answer.text
+    assert gone not in ids(shop.a, in_stock)
+    wait_until(lambda: gone not in ids(shop.b, in_stock))
+    assert gone in ids(shop.a, {**QUERY, "filters": {"in_stock": False}})
+    with shop.b.client() as client:
+        facets = client.post("/v1/search", json={**QUERY, "facets": ["in_stock"]}).json()["facets"]
+    counts = {v["value"]: v["count"] for v in facets[0]["values"]}
+    assert counts.get(False, 0) >= 1
+
+
+def test_a_deleted_product_is_gone_from_searches_and_writes(shop: Shop) -> None:
+    every = [i for i in ids(shop.a, QUERY) if i not in {f"prod-{n}" for n in range(5)}]  # others' products
+    victim = every[len(every) // 2]
+    answer = write(shop, "DELETE", f"/v1/indexes/shop/products/{victim}")
+    assert answer.status_code == 200 and answer.json()["kind"] == "delete", answer.text
+    assert victim not in ids(shop.a, QUERY)
+    wait_until(lambda: victim not in ids(shop.b, QUERY))
+    again = write(shop, "PATCH", f"/v1/products/{victim}", json={"fields": {"price": 1.0}})
+    assert again.status_code == 404 and again.json()["detail"][0]["loc"] == ["path", "item_id"]
+    with shop.b.client() as client:
+        assert client.post(f"/v1/items/{victim}/similar", json={}).status_code == 404
+
+
+def test_writes_survive_a_restart(shop: Shop) -> None:
+    answer = write(shop, "PATCH", "/v1/products/prod-3", json={"fields": {"price": 77.0, "colour": "red"}})
+    assert answer.status_code == 200
+    with LiveServer(shop.settings) as fresh, fresh.client() as client:
+        hits = client.post("/v1/search", json={**QUERY, "filters": {"colour": "red"}}).json()["results"]
+    assert [(h["id"], h["metadata"]["price"]) for h in hits] == [("prod-3", 77.0)]
+
+
+def test_writes_need_a_write_key_of_the_index(shop: Shop) -> None:
+    body = {"json": {"fields": {"price": 2.0}}}
+    assert write(shop, "PATCH", "/v1/products/prod-1", key=shop.search_key, **body).status_code == 403
+    assert write(shop, "PATCH", "/v1/products/prod-1", key=shop.other_key, **body).status_code == 403
+    assert write(shop, "DELETE", "/v1/products/prod-1", key=shop.search_key).status_code == 403
+    assert write(shop, "PATCH", "/v1/products/prod-1", key="ccrk_wrong", **body).status_code == 401
+    with shop.a.client() as client:
+        assert client.patch("/v1/products/prod-1", **body).status_code == 401
+    admin = write(shop, "PATCH", "/v1/products/prod-1", key="test-admin-key", **body)
+    assert admin.status_code == 200, admin.text
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        ({"fields": {"price": "cheap"}}, ["body", "fields", "price"]),
+        ({"fields": {"in_stock": 1}}, ["body", "fields", "in_stock"]),
+        ({"fields": {}}, ["body", "fields"]),
+        ({"fields": {"price": 1.0}, "text": {"title": "new"}}, ["body", "text"]),
+        ({"fields": {"bad name!": 1}}, ["body", "fields", "bad name!"]),
+        ({}, ["body", "fields"]),
+    ],
+)
+def test_bad_writes_get_a_422_naming_the_field(shop: Shop, body: dict[str, Any], loc: list[Any]) -> None:
+    answer = write(shop, "PATCH", "/v1/products/prod-2", json=body)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["detail"][0]["loc"][: len(loc)] == loc
+
+
+def test_a_non_finite_number_is_refused_naming_the_field(shop: Shop) -> None:
+    answer = write(
+        shop,
+        "PATCH",
+        "/v1/products/prod-2",
+        content=b'{"fields": {"price": NaN}}',
+        headers={"Content-Type": "application/json"},
+    )
+    assert answer.status_code == 422, answer.text
+    assert "price" in json.dumps(answer.json()["detail"][0]["loc"])
+
+
+def test_an_unknown_product_is_a_404(shop: Shop) -> None:
+    answer = write(shop, "PATCH", "/v1/products/no-such", json={"fields": {"price": 1.0}})
+    assert answer.status_code == 404 and answer.json()["detail"][0]["loc"] == ["path", "item_id"]
+    assert write(shop, "DELETE", "/v1/indexes/shop/products/no-such").status_code == 404
+    nowhere = write(shop, "DELETE", "/v1/indexes/nowhere/products/prod-1", key="test-admin-key")
+    assert nowhere.status_code == 404
+
+
+def test_a_log_that_does_not_answer_is_a_503_with_nothing_written(shop: Shop) -> None:
+    path = changelog_path(shop.root, "shop")
+    holder = sqlite3.connect(path, timeout=1, isolation_level=None)
+    (last,) = holder.execute("SELECT value FROM log_state WHERE key = 'last_sequence'").fetchone()
+    holder.execute("BEGIN IMMEDIATE")  # another writer holds the log past the busy timeout
+    try:
+        answer = write(shop, "PATCH", "/v1/products/prod-4", json={"fields": {"price": 4.0}}, timeout=60)
+    finally:
+        holder.execute("ROLLBACK")
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["Retry-After"] == "1"
+    assert holder.execute("SELECT value FROM log_state WHERE key = 'last_sequence'").fetchone()[0] == last
+    holder.close()
+    assert write(shop, "PATCH", "/v1/products/prod-4", json={"fields": {"price": 4.0}}).status_code == 200
