@@ -109,6 +109,43 @@ class Metrics:
             registry=r,
             multiprocess_mode="livemax",
         )
+        # The live catalogue (``service.live``): each write's way from the change log into every process.
+        self.live_writes = Counter(
+            "ccrk_live_writes_total",
+            "Product writes through the API by index, kind (patch, delete) and outcome (ok: durable in the "
+            "change log; unavailable: the log did not answer, nothing written).",
+            ["index", "kind", "outcome"],
+            registry=r,
+        )
+        self.live_apply_lag = Histogram(
+            "ccrk_live_apply_lag_seconds",
+            "Seconds from a change's commit in the log to its application in this process's searches.",
+            ["index"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0),
+            registry=r,
+        )
+        self.live_applied = Gauge(
+            "ccrk_live_applied_sequence",
+            "The last change-log sequence number applied to the served version (the laggard process's).",
+            ["index"],
+            registry=r,
+            multiprocess_mode="livemin",
+        )
+        self.live_pending = Gauge(
+            "ccrk_live_pending_changes",
+            "Changes in the index's log that no published version holds yet (folded by the next build).",
+            ["index"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.live_log_up = Gauge(
+            "ccrk_live_log_readable",
+            "1 while the index's change log can be read, 0 while it cannot (searches answer from the changes"
+            " already applied; writes get 503).",
+            ["index"],
+            registry=r,
+            multiprocess_mode="livemin",
+        )
         self.index_reloads = Counter(
             "ccrk_index_reloads_total",
             "Index loads by outcome (ok, failed).",

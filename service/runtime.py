@@ -41,6 +41,7 @@ from service.search.facade import SearchFacade
 from service.search.pipeline import SearchPipeline
 from service.search.telemetry import SearchTelemetry
 from service.upload_budget import UploadBudget
+from store.errors import ChangeLogError, IndexUnreachableError
 from store.layout import CURRENT_FILE
 from store.manifest import model_fingerprint, model_name_of
 from store.opening import OpenedIndex
@@ -54,6 +55,9 @@ log = logging.getLogger(__name__)
 # minute or two, a new node a few more; an extra index whose deployments never come up must not keep every
 # ingress replica unready for good.
 UNREACHABLE_WAIT_S = 300.0
+# How often the live poller counts each log's changes no version holds (``ccrk_live_pending_changes``): a
+# count is a scan of those entries, not to be made at every poll.
+PENDING_COUNT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,7 @@ class Runtime:
         self.clock: Callable[[], float] = monotonic
         # Each served index's change log (``service.live``), made with its holder.
         self.feeds: dict[str, LiveFeed] = {}
+        self._pending_counted: dict[str, float] = {}  # when each log's pending changes were last counted
 
     @property
     def pipeline(self) -> SearchPipeline:
@@ -295,9 +300,16 @@ class Runtime:
         """Index ``name``'s change log (``service.live``), opened when first read or written."""
         feed = self.feeds.get(name)
         if feed is None:
-            feed = self.feeds.setdefault(
-                name, LiveFeed(self.settings.index_root, name, self.settings.live_dsn)
-            )
+            lag = self.metrics.live_apply_lag.labels(name)
+            applied = self.metrics.live_applied.labels(name)
+
+            def observe(lags: list[float], sequence: int) -> None:
+                for seconds in lags:
+                    lag.observe(seconds)
+                applied.set(sequence)
+
+            made = LiveFeed(self.settings.index_root, name, self.settings.live_dsn, on_apply=observe)
+            feed = self.feeds.setdefault(name, made)
         return feed
 
     def _on_load(self, served: Served) -> None:
@@ -434,11 +446,20 @@ class Runtime:
         swap cannot close it meanwhile). Blocking."""
         if holder.served is None:
             return
+        feed = self.feed(holder.name)
         try:
             with holder.lease() as served:
-                self.feed(holder.name).catch_up(served)
+                feed.catch_up(served)
         except IndexUnavailableError:  # retired or swapped out meanwhile: the next version attaches itself
             return
+        self.metrics.live_log_up.labels(holder.name).set(0 if feed.problem else 1)
+        now = monotonic()
+        if now - self._pending_counted.get(holder.name, -math.inf) >= PENDING_COUNT_S:
+            self._pending_counted[holder.name] = now
+            try:
+                self.metrics.live_pending.labels(holder.name).set(feed.pending())
+            except (ChangeLogError, IndexUnreachableError):  # ``problem`` says why at the next catch-up
+                return
 
     async def _live_poll(self) -> None:
         """Every ``live_poll_s``: the products other processes wrote, applied here (``service.live``)."""

@@ -570,6 +570,11 @@ class Readiness(Status):
         None,
         description="A process serving several indexes: each one's served version (null while it has none).",
     )
+    change_logs: dict[str, str] | None = Field(
+        None,
+        description="Served indexes whose change log cannot be read now, and why: their searches answer from"
+        " the product writes already applied, and writes get 503 (null: every log reads).",
+    )
 
 
 class ReloadResponse(BaseModel):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from service.index_holder import Served
@@ -27,15 +27,22 @@ from store.live.overlay import Applied, LiveIndex, LiveOverlay
 
 log = logging.getLogger(__name__)
 
+# (seconds from each applied entry's commit to its application, the sequence now shown) -> None
+ApplyObserver = Callable[[list[float], int], None]
+
 
 class LiveFeed:
     """Index ``name``'s log (SQLite in its folder under ``root``, or PostgreSQL at ``dsn``) and what this
     process applied of it. Thread-safe: catch-ups run one at a time."""
 
-    def __init__(self, root: Path, name: str, dsn: str | None = None) -> None:
+    def __init__(
+        self, root: Path, name: str, dsn: str | None = None, on_apply: ApplyObserver | None = None
+    ) -> None:
         self.root = Path(root)
         self.name = name
         self.dsn = dsn
+        # Told of every page applied: the seconds from each entry's commit to now, and the sequence shown.
+        self._on_apply = on_apply or (lambda lags, applied: None)
         self._log: ChangeLog | None = None
         self._open_lock = threading.Lock()
         self._apply_lock = threading.Lock()
@@ -101,6 +108,8 @@ class LiveFeed:
                     applied = index.overlay.apply(page)
                     served.forget(applied.rows)
                     self.applied_entries += applied.entries
+                    now = time.time()
+                    self._on_apply([now - e.committed_at for e in page], index.live_sequence)
                     total = applied
                 self.problem = None
                 return total

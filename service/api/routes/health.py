@@ -25,14 +25,19 @@ async def readyz(runtime: RuntimeDep, request: Request) -> JSONResponse:
     still load (``Runtime.loading``, as Ray Serve's health check): one whose loading gave up (none
     published, a version that cannot be opened) is listed with its reason in ``detail`` but does not hold
     the process back. ``indexes`` lists each one's version where there are several; 503 with the reason
-    (server paths left out) while not ready."""
+    (server paths left out) while not ready. ``change_logs`` names the indexes whose change log cannot be
+    read (``service.live``): still ready, their searches answering from the writes already applied."""
     holder = runtime.holders.get(runtime.settings.index_name)
     served = holder.served if holder is not None else None
     if served is None:
         detail = request.app.state.redact((holder.last_error if holder is not None else None) or "starting")
         return JSONResponse(Readiness(status="unavailable", detail=detail).model_dump(), status_code=503)
+    logs = {
+        name: request.app.state.redact(feed.problem) for name, feed in runtime.feeds.items() if feed.problem
+    } or None
     if len(runtime.index_names) == 1:
-        return JSONResponse(Readiness(status="ready", index_version=served.version).model_dump())
+        ready = Readiness(status="ready", index_version=served.version, change_logs=logs)
+        return JSONResponse(ready.model_dump())
     versions: dict[str, str | None] = {}
     missing = []
     waiting = False
@@ -45,5 +50,5 @@ async def readyz(runtime: RuntimeDep, request: Request) -> JSONResponse:
             missing.append(f"{name}: {request.app.state.redact(why)}")
             waiting = waiting or runtime.holds_back(name)
     status = Readiness(status="unavailable" if waiting else "ready", index_version=served.version,
-                    indexes=versions, detail="; ".join(missing) or None)  # fmt: skip
+                    indexes=versions, detail="; ".join(missing) or None, change_logs=logs)  # fmt: skip
     return JSONResponse(status.model_dump(), status_code=503 if waiting else 200)

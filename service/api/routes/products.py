@@ -8,7 +8,7 @@ it within ``CCRK_LIVE_POLL_S``."""
 
 from __future__ import annotations
 
-from functools import partial
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import anyio
@@ -16,6 +16,7 @@ from fastapi import APIRouter, Query
 from fastapi import Path as PathParam
 
 from service.api.deps import IndexName, RuntimeDep, WriteCallerDep
+from service.errors import WriteUnavailableError
 from service.index_holder import IndexHolder
 from service.live.schemas import ProductPatch, WriteReceipt
 from service.live.writes import delete_product, patch_product
@@ -45,6 +46,20 @@ WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+async def _counted(
+    runtime: Runtime, holder: IndexHolder, kind: str, work: Callable[[], WriteReceipt]
+) -> WriteReceipt:
+    """``work`` in a worker thread, counted in ``ccrk_live_writes_total`` when durable or refused by a log
+    that did not answer."""
+    try:
+        receipt = await anyio.to_thread.run_sync(work)
+    except WriteUnavailableError:
+        runtime.metrics.live_writes.labels(holder.name, kind, "unavailable").inc()
+        raise
+    runtime.metrics.live_writes.labels(holder.name, kind, "ok").inc()
+    return receipt
+
+
 async def _patch(
     runtime: Runtime, holder: IndexHolder, item_id: str, body: ProductPatch, wait: bool
 ) -> WriteReceipt:
@@ -59,7 +74,7 @@ async def _patch(
                 wait_s=runtime.settings.live_wait_s,
             )
 
-    return await anyio.to_thread.run_sync(work)
+    return await _counted(runtime, holder, "patch", work)
 
 
 async def _delete(runtime: Runtime, holder: IndexHolder, item_id: str, wait: bool) -> WriteReceipt:
@@ -69,7 +84,7 @@ async def _delete(runtime: Runtime, holder: IndexHolder, item_id: str, wait: boo
                 runtime.feed(holder.name), served, item_id, wait=wait, wait_s=runtime.settings.live_wait_s
             )
 
-    return await anyio.to_thread.run_sync(partial(work))
+    return await _counted(runtime, holder, "delete", work)
 
 
 @router.patch(

@@ -226,3 +226,20 @@ def test_a_log_that_does_not_answer_is_a_503_with_nothing_written(shop: Shop) ->
     assert holder.execute("SELECT value FROM log_state WHERE key = 'last_sequence'").fetchone()[0] == last
     holder.close()
     assert write(shop, "PATCH", "/v1/products/prod-4", json={"fields": {"price": 4.0}}).status_code == 200
+
+
+def test_metrics_and_readiness_show_the_live_catalogue(shop: Shop) -> None:
+    seq = write(shop, "PATCH", "/v1/products/prod-5", json={"fields": {"price": 5.5}}).json()["seq"]
+    wait_until(lambda: shop.b.app.state.runtime.holder.served.index.live_sequence >= seq)
+    for server in (shop.a, shop.b):
+        with server.client() as client:
+            text = client.get("/metrics").text
+            ready = client.get("/readyz")
+        assert ready.status_code == 200 and ready.json()["change_logs"] is None
+        prefix = 'ccrk_live_applied_sequence{index="shop"}'
+        applied = [line for line in text.splitlines() if line.startswith(prefix)]
+        assert applied and float(applied[0].split()[-1]) >= seq
+        assert 'ccrk_live_apply_lag_seconds_count{index="shop"}' in text
+    with shop.a.client() as client:  # the writer counted its writes
+        text = client.get("/metrics").text
+    assert 'ccrk_live_writes_total{index="shop",kind="patch",outcome="ok"}' in text
