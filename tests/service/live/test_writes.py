@@ -18,16 +18,11 @@ from typing import Any
 import httpx
 import pytest
 
-from ccrk_settings import DEFAULT_MODEL_DIR, Settings
-from indexer.build import build
+from ccrk_settings import Settings
 from service.keys import KeyStore
 from store.live import changelog_path
-from synthetic.synth import SynthConfig, generate_catalogue
 from tests.fixtures import LiveServer, make_settings
-
-PRODUCTS = 30
-QUERY = {"query": "a red umbrella", "top_k": 30, "mode": "hybrid"}
-BY_PRICE = {**QUERY, "sort": {"field": "price", "order": "asc"}}
+from tests.service.live.shop import BY_PRICE, QUERY, build_shop
 
 
 @dataclass
@@ -41,41 +36,10 @@ class Shop:
     other_key: str  # a write key of another index
 
 
-def _products(catalogue: Path, out: Path) -> Path:
-    recs = [json.loads(line) for line in (catalogue / "test.jsonl").read_text().splitlines()]
-    rows = [
-        {
-            "id": f"prod-{i}",
-            "path": str(catalogue / recs[i]["image"]),
-            "title": recs[i]["captions"]["en"][0],
-            "category": recs[i]["attributes"]["category"],
-            "price": float(3 * i % 41) + 0.5,
-            "in_stock": True,
-        }
-        for i in range(PRODUCTS)
-    ]
-    path = out / "products.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
 @pytest.fixture(scope="module")
 def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shop]:
     tmp = tmp_path_factory.mktemp("live")
-    generate_catalogue(tmp / "cat", SynthConfig(seed=3, n_train=0, n_val=0, n_test=PRODUCTS, image_size=64))
-    manifest = _products(tmp / "cat", tmp)
-    build_settings = Settings(
-        model_dir=DEFAULT_MODEL_DIR,
-        backend="onnx",
-        device="cpu",
-        threads=1,
-        index_root=tmp / "indexes",
-        index_workers=1,
-        index_batch_size=8,
-        rerank_policy_queries=0,
-        text_fields=["title"],
-    )
-    build("shop", [manifest], settings=build_settings)
+    build_settings = build_shop(tmp, "shop")
     keys = KeyStore(build_settings.index_root)
     _, write_key = keys.create("write", ["shop"])
     _, search_key = keys.create("search", ["shop"])
