@@ -68,6 +68,7 @@ from indexer.incremental import (
     work_key_of,
     write_rows,
 )
+from indexer.live_fold import fold_published, start_sequence
 from indexer.maintenance import delete, rollback
 from indexer.parent import appended_metadata, read_parent
 from indexer.pipeline import Operation, rerank_info, utc_now
@@ -119,6 +120,36 @@ def build(
     gate: QualityGate | None = None,
     synonyms: Path | None = None,
 ) -> BuildReport:
+    """``_build``, then, once a version is published, the change log's entries it supersedes dropped
+    (``indexer.live_fold.fold_published``)."""
+    report = _build(
+        name,
+        sources,
+        settings=settings,
+        model_dir=model_dir,
+        index_factory=index_factory,
+        progress=progress,
+        force=force,
+        gate=gate,
+        synonyms=synonyms,
+    )
+    if report.published:
+        fold_published(settings.index_root, name, settings, report)
+    return report
+
+
+def _build(
+    name: str,
+    sources: Sequence[Path],
+    *,
+    settings: Settings,
+    model_dir: Path | None = None,
+    index_factory: str | None = None,
+    progress: ProgressFn | None = None,
+    force: bool = False,
+    gate: QualityGate | None = None,
+    synonyms: Path | None = None,
+) -> BuildReport:
     """A full build from the sources (deleted items of earlier versions are gone: compaction). When CURRENT
     holds this very build's result already (same sources, files, model and options), nothing is built or
     published unless ``force``. ``gate`` judges the staged version (none passed and a threshold set:
@@ -159,6 +190,9 @@ def build(
     base = index_dir(root, name)
     dtype, d = settings.rerank_dtype, cfg.embed_dim
     with index_lock(root, name) as guard:
+        # The product writes made before now are superseded by this build; those made while it runs apply
+        # over it (``indexer.live_fold``).
+        live_sequence = start_sequence(root, name, settings, report)
         key = plan_hash(
             items,
             fingerprint=fingerprint,
@@ -305,6 +339,7 @@ def build(
             rerank=rerank_info(dtype, tokens, width),
             parent_version=versions.current_version(root, name),
             total_rows=n,
+            live_sequence=live_sequence,
             build_params={
                 PLAN_HASH: key,
                 BUILD_KEY: result_key,

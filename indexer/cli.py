@@ -10,6 +10,7 @@ import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -371,6 +372,62 @@ def delete_command(
     with _errors():
         report = delete(name, ids, settings=_settings(index_root=index_root))
     _summary(report, None)
+
+
+@index_app.command("compact")
+def compact_command(name: Name, index_root: IndexRoot = None, json_report: ReportOut = None) -> None:
+    """Fold the product writes of the index's change log (the API's PATCH and DELETE) into a new version,
+    published, and drop them from the log; the answers stay the same. Nothing pending: nothing published."""
+    from indexer.live_fold import compact
+
+    with _errors():
+        report = compact(name, settings=_settings(index_root=index_root))
+    if report.published:
+        _summary(report, json_report)
+        return
+    for note in report.notes:
+        console.print(f"{name}: {escape(note)}", highlight=False)
+
+
+@index_app.command("log")
+def log_command(
+    name: Name,
+    index_root: IndexRoot = None,
+    last: Annotated[int, typer.Option(min=0, max=1000, help="Show this many of the newest entries.")] = 10,
+) -> None:
+    """The index's change log: its sequence numbers, what CURRENT holds, what is pending (no version holds
+    it yet), and the newest entries."""
+    from indexer.live_fold import open_log
+
+    settings = _settings(index_root=index_root)
+    root = settings.index_root
+    with _errors():
+        current = versions.current_version(root, name)
+        held = IndexManifest.load(root / name / current / MANIFEST_FILE).live_sequence if current else 0
+        opened = open_log(root, name, settings.live_dsn)
+        if opened is None:
+            console.print(f"{name}: no change log (nothing was written through the API)", highlight=False)
+            return
+        with opened:
+            last_seq, folded = opened.last_sequence(), opened.folded_sequence()
+            pending = opened.pending(held)
+            newest = opened.changes_since(max(held, last_seq - last), limit=max(1, last)) if last else []
+    console.print(
+        f"{name}: {opened.where}; last sequence {last_seq}, folded up to {folded}, "
+        f"CURRENT ({current or '-'}) holds up to {held}; {pending} pending",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if newest:
+        table = Table(title="newest entries")
+        for col in ("seq", "committed", "kind", "id", "change"):
+            table.add_column(col)
+        for entry in newest:
+            change = entry.change
+            body = {k: v for k, v in vars(change).items() if k != "id" and v}
+            stamp = datetime.fromtimestamp(entry.committed_at, UTC).isoformat(timespec="seconds")
+            table.add_row(str(entry.seq), stamp, change.kind, change.id, json.dumps(body, default=str)[:80])
+        console.print(table)
 
 
 @index_app.command("rollback")

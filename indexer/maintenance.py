@@ -18,7 +18,7 @@ from indexer.errors import BuildError
 from indexer.parent import read_parent
 from indexer.pipeline import Operation, utc_now
 from indexer.report import BuildReport
-from indexer.sharded import delete_from_shards
+from indexer.sharded import rewrite_shards
 from indexer.staging import index_lock
 from store import versions
 from store.layout import MANIFEST_FILE, METADATA_FILE, index_dir
@@ -51,7 +51,7 @@ def delete(name: str, ids: Sequence[str], *, settings: Settings) -> BuildReport:
             for item_id in ids:
                 shard, row = live[item_id]
                 by_shard.setdefault(shard, set()).add(row)
-            done, manifest = delete_from_shards(op, parent, by_shard, started)
+            done, manifest = rewrite_shards(op, parent, by_shard, started)
             return _deleted(report, done, manifest, len(set(ids)))
         doomed = {live[i][1] for i in ids}
         # The large files are hard links: only the metadata is written again.

@@ -26,6 +26,7 @@ import dataclasses
 import time
 from collections.abc import Collection
 from pathlib import Path
+from typing import Any
 
 import faiss
 import numpy as np
@@ -399,31 +400,42 @@ def measure_merged(
         measure_quality(merged, manifest, encoder, captioned, settings.rerank_policy_queries)
 
 
-def delete_from_shards(
-    op: Operation, parent: ParentVersion, doomed: dict[int, set[int]], started: float
+def rewrite_shards(
+    op: Operation,
+    parent: ParentVersion,
+    doomed: dict[int, set[int]],
+    started: float,
+    *,
+    patched: dict[int, dict[int, dict[str, Any]]] | None = None,
+    live_sequence: int | None = None,
 ) -> tuple[Finished, IndexManifest]:
-    """A ``delete`` from a sharded parent: the owning shards' metadata written again (their other files
-    hard-linked), the other shards linked whole; search parameters and recall stay the parent's."""
+    """A ``delete`` (or a fold of the live catalogue's changes, ``indexer.live_fold``) from a sharded
+    parent: the metadata of the shards owning a row of ``doomed`` (deleted) or ``patched`` (new fields, by
+    local row) written again (their other files hard-linked), the other shards linked whole; search
+    parameters and recall stay the parent's. ``live_sequence``: the log sequence the version holds (None:
+    the parent's)."""
     pm = parent.manifest
+    patched = patched or {}
+    touched = set(doomed) | set(patched)
     shard_count = len(parent.shard_manifests)
     need = disk.SpaceNeed(
         {
-            "metadata": sum((parent.shard_dirs[i] / METADATA_FILE).stat().st_size for i in doomed),
-            "manifest": disk.MANIFEST_BYTES * (1 + len(doomed)),
+            "metadata": sum((parent.shard_dirs[i] / METADATA_FILE).stat().st_size for i in touched),
+            "manifest": disk.MANIFEST_BYTES * (1 + len(touched)),
         }
     )
     rule = Sharding.from_dict(pm.sharding).rule
-    with op.new_sharded_version(need, f"the deletion from {op.name!r}", shard_count, rule=rule) as writer:
+    with op.new_sharded_version(need, f"the rewrite of {op.name!r}", shard_count, rule=rule) as writer:
         writer.link_own_files(parent.path, pm.checksums)  # product channels: unchanged, rows masked
         for i in range(shard_count):
-            if i not in doomed:
+            if i not in touched:
                 writer.link_shard(i, parent.shard_dirs[i])
                 continue
-            sm, gone = parent.shard_manifests[i], doomed[i]
+            sm, gone, fields_now = parent.shard_manifests[i], doomed.get(i, set()), patched.get(i, {})
             stage = writer.shard(i)
             stage.link_from(parent.shard_dirs[i], [f for f in sm.checksums if f != METADATA_FILE])
             stage.write_metadata(
-                (row, item_id, path, fields, deleted or row in gone)
+                (row, item_id, path, fields_now.get(row, fields), deleted or row in gone)
                 for row, item_id, path, fields, deleted in parent.rows[i]
             )
             stage.seal(
@@ -450,6 +462,7 @@ def delete_from_shards(
             checksums={},
             build_params=without_key(pm.build_params),
             sharding=sharding.to_dict(),
+            live_sequence=pm.live_sequence if live_sequence is None else live_sequence,
         )
         manifest.build_seconds = round(time.perf_counter() - started, 3)
         done = writer.finish(manifest, keep=op.settings.keep_versions)

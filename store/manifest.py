@@ -49,6 +49,10 @@ class IndexManifest:
     # Format 2 only: the shards of a sharded version (``store.sharding.Sharding.to_dict()``); left out of
     # the JSON when empty, so unsharded manifests are written exactly as before.
     sharding: dict[str, Any] = field(default_factory=dict)
+    # The live catalogue (``store.live``): the last change-log sequence number this version holds (its
+    # builder folded every change up to it, or a full build started after it); a server applies only the
+    # changes after it. Left out of the JSON when 0 (a version that holds none), as ``sharding`` is.
+    live_sequence: int = 0
 
     @property
     def is_sharded(self) -> bool:
@@ -58,6 +62,8 @@ class IndexManifest:
         data = dataclasses.asdict(self)
         if not data["sharding"]:
             del data["sharding"]
+        if not data["live_sequence"]:
+            del data["live_sequence"]
         return json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False)
 
     @classmethod
@@ -88,6 +94,9 @@ class IndexManifest:
         missing = sorted(required - data.keys())
         if missing:
             raise IndexFormatError(f"manifest lacks field(s) {', '.join(missing)}")
+        held = data.get("live_sequence", 0)
+        if not isinstance(held, int) or isinstance(held, bool) or held < 0:
+            raise IndexFormatError(f"manifest live_sequence {held!r} is not an integer >= 0")
         # Unknown keys come from newer writers of the same format version: ignored, not fatal.
         return cls(**{k: v for k, v in data.items() if k in known})
 

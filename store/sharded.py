@@ -109,7 +109,7 @@ class ShardedIndex:
         self._totals = np.array([s.total_rows for s in shards], dtype=np.int64)
         self._fields = set().union(*(s.fields for s in shards))
         # Made here, before any search can ask for it (so no lock): see ``live_mask``.
-        self._live = global_live_mask(shards) if self.products is not None else None
+        self._live = global_live_mask(shards)
 
     # -- the shards ------------------------------------------------------------------------------------------
 
@@ -205,9 +205,9 @@ class ShardedIndex:
         return set().union(*(shard.field_kinds(name) for shard in self._shards))
 
     def live_mask(self) -> np.ndarray | None:
-        """The product channels' mask over the global rows: (total_rows,) bool, False for deleted rows.
-        None when no row is deleted, or when the version has no product channels (only their searches ask
-        for it; the shards mask their own rows). Made once, when the version is opened."""
+        """(total_rows,) bool over the global rows, False for deleted rows; None when no row is deleted.
+        Made once, when the version is opened (the product channels' searches and the live overlay read
+        it; the shards' own searches mask their own rows)."""
         return self._live
 
     # -- rows: items, embeddings, re-rank tokens ------------------------------------------------------------

@@ -83,9 +83,10 @@ class LiveFeed:
 
     def attach(self, served: Served) -> None:
         """Make ``served``'s index a live view over it and apply the log to it (before it serves: run in
-        the loading thread). A version records no sequence yet, so it applies the whole log."""
+        the loading thread): the changes after the last one the version holds (``live_sequence``)."""
         if not isinstance(served.index, LiveIndex):
-            served.index = LiveIndex(served.index, LiveOverlay(served.index, applied=0))  # type: ignore[assignment]
+            held = int(getattr(served.index.manifest, "live_sequence", 0))
+            served.index = LiveIndex(served.index, LiveOverlay(served.index, applied=held))  # type: ignore[assignment]
         self.catch_up(served)
 
     def catch_up(self, served: Served, upto: int | None = None) -> Applied | None:

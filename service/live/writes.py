@@ -28,8 +28,18 @@ def _row_of(feed: LiveFeed, served: Served, item_id: str) -> int:
 
 
 def check_kinds(served: Served, fields: dict[str, Any]) -> None:
-    """A 422 naming the field whose new value is of another kind than the catalogue's products hold
+    """A 422 naming the field that is a searched text field (``title``, ``title@de``: its embeddings and
+    terms would not follow), or whose new value is of another kind than the catalogue's products hold
     there (text where prices are numbers); a field no product holds yet takes any kind."""
+    channels = getattr(served.index, "products", None)
+    searched = set(channels.info.fields) if channels is not None else set()
+    for name in fields:
+        if name.partition("@")[0] in searched:
+            raise InvalidInputError(
+                f"field {name!r} is a searched text field of this index: its text is embedded and indexed, "
+                "and changes through `ccrk index build`, not through a patch of fields",
+                loc=("body", "fields", name),
+            )
     kinds_of = getattr(served.index, "field_kinds", None)
     if kinds_of is None:
         return

@@ -22,7 +22,7 @@ from ccrk_settings import Settings
 from service.keys import KeyStore
 from store.live import changelog_path
 from tests.fixtures import LiveServer, make_settings
-from tests.service.live.shop import BY_PRICE, QUERY, build_shop
+from tests.service.live.shop import BY_PRICE, EVERY, QUERY, build_shop
 
 
 @dataclass
@@ -123,7 +123,7 @@ def test_writes_survive_a_restart(shop: Shop) -> None:
     answer = write(shop, "PATCH", "/v1/products/prod-3", json={"fields": {"price": 77.0, "colour": "red"}})
     assert answer.status_code == 200
     with LiveServer(shop.settings) as fresh, fresh.client() as client:
-        hits = client.post("/v1/search", json={**QUERY, "filters": {"colour": "red"}}).json()["results"]
+        hits = client.post("/v1/search", json={**EVERY, "filters": {"colour": "red"}}).json()["results"]
     assert [(h["id"], h["metadata"]["price"]) for h in hits] == [("prod-3", 77.0)]
 
 
@@ -147,6 +147,8 @@ def test_writes_need_a_write_key_of_the_index(shop: Shop) -> None:
         ({"fields": {}}, ["body", "fields"]),
         ({"fields": {"price": 1.0}, "text": {"title": "new"}}, ["body", "text"]),
         ({"fields": {"bad name!": 1}}, ["body", "fields", "bad name!"]),
+        ({"fields": {"title": "a new title"}}, ["body", "fields", "title"]),
+        ({"fields": {"title@de": "ein Titel"}}, ["body", "fields", "title@de"]),
         ({}, ["body", "fields"]),
     ],
 )
@@ -207,3 +209,27 @@ def test_metrics_and_readiness_show_the_live_catalogue(shop: Shop) -> None:
     with shop.a.client() as client:  # the writer counted its writes
         text = client.get("/metrics").text
     assert 'ccrk_live_writes_total{index="shop",kind="patch",outcome="ok"}' in text
+
+
+def test_compact_folds_the_writes_and_keeps_the_answers(shop: Shop) -> None:
+    from indexer.live_fold import compact
+    from store.live import SqliteChangeLog
+
+    write(shop, "PATCH", "/v1/products/prod-7", json={"fields": {"price": 0.7, "colour": "green"}})
+    before = {server.url: ids(server, BY_PRICE) for server in (shop.a, shop.b)}
+    old = shop.a.app.state.runtime.holder.served.version
+    report = compact("shop", settings=Settings(index_root=shop.root))
+    assert report.published, report.notes
+    for server in (shop.a, shop.b):
+        holder = server.app.state.runtime.holder
+        wait_until(lambda h=holder: h.served.version == report.version, timeout=10)
+        assert holder.served.index.overlay.snapshot.empty  # the version holds every change itself
+        assert ids(server, BY_PRICE) == before[server.url]
+        assert ids(server, {**EVERY, "filters": {"colour": "green"}}) == ["prod-7"]
+    assert old != report.version
+    with SqliteChangeLog(changelog_path(shop.root, "shop")) as log:
+        assert log.pending() == 0 and log.changes_since(0) == []
+    # A write after the fold shows over the new version.
+    answer = write(shop, "PATCH", "/v1/products/prod-7", json={"fields": {"colour": "teal"}})
+    assert answer.status_code == 200
+    wait_until(lambda: ids(shop.b, {**EVERY, "filters": {"colour": "teal"}}) == ["prod-7"])
