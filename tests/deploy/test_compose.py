@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from importlib.resources import files
 from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
 import jsonschema
+import psycopg.conninfo
+import pytest
 
 from tests.deploy.deployment import (
     REPO,
@@ -25,16 +28,40 @@ from tests.deploy.deployment import (
 )
 
 CCRK_SERVICES = ("indexer", "api")
+# The official image's data folder (its VOLUME) and its postgres user in the alpine variant.
+POSTGRES_DATA = PurePosixPath("/var/lib/postgresql/data")
+POSTGRES_UID = 70
 
 
 def image_env() -> dict[str, str]:
     return dockerfile_stages(REPO / "Dockerfile")[-1].env()
 
 
-def service_env(name: str) -> dict[str, str]:
-    """What the container sees: the image's ENV overlaid by the service's environment."""
+def interpolate(value: str, host: Mapping[str, str]) -> str:
+    """A value as compose passes it on, given the environment of the machine running compose: ``$$`` is a
+    literal ``$``, ``${NAME:-default}`` the default when NAME is unset or empty, ``${NAME-default}`` when
+    unset. A variable without a default would make the file depend on that machine: refused."""
+
+    def value_of(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        name, op, default = m.group(1), m.group(2), m.group(3)
+        assert op is not None, f"{value!r}: ${{{name}}} has no default"
+        given = host.get(name)
+        return default if given is None or (op == ":-" and not given) else given
+
+    pattern = r"\$\$|\$\{(\w+)(:?-)?([^}]*)\}"
+    assert "$" not in re.sub(pattern, "", value), f"{value!r}: a form of interpolation not read here"
+    return re.sub(pattern, value_of, value)
+
+
+def service_env(name: str, host: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What the container sees: the image's ENV (ours, for the ccrk services) overlaid by the service's
+    environment, interpolated as compose does on a machine whose environment is HOST (none: defaults)."""
     env = dict(compose()["services"][name].get("environment", {}))
-    return {**image_env(), **{k: str(v) for k, v in env.items()}}
+    given = host or {}
+    base = image_env() if name in CCRK_SERVICES else {}
+    return {**base, **{k: interpolate(str(v), given) for k, v in env.items()}}
 
 
 def argv(name: str) -> list[str]:
@@ -81,10 +108,11 @@ def test_compose_file_is_valid_against_the_compose_specification() -> None:
 
 def test_services_and_start_order() -> None:
     services = compose()["services"]
-    assert set(services) == {"redis", "indexer", "api"}
+    assert set(services) == {"redis", "postgres", "indexer", "api"}
     assert services["api"]["depends_on"] == {
         "indexer": {"condition": "service_completed_successfully"},
         "redis": {"condition": "service_healthy"},
+        "postgres": {"condition": "service_healthy"},
     }
     assert services["indexer"]["restart"] == "no", "a one-shot job"
     assert services["redis"]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
@@ -152,3 +180,46 @@ def test_probe_schedule_is_set_for_the_api() -> None:
         c for c in ccrk_calls(argv("indexer"), service_env("indexer")) if c[:2] == ["probe", "make-set"]
     )
     assert make_set[make_set.index("--out") + 1] == settings.probe_set.as_posix()
+
+
+@pytest.mark.parametrize("host", [{}, {"POSTGRES_PASSWORD": "s3cret-Pass_1"}], ids=["default", "set"])
+def test_api_writes_its_change_log_to_the_postgres_service(host: dict[str, str]) -> None:
+    # The api's index volume is read-only (test_indexer_writes_where_the_api_reads): the default SQLite log
+    # in the index folder could not be written, so product writes need the PostgreSQL log.
+    settings = check_settings_env(service_env("api", host), "api")
+    assert settings.live_dsn, "the api has no CCRK_LIVE_DSN"
+    dsn = psycopg.conninfo.conninfo_to_dict(settings.live_dsn)  # as the api's psycopg reads it
+    db = service_env("postgres", host)
+    assert (dsn["host"], dsn["port"]) == ("postgres", "5432"), settings.live_dsn
+    assert (dsn["user"], dsn["password"], dsn["dbname"]) == (
+        db["POSTGRES_USER"],
+        db["POSTGRES_PASSWORD"],
+        db["POSTGRES_DB"],
+    ), "the api logs in as the user, password and database postgres creates"
+    assert db["POSTGRES_PASSWORD"] == host.get("POSTGRES_PASSWORD", db["POSTGRES_PASSWORD"])
+    # Only the api writes products; the indexer's environment (x-ccrk-env) has no log.
+    assert "CCRK_LIVE_DSN" not in service_env("indexer")
+
+
+def test_postgres_service_is_healthy_only_when_serving_keeps_its_data_and_is_not_published() -> None:
+    postgres = compose()["services"]["postgres"]
+    assert postgres["image"] == "postgres:17-alpine"
+    assert "ports" not in postgres, "reached by the api on the compose network only"
+    env = service_env("postgres")
+    test = postgres["healthcheck"]["test"]
+    assert test[:2] == ["CMD", "pg_isready"]
+    flags = dict(zip(test[2::2], test[3::2], strict=True))
+    # TCP, not the socket: the image's first-start set-up server listens on the socket only.
+    assert flags["-h"] == "127.0.0.1" and flags["-p"] == "5432"
+    assert (flags["-U"], flags["-d"]) == (env["POSTGRES_USER"], env["POSTGRES_DB"])
+    # The database on a named volume at the image's data folder (PGDATA left at the image's default).
+    assert "PGDATA" not in env
+    assert mounts("postgres")[POSTGRES_DATA] == ("postgres", False)
+    assert "postgres" in compose()["volumes"]
+    # Hardened as the ccrk services: its own user from the start (no root step needing capabilities),
+    # read-only root with memory-backed folders for the socket and the entrypoint's scripts.
+    assert postgres["user"] == f"{POSTGRES_UID}:{POSTGRES_UID}"
+    assert postgres["cap_drop"] == ["ALL"] and "no-new-privileges:true" in postgres["security_opt"]
+    assert postgres["read_only"] is True
+    assert {"/var/run/postgresql", "/tmp"} <= set(postgres["tmpfs"])
+    assert postgres["restart"] == "unless-stopped"

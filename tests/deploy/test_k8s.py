@@ -4,15 +4,19 @@ paths, volumes, settings."""
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
+import re
+import shlex
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
 import kubernetes_validate
+import psycopg.conninfo
 import pytest
 import yaml
 
 from ccrk_settings import Settings
+from ccrk_settings.reference import env_names
 from tests.deploy.deployment import (
     K8S_DIR,
     K8S_VERSIONS,
@@ -31,6 +35,8 @@ from tests.deploy.deployment import (
 )
 
 IMAGE = "ccrk-search"
+POSTGRES = "ccrk-postgres"  # the Service, the StatefulSet and the operator's Secret
+POSTGRES_UID = 70  # the postgres user of the official alpine image
 
 
 def ccrk_containers() -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -269,3 +275,115 @@ def test_one_off_jobs_are_valid_and_act_on_the_served_index() -> None:
             for v in pod_spec(job)["volumes"]
             if "persistentVolumeClaim" in v
         )
+
+
+def postgres() -> tuple[dict[str, Any], dict[str, Any]]:
+    doc = k8s_find("StatefulSet", POSTGRES)
+    (container,) = pod_spec(doc)["containers"]
+    return doc, container
+
+
+def env_entry(container: dict[str, Any], name: str) -> dict[str, Any]:
+    (entry,) = [e for e in container.get("env", []) if e["name"] == name]
+    return entry
+
+
+def secret_command(path: Path) -> tuple[list[str], dict[str, str]]:
+    """The documented `kubectl create secret generic ccrk-postgres` (continued lines joined, `$PASSWORD`
+    as the line before it sets it: hex), as (argv, its --from-literal key -> value)."""
+    text = path.read_text(encoding="utf-8")
+    lines = [re.sub(r"^\s*#?\s*", "", line) for line in text.splitlines()]
+    sets = [line for line in lines if line.startswith("PASSWORD=$(openssl rand -hex 24)")]
+    assert sets, f"{path.name}: no URL-safe password set before the command"
+    (start,) = [i for i, line in enumerate(lines) if "create secret generic " + POSTGRES in line]
+    command = lines[start]
+    while command.endswith("\\"):
+        start += 1
+        command = command[:-1] + lines[start]
+    argv = shlex.split(command.replace("$PASSWORD", "0a1b2c3d"))
+    literals = dict(a.removeprefix("--from-literal=").split("=", 1) for a in argv if "--from-literal=" in a)
+    return argv, literals
+
+
+def test_postgres_statefulset_and_service_match() -> None:
+    doc, container = postgres()
+    labels = doc["spec"]["template"]["metadata"]["labels"]
+    service = k8s_find("Service", POSTGRES)
+    assert doc["spec"]["serviceName"] == POSTGRES and doc["spec"]["replicas"] == 1
+    assert doc["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert service["spec"]["selector"].items() <= labels.items()
+    (port,) = service["spec"]["ports"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert port["port"] == 5432 and ports[port["targetPort"]] == 5432
+    assert container["image"] == "postgres:17-alpine"
+    # The password from the operator's Secret; not optional: the image cannot create its database without.
+    ref = env_entry(container, "POSTGRES_PASSWORD")["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": POSTGRES, "key": "password"}
+    # The database in a folder inside the claim (initdb wants an empty folder of its own, mode 0700).
+    (claim,) = doc["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    mounts = {m["name"]: PurePosixPath(m["mountPath"]) for m in container["volumeMounts"]}
+    pgdata = PurePosixPath(env_entry(container, "PGDATA")["value"])
+    assert mounts[claim["metadata"]["name"]] in pgdata.parents
+    assert {"cpu", "memory"} <= set(container["resources"]["requests"])
+    assert "memory" in container["resources"]["limits"]
+
+
+def test_postgres_is_ready_once_it_serves_over_tcp() -> None:
+    _, container = postgres()
+    user = env_entry(container, "POSTGRES_USER")["value"]
+    db = env_entry(container, "POSTGRES_DB")["value"]
+    for probe in ("readinessProbe", "startupProbe"):
+        command = container[probe]["exec"]["command"]
+        assert command[0] == "pg_isready", probe
+        flags = dict(zip(command[1::2], command[2::2], strict=True))
+        # TCP, not the socket: the image's first-start set-up server listens on the socket only.
+        assert flags == {"-h": "127.0.0.1", "-p": "5432", "-U": user, "-d": db}, probe
+    assert container["livenessProbe"]["tcpSocket"]["port"] in {p["name"] for p in container["ports"]}
+
+
+def test_postgres_runs_as_its_own_user_without_root_on_a_read_only_root() -> None:
+    doc, container = postgres()
+    pod = pod_spec(doc)["securityContext"]
+    assert pod["runAsNonRoot"] is True
+    assert pod["runAsUser"] == pod["runAsGroup"] == pod["fsGroup"] == POSTGRES_UID
+    assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = container["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    # What the server writes outside its data folder: its socket and lock file, the entrypoint's scripts.
+    for path in ("/var/run/postgresql", "/tmp"):
+        held = mount_of(doc, container, path)
+        assert held is not None and held[1] is False, f"{path} is not writable"
+        (volume,) = [v for v in pod_spec(doc)["volumes"] if v["name"] == held[0]]
+        assert "emptyDir" in volume, path
+
+
+def test_api_change_log_address_comes_from_the_postgres_secret() -> None:
+    api_doc, container = api()
+    assert "CCRK_LIVE_DSN" in env_names()
+    ref = env_entry(container, "CCRK_LIVE_DSN")["valueFrom"]["secretKeyRef"]
+    # Optional, as ccrk-admin: without it searches still answer (writes get 503: the index volume is
+    # mounted read-only, so no SQLite log can be written beside it).
+    assert ref == {"name": POSTGRES, "key": "dsn", "optional": True}
+    assert "CCRK_LIVE_DSN" not in container_env(container), "a password has no place in the ConfigMap"
+    index_root = check_settings_env(full_env(container), "ccrk-api").index_root.as_posix()
+    assert mount_of(api_doc, container, index_root) == ("ccrk-indexes", True)
+    # The documented Secret gives the address of the Service, as the user and database postgres creates.
+    _, db = postgres()
+    argv, literals = secret_command(K8S_DIR / "postgres.yaml")
+    assert argv[:6] == ["kubectl", "-n", "ccrk-search", "create", "secret", "generic"]
+    assert set(literals) == {"password", "dsn"}
+    settings = check_settings_env({**full_env(container), "CCRK_LIVE_DSN": literals["dsn"]}, "dsn")
+    dsn = psycopg.conninfo.conninfo_to_dict(settings.live_dsn)
+    service = k8s_find("Service", POSTGRES)
+    assert dsn["host"] == service["metadata"]["name"]
+    assert int(dsn["port"]) in [p["port"] for p in service["spec"]["ports"]]
+    assert (dsn["user"], dsn["dbname"], dsn["password"]) == (
+        env_entry(db, "POSTGRES_USER")["value"],
+        env_entry(db, "POSTGRES_DB")["value"],
+        literals["password"],
+    )
+    # The deployment guide shows the same command.
+    assert secret_command(REPO / "deploy" / "README.md") == (argv, literals)
