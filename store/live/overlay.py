@@ -19,6 +19,7 @@ What an entry does to a product of the version (named by its id):
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ class BaseIndex(Protocol):
 
 
 _NO_ROWS = np.zeros(0, np.int64)
+MATCHING_KEPT = 256  # filters whose changed rows a snapshot keeps
 
 
 @dataclass(frozen=True)
@@ -87,10 +89,26 @@ class Snapshot:
     live: np.ndarray | None = None
     not_applied: int = 0
     last_committed_at: float = 0.0
+    # The changed rows matching a filter (by its canonical JSON), found once per snapshot: a filter shops
+    # send on every query (in stock) costs a dict look-up, not a match per changed row. Bounded.
+    _matching: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def empty(self) -> bool:
         return not self.hidden.size and not self.changed.size
+
+    def changed_matching(self, filters: dict[str, Any]) -> np.ndarray:
+        """The changed rows whose fields now match every filter (``store.metadata.fields_match``), sorted."""
+        key = json.dumps(filters, sort_keys=True, default=str)
+        found = self._matching.get(key)
+        if found is None:
+            found = np.asarray(
+                [row for row in self.changed.tolist() if fields_match(self.fields[row], filters)], np.int64
+            )
+            if len(self._matching) >= MATCHING_KEPT:
+                self._matching.clear()
+            self._matching[key] = found
+        return found
 
 
 @dataclass(frozen=True)
@@ -264,10 +282,8 @@ class LiveIndex:
         base_fields = self.base.fields
         rows = self.base.filter_rows(filters) if set(filters) <= base_fields else _NO_ROWS
         rows = _without(_without(rows, snap.hidden), snap.changed)
-        now = [row for row in snap.changed.tolist() if fields_match(snap.fields[row], filters)]
-        if not now:
-            return rows
-        return np.union1d(rows, np.asarray(now, np.int64))
+        now = snap.changed_matching(filters)
+        return np.union1d(rows, now) if now.size else rows
 
     def field_kinds(self, name: str) -> set[str]:
         """The kinds of value field ``name`` holds now: the version's (read once per field) and the
