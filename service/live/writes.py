@@ -10,13 +10,29 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from service.errors import InvalidInputError, NotFoundError, WriteUnavailableError
 from service.index_holder import Served
+from service.json_limits import JsonLimitError, parse_json
 from service.live.feed import LiveFeed
-from service.live.schemas import ProductPatch, WriteReceipt
+from service.live.schemas import (
+    MAX_BATCH_LINES,
+    MAX_FILTER_DELETES,
+    BatchLine,
+    BatchReceipt,
+    DeleteByFilter,
+    DeleteLine,
+    PatchLine,
+    ProductPatch,
+    WriteReceipt,
+)
+from service.search.filters import SearchFilters, describe
 from store.errors import ChangeLogError, InvalidChangeError
 from store.live import Change, Delete, Patch
 from store.metadata import kind_of
+
+_LINE: TypeAdapter[PatchLine | DeleteLine] = TypeAdapter(BatchLine)
 
 
 def _row_of(feed: LiveFeed, served: Served, item_id: str) -> int:
@@ -55,9 +71,11 @@ def check_kinds(served: Served, fields: dict[str, Any]) -> None:
             )
 
 
-def _append(feed: LiveFeed, change: Change) -> int:
+def _append_all(feed: LiveFeed, changes: list[Change]) -> list[int]:
+    """Append in one transaction: a 422 naming the field the log refuses, a 503 when it does not answer
+    (nothing written either way)."""
     try:
-        (seq,) = feed.write([change])
+        return feed.write(changes)
     except InvalidChangeError as exc:
         where = tuple(exc.field.split(".")) if exc.field else ()
         raise InvalidInputError(str(exc), loc=("body", *where)) from None
@@ -65,6 +83,10 @@ def _append(feed: LiveFeed, change: Change) -> int:
         raise WriteUnavailableError(
             f"the change log of index {feed.name!r} did not take the write: {exc}"
         ) from None
+
+
+def _append(feed: LiveFeed, change: Change) -> int:
+    (seq,) = _append_all(feed, [change])
     return seq
 
 
@@ -90,3 +112,88 @@ def delete_product(
     _row_of(feed, served, item_id)
     change = Delete(item_id)
     return _receipt(feed, served, change, _append(feed, change), wait, wait_s)
+
+
+def parse_batch(body: bytes) -> list[PatchLine | DeleteLine]:
+    """The NDJSON lines of a batch (blank lines skipped), each validated; a 422 naming the line (``body``,
+    its 0-based number, the field) for the first that is not a change, or for too many lines."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(
+            f"the batch is not UTF-8 text ({exc.reason} at byte {exc.start})", loc=("body",)
+        ) from None
+    lines = [(n, line) for n, line in enumerate(text.splitlines()) if line.strip()]
+    if not lines:
+        raise InvalidInputError("the batch holds no change (one JSON object per line)", loc=("body",))
+    if len(lines) > MAX_BATCH_LINES:
+        raise InvalidInputError(
+            f"the batch holds {len(lines)} changes; at most {MAX_BATCH_LINES} are taken at once",
+            loc=("body",),
+        )
+    out = []
+    for n, line in lines:
+        try:
+            out.append(_LINE.validate_python(parse_json(line)))
+        except JsonLimitError as exc:
+            raise InvalidInputError(f"line {n + 1}: {exc}", loc=("body", n)) from None
+        except ValidationError as exc:
+            error = exc.errors(include_url=False, include_input=False)[0]
+            raise InvalidInputError(
+                f"line {n + 1}: {describe(exc)}",
+                loc=("body", n, *[p for p in error["loc"] if p not in ("patch", "delete")]),
+            ) from None
+    return out
+
+
+def write_batch(
+    feed: LiveFeed, served: Served, lines: list[PatchLine | DeleteLine], *, wait: bool, wait_s: float
+) -> BatchReceipt:
+    """Every line checked against the served version (a 404 naming the line's id for an unknown product, a
+    422 naming the field), then all appended in one transaction: all or nothing."""
+    feed.catch_up(served)
+    changes: list[Change] = []
+    for n, line in enumerate(lines):
+        if served.index.row_of(line.id) is None:
+            raise NotFoundError(
+                f"line {n + 1}: no product {line.id!r} in index {feed.name!r}", loc=("body", n, "id")
+            )
+        if isinstance(line, PatchLine):
+            try:
+                check_kinds(served, line.fields)
+            except InvalidInputError as exc:
+                raise InvalidInputError(
+                    f"line {n + 1}: {exc.message}", loc=("body", n, *exc.loc[1:])
+                ) from None
+            changes.append(Patch(line.id, fields=dict(line.fields)))
+        else:
+            changes.append(Delete(line.id))
+    return _batch_receipt(feed, served, _append_all(feed, changes), wait, wait_s)
+
+
+def delete_matching(
+    feed: LiveFeed, served: Served, body: DeleteByFilter, *, wait: bool, wait_s: float
+) -> BatchReceipt:
+    """Delete every product the filters match now (resolved against what this process shows), in one
+    transaction; a 422 naming ``filters`` when more than ``MAX_FILTER_DELETES`` match."""
+    feed.catch_up(served)
+    filters = SearchFilters.of(body.filters)
+    assert filters is not None
+    rows = filters.rows(served)
+    if rows.size > MAX_FILTER_DELETES:
+        raise InvalidInputError(
+            f"the filters match {rows.size} products; at most {MAX_FILTER_DELETES} are deleted at once "
+            "(narrow the filters and send several)",
+            loc=("body", "filters"),
+        )
+    if not rows.size:
+        return BatchReceipt(count=0, first_seq=None, last_seq=None, visible=True)
+    ids = [item["id"] for item in served.index.items(rows.tolist())]
+    return _batch_receipt(feed, served, _append_all(feed, [Delete(i) for i in ids]), wait, wait_s)
+
+
+def _batch_receipt(
+    feed: LiveFeed, served: Served, seqs: list[int], wait: bool, wait_s: float
+) -> BatchReceipt:
+    visible = feed.wait_for(served, seqs[-1], wait_s) if wait else False
+    return BatchReceipt(count=len(seqs), first_seq=seqs[0], last_seq=seqs[-1], visible=visible)

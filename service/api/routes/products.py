@@ -12,14 +12,21 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi import Path as PathParam
 
 from service.api.deps import IndexName, RuntimeDep, WriteCallerDep
 from service.errors import WriteUnavailableError
 from service.index_holder import IndexHolder
-from service.live.schemas import ProductPatch, WriteReceipt
-from service.live.writes import delete_product, patch_product
+from service.live.schemas import (
+    MAX_BATCH_BYTES,
+    MAX_BATCH_LINES,
+    BatchReceipt,
+    DeleteByFilter,
+    ProductPatch,
+    WriteReceipt,
+)
+from service.live.writes import delete_matching, delete_product, parse_batch, patch_product, write_batch
 from service.runtime import Runtime
 
 router = APIRouter(tags=["products"])
@@ -134,3 +141,102 @@ async def delete_product_route(
 ) -> WriteReceipt:
     """Delete one product of the default index."""
     return await _delete(runtime, runtime.holder, item_id, wait)
+
+
+BATCH_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": "One change per line (NDJSON): "
+        '{"op": "patch", "id": "sku-1", "fields": {"price": 7.5}} or {"op": "delete", "id": "sku-2"}; '
+        f"at most {MAX_BATCH_LINES} lines.",
+        "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
+    }
+}
+
+
+async def _batch(runtime: Runtime, holder: IndexHolder, request: Request, wait: bool) -> BatchReceipt:
+    lines = parse_batch(await request.body())
+
+    def work() -> BatchReceipt:
+        with holder.lease() as served:
+            return write_batch(
+                runtime.feed(holder.name), served, lines, wait=wait, wait_s=runtime.settings.live_wait_s
+            )
+
+    return await _counted_batch(runtime, holder, "batch", work)
+
+
+async def _delete_matching(
+    runtime: Runtime, holder: IndexHolder, body: DeleteByFilter, wait: bool
+) -> BatchReceipt:
+    def work() -> BatchReceipt:
+        with holder.lease() as served:
+            return delete_matching(
+                runtime.feed(holder.name), served, body, wait=wait, wait_s=runtime.settings.live_wait_s
+            )
+
+    return await _counted_batch(runtime, holder, "delete", work)
+
+
+async def _counted_batch(
+    runtime: Runtime, holder: IndexHolder, kind: str, work: Callable[[], BatchReceipt]
+) -> BatchReceipt:
+    try:
+        receipt = await anyio.to_thread.run_sync(work)
+    except WriteUnavailableError:
+        runtime.metrics.live_writes.labels(holder.name, kind, "unavailable").inc()
+        raise
+    runtime.metrics.live_writes.labels(holder.name, kind, "ok").inc(receipt.count)
+    return receipt
+
+
+@router.post(
+    "/v1/indexes/{name}/products/batch",
+    response_model=BatchReceipt,
+    responses=WRITE_ERRORS,
+    max_body_size=MAX_BATCH_BYTES,
+    openapi_extra=BATCH_BODY,
+)
+async def batch_indexed_products(
+    name: IndexName, request: Request, runtime: RuntimeDep, caller: WriteCallerDep, wait: Wait = True
+) -> BatchReceipt:
+    """Patches and deletes of many products, one per NDJSON line, written in one transaction: all of them
+    or none (a line naming an unknown product is a 404, a bad one a 422, naming the line)."""
+    return await _batch(runtime, runtime.catalogue_holder(name), request, wait)
+
+
+@router.post(
+    "/v1/products/batch",
+    response_model=BatchReceipt,
+    responses=WRITE_ERRORS,
+    max_body_size=MAX_BATCH_BYTES,
+    openapi_extra=BATCH_BODY,
+)
+async def batch_products(
+    request: Request, runtime: RuntimeDep, caller: WriteCallerDep, wait: Wait = True
+) -> BatchReceipt:
+    """A batch of patches and deletes of the default index's products."""
+    return await _batch(runtime, runtime.holder, request, wait)
+
+
+@router.post(
+    "/v1/indexes/{name}/products/delete",
+    response_model=BatchReceipt,
+    responses=WRITE_ERRORS,
+    max_body_size=JSON_BODY_LIMIT,
+)
+async def delete_indexed_matching(
+    name: IndexName, body: DeleteByFilter, runtime: RuntimeDep, caller: WriteCallerDep, wait: Wait = True
+) -> BatchReceipt:
+    """Delete every product the filters match (at most 10,000 at once), in one transaction."""
+    return await _delete_matching(runtime, runtime.catalogue_holder(name), body, wait)
+
+
+@router.post(
+    "/v1/products/delete", response_model=BatchReceipt, responses=WRITE_ERRORS, max_body_size=JSON_BODY_LIMIT
+)
+async def delete_matching_route(
+    body: DeleteByFilter, runtime: RuntimeDep, caller: WriteCallerDep, wait: Wait = True
+) -> BatchReceipt:
+    """Delete every product of the default index the filters match."""
+    return await _delete_matching(runtime, runtime.holder, body, wait)

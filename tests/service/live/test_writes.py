@@ -116,7 +116,8 @@ def test_an_out_of_stock_product_leaves_an_in_stock_filter(shop: Shop) -> None:
 
 
 def test_a_deleted_product_is_gone_from_searches_and_writes(shop: Shop) -> None:
-    every = [i for i in ids(shop.a, QUERY) if i not in {f"prod-{n}" for n in range(5)}]  # others' products
+    others = {f"prod-{n}" for n in (*range(8), *range(20, 30))}  # the other tests' products
+    every = [i for i in ids(shop.a, QUERY) if i not in others]
     victim = every[len(every) // 2]
     answer = write(shop, "DELETE", f"/v1/indexes/shop/products/{victim}")
     assert answer.status_code == 200 and answer.json()["kind"] == "delete", answer.text
@@ -243,3 +244,78 @@ def test_compact_folds_the_writes_and_keeps_the_answers(shop: Shop) -> None:
     answer = write(shop, "PATCH", "/v1/products/prod-7", json={"fields": {"colour": "teal"}})
     assert answer.status_code == 200
     wait_until(lambda: ids(shop.b, {**EVERY, "filters": {"colour": "teal"}}) == ["prod-7"])
+
+
+def ndjson(*lines: object) -> bytes:
+    return "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines).encode()
+
+
+def last_sequence(shop: Shop) -> int:
+    with sqlite3.connect(changelog_path(shop.root, "shop")) as conn:
+        return conn.execute("SELECT value FROM log_state WHERE key = 'last_sequence'").fetchone()[0]
+
+
+def test_a_batch_is_written_in_one_transaction(shop: Shop) -> None:
+    body = ndjson(
+        {"op": "patch", "id": "prod-25", "fields": {"lot": "clearance", "price": 2.5}},
+        "",
+        {"op": "patch", "id": "prod-26", "fields": {"lot": "clearance"}},
+        {"op": "delete", "id": "prod-28"},
+    )
+    headers = {"Content-Type": "application/x-ndjson"}
+    answer = write(shop, "POST", "/v1/indexes/shop/products/batch", content=body, headers=headers)
+    assert answer.status_code == 200, answer.text
+    receipt = answer.json()
+    assert receipt["count"] == 3 and receipt["last_seq"] == receipt["first_seq"] + 2 and receipt["visible"]
+    settled(shop)  # a field new to the catalogue is a known filter field once a server shows the write
+    assert sorted(ids(shop.b, {**EVERY, "filters": {"lot": "clearance"}})) == ["prod-25", "prod-26"]
+    assert "prod-28" not in ids(shop.b, EVERY)
+
+
+@pytest.mark.parametrize(
+    ("lines", "status", "loc"),
+    [
+        (
+            [{"op": "patch", "id": "prod-21", "fields": {"x": 1}}, {"op": "delete", "id": "no-such"}],
+            404,
+            ["body", 1, "id"],
+        ),
+        (
+            [{"op": "patch", "id": "prod-21", "fields": {"price": "cheap"}}],
+            422,
+            ["body", 0, "fields", "price"],
+        ),
+        ([{"op": "patch", "id": "prod-21", "fields": {"x": 1}}, "{not json"], 422, ["body", 1]),
+        ([{"op": "upsert", "id": "prod-21"}], 422, ["body", 0]),
+        ([{"op": "delete", "id": "prod-21", "fields": {}}], 422, ["body", 0]),
+        ([], 422, ["body"]),
+    ],
+)
+def test_a_bad_batch_writes_nothing_and_names_the_line(
+    shop: Shop, lines: list[object], status: int, loc: list[object]
+) -> None:
+    before = last_sequence(shop)
+    headers = {"Content-Type": "application/x-ndjson"}
+    answer = write(shop, "POST", "/v1/products/batch", content=ndjson(*lines), headers=headers)
+    assert answer.status_code == status, answer.text
+    assert answer.json()["detail"][0]["loc"][: len(loc)] == loc
+    assert last_sequence(shop) == before
+
+
+def test_delete_by_filter_removes_every_match(shop: Shop) -> None:
+    lot = {"lot": "discontinued"}
+    body = ndjson(*({"op": "patch", "id": f"prod-{i}", "fields": lot} for i in (22, 23, 24)))
+    assert write(shop, "POST", "/v1/products/batch", content=body).status_code == 200
+    answer = write(shop, "POST", "/v1/indexes/shop/products/delete", json={"filters": lot})
+    assert answer.status_code == 200 and answer.json()["count"] == 3, answer.text
+    settled(shop)
+    assert ids(shop.b, {**EVERY, "filters": lot}) == []
+    assert not {"prod-22", "prod-23", "prod-24"} & set(ids(shop.a, EVERY))
+    again = write(shop, "POST", "/v1/products/delete", json={"filters": lot})
+    assert again.json() == {"count": 0, "first_seq": None, "last_seq": None, "visible": True}
+    unknown = write(shop, "POST", "/v1/products/delete", json={"filters": {"nope": 1}})
+    assert unknown.status_code == 422 and unknown.json()["detail"][0]["loc"][:3] == [
+        "body",
+        "filters",
+        "nope",
+    ]
