@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -63,6 +64,7 @@ class BaseIndex(Protocol):
 
 _NO_ROWS = np.zeros(0, np.int64)
 MATCHING_KEPT = 256  # filters whose changed rows a snapshot keeps
+BASE_FILTER_ROWS = 4_000_000  # rows of the version's own filter results kept (32 MB of int64)
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,7 @@ class Snapshot:
     live: np.ndarray | None = None
     not_applied: int = 0
     last_committed_at: float = 0.0
+    kinds: Mapping[str, frozenset[str]] = field(default_factory=dict)  # of the values patches gave
     # The changed rows matching a filter (by its canonical JSON), found once per snapshot: a filter shops
     # send on every query (in stock) costs a dict look-up, not a match per changed row. Bounded.
     _matching: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
@@ -143,6 +146,7 @@ class LiveOverlay:
         self._hidden: set[int] = set()
         self._fields: dict[int, dict[str, Any]] = {}
         self._names: set[str] = set()
+        self._kinds: dict[str, set[str]] = {}  # field -> the kinds of value patches gave it (only grow)
         self._rows: dict[str, int | None] = {}  # the version's row of an id (None: not in it)
         self._not_applied = 0
         self.snapshot = Snapshot(applied=applied)
@@ -167,6 +171,7 @@ class LiveOverlay:
             applied = self.snapshot.applied
             committed_at = self.snapshot.last_committed_at
             touched: set[int] = set()
+            changed_now: set[int] = set()  # rows whose fields this apply changed
             hid = False
             count = skipped = 0
             for entry in entries:
@@ -193,25 +198,37 @@ class LiveOverlay:
                     if change.fields:
                         self._fields[row] = merged(self._fields_of(row), change.fields)
                         self._names.update(self._fields[row])
-            self.snapshot = self._publish(applied, committed_at, hid)
+                        for name, value in change.fields.items():
+                            kind = kind_of(value)
+                            if kind is not None:
+                                self._kinds.setdefault(name, set()).add(kind)
+                        changed_now.add(row)
+            self.snapshot = self._publish(applied, committed_at, hid, changed_now)
             return Applied(self.snapshot, np.array(sorted(touched), np.int64), count, skipped)
 
-    def _publish(self, applied: int, committed_at: float, hid: bool) -> Snapshot:
+    def _publish(self, applied: int, committed_at: float, hid: bool, changed_now: set[int]) -> Snapshot:
+        """The next snapshot: the sorted arrays merged with this apply's rows (not sorted again whole), the
+        fields copied (a snapshot never changes under a search)."""
         old = self.snapshot
-        live = old.live
+        live, hidden, changed = old.live, old.hidden, old.changed
+        if changed_now:
+            changed = np.union1d(changed, np.fromiter(changed_now, np.int64, len(changed_now)))
         if hid:
+            hidden = np.array(sorted(self._hidden), np.int64)
+            changed = _without(changed, hidden)
             base_live = self.base.live_mask()
             live = np.ones(self.base.total_rows, bool) if base_live is None else base_live.copy()
-            live[np.fromiter(self._hidden, np.int64, len(self._hidden))] = False
+            live[hidden] = False
         return Snapshot(
             applied=applied,
-            hidden=np.array(sorted(self._hidden), np.int64) if hid else old.hidden,
-            changed=np.array(sorted(self._fields), np.int64),
+            hidden=hidden,
+            changed=changed,
             fields=dict(self._fields),
             names=frozenset(self._names),
             live=live,
             not_applied=self._not_applied,
             last_committed_at=committed_at,
+            kinds={name: frozenset(kinds) for name, kinds in self._kinds.items()},
         )
 
 
@@ -228,6 +245,9 @@ class LiveIndex:
         self.overlay = overlay if overlay is not None else LiveOverlay(base)
         self._kinds: dict[str, set[str]] = {}
         self._kinds_lock = threading.Lock()
+        self._filters: OrderedDict[str, np.ndarray] = OrderedDict()  # ``_base_rows``
+        self._filter_rows = 0
+        self._filters_lock = threading.Lock()
 
     def __getattr__(self, name: str) -> Any:
         if name in ("base", "overlay"):  # not set yet (a copy, a pickle): never the version's own
@@ -277,17 +297,37 @@ class LiveIndex:
         now match (``store.metadata.fields_match``: the same rule the version's SQL applies)."""
         snap = self.overlay.snapshot
         if snap.empty:
-            return self.base.filter_rows(filters)
+            return self._base_rows(filters)
         filter_sql(filters, self.fields)  # an unknown field or a malformed condition: FilterError
-        base_fields = self.base.fields
-        rows = self.base.filter_rows(filters) if set(filters) <= base_fields else _NO_ROWS
+        rows = self._base_rows(filters) if set(filters) <= self.base.fields else _NO_ROWS
         rows = _without(_without(rows, snap.hidden), snap.changed)
         now = snap.changed_matching(filters)
         return np.union1d(rows, now) if now.size else rows
 
+    def _base_rows(self, filters: dict[str, Any]) -> np.ndarray:
+        """The version's own rows matching ``filters``, kept (the version never changes): a filter shops
+        send on every query is one SQL scan per version, not one per query (64 ms at 100k products for
+        a filter matching most of them, ``bench/live_updates.py``). At most ``BASE_FILTER_ROWS`` rows are
+        kept over all filters, the oldest dropped first."""
+        key = json.dumps(filters, sort_keys=True, default=str)
+        with self._filters_lock:
+            found = self._filters.get(key)
+            if found is not None:
+                self._filters.move_to_end(key)
+                return found
+        found = self.base.filter_rows(filters)
+        found.setflags(write=False)
+        with self._filters_lock:
+            self._filters[key] = found
+            self._filter_rows += found.size
+            while self._filter_rows > BASE_FILTER_ROWS and len(self._filters) > 1:
+                _, dropped = self._filters.popitem(last=False)
+                self._filter_rows -= dropped.size
+        return found
+
     def field_kinds(self, name: str) -> set[str]:
-        """The kinds of value field ``name`` holds now: the version's (read once per field) and the
-        changed rows'."""
+        """The kinds of value field ``name`` holds now: the version's (read once per field) and those the
+        patches since gave it."""
         with self._kinds_lock:
             kinds = self._kinds.get(name)
         if kinds is None:
@@ -295,9 +335,7 @@ class LiveIndex:
             kinds = set(reader(name)) if reader is not None else set()
             with self._kinds_lock:
                 self._kinds[name] = kinds
-        changed = self.overlay.snapshot.fields
-        extra = {kind_of(f[name]) for f in changed.values() if name in f} if changed else set()
-        return kinds | {k for k in extra if k is not None}
+        return kinds | self.overlay.snapshot.kinds.get(name, frozenset())
 
     def _visible(self, allowed_rows: np.ndarray | None) -> np.ndarray | None:
         snap = self.overlay.snapshot
