@@ -19,7 +19,8 @@ Method:
   stages and steps, its own default LR), with the native ten's recall after it (it changes them).
 - The NLT+LE acquirers are added one after another into one model directory (the first copy of the demo
   model, then in place); that final directory is evaluated on all 14 languages. Nothing else moved:
-  ``store.manifest.model_fingerprint`` equal, every base file byte-identical, the test images' embeddings
+  ``store.version.manifest.model_fingerprint`` equal, every base file byte-identical, the test images'
+  embeddings
   and the ten languages' caption embeddings and states through the final directory bit-identical to the
   original's (max |diff| reported, asserted 0), and their rank tables identical (so recall and MRV of the
   ten too).
@@ -65,7 +66,7 @@ from ccrk_settings import DEFAULT_MODEL_DIR  # noqa: E402
 from model.acquisition_format import LANGUAGES_DIR, acquirer_graph_name  # noqa: E402
 from model.metrics import mrv, mrv_std  # noqa: E402
 from model.onnx_format import ONNX_DIR  # noqa: E402
-from store.manifest import model_fingerprint  # noqa: E402
+from store.version.manifest import model_fingerprint  # noqa: E402
 from synthetic.lexicons import ADDED_LANGUAGES, ALL_LANGUAGES, LANGUAGES  # noqa: E402
 from synthetic.synth import SynthConfig, generate_catalogue, iter_items  # noqa: E402
 

@@ -12,7 +12,8 @@ Measured (loopback only: every request goes to 127.0.0.1):
    (``ray.cluster_utils.Cluster`` on 127.0.0.1, ``--ray-nodes`` nodes, Serve's proxy on the head only) with
    the mode's environment. No-op deployments, each app deployed, measured and deleted alone: HTTP -> one
    deployment answering a precomputed top 10; HTTP -> a router deployment -> S no-op shard deployments at
-   once (``--hop-shards``; one 128-d query each, a (1, 10) top-k back) -> merged (``store.merge.merge_topk``).
+   once (``--hop-shards``; one 128-d query each, a (1, 10) top-k back) -> merged
+   (``store.shards.merge.merge_topk``).
    ``--requests`` sequential requests over one keep-alive httpx connection after ``--warmup``: p50/p95/p99.
    In fast mode the child also gets private HAProxy ports and files (another HAProxy on the box may hold the
    defaults) and a 1 s direct-ingress drain at teardown (else 30 s): neither touches a request. A mode that
@@ -77,7 +78,7 @@ sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings  # noqa: E402
 from service.cluster.serving import FAST_PATH_ENV  # noqa: E402
-from store.merge import merge_topk  # noqa: E402
+from store.shards.merge import merge_topk  # noqa: E402
 
 DIM, K = 128, 10
 MODES = ("default", "fast")
@@ -384,10 +385,10 @@ def write_sharded(
     from indexer.pipeline import rerank_info, utc_now
     from indexer.sharded import factories, write_shard_index
     from store.layout import FORMAT_VERSION, SHARDED_FORMAT_VERSION
-    from store.manifest import IndexManifest, model_fingerprint, model_name_of
-    from store.reader import IndexVersion
-    from store.sharded_writer import ShardedVersionWriter
-    from store.sharding import SHARD_KEY, partition
+    from store.shards.sharded_writer import ShardedVersionWriter
+    from store.version.manifest import IndexManifest, model_fingerprint, model_name_of
+    from store.version.reader import IndexVersion
+    from store.version.sharding import SHARD_KEY, partition
 
     n = len(vectors)
     ids = [f"item-{i:07d}" for i in range(n)]
@@ -521,7 +522,7 @@ def bench_shards(
     args: argparse.Namespace, tmp: Path, centres: np.ndarray, q: np.ndarray, synth_s: float
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     from store.layout import index_dir
-    from store.versions import current_version
+    from store.version.versions import current_version
 
     started = time.perf_counter() - synth_s
     tune_q, test_q = q[: len(q) // 2], q[len(q) // 2 :]
@@ -580,7 +581,7 @@ def run_build(build: Any, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def compare_versions(root_a: Path, root_b: Path, name: str) -> dict[str, Any]:
-    from store.reader import IndexVersion
+    from store.version.reader import IndexVersion
 
     with IndexVersion.open(root_a, name) as a, IndexVersion.open(root_b, name) as b:
         rows = range(a.manifest.count)

@@ -9,7 +9,7 @@ service in process.
   catalogue's English text writes ("apple juice", "lactose free milk", "red grapefruit juice"), in twelve
   languages. A query's relevant products are chosen here, by a program, never by hand: those whose one
   English text field (title, retailer title or English description) holds every analysed term of the English
-  query (``store.lexical.analyze``).
+  query (``store.text.lexical.analyze``).
 - Also the product-type queries of ``bench/data/grocery_queries.json`` (``bench/products.py``'s): hybrid
   R-precision per language, and the labels' two lines: not-sold types labelled ``none`` (want >= 0.8) and
   in-catalogue types labelled ``none`` (want <= 0.1); compound queries labelled ``none`` too.
@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.products import QUERIES, _manifest, _mean, grocery_settings  # noqa: E402
-from store.lexical import analyze  # noqa: E402
+from store.text.lexical import analyze  # noqa: E402
 
 COMPOUND = REPO / "bench" / "data" / "compound_queries.json"
 ENGLISH_FIELDS = ("title", "retailer_title", "description_en")
@@ -72,7 +72,7 @@ def language_prior(
     """Per query set and language: the share of queries whose language is detected, with the built version's
     catalogue prior (what a search reads) and without it."""
     from service.language import LanguageDetector, catalogue_languages
-    from store.reader import IndexVersion
+    from store.version.reader import IndexVersion
 
     detector = LanguageDetector(json.loads((model / "config.json").read_text())["languages"])
     out: dict[str, dict[str, Any]] = {}

@@ -41,10 +41,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import store.guard
 from store.layout import FORMAT_VERSION
-from store.manifest import IndexManifest
-from store.products import PhotoRows, ProductInfo, TextRows, write_product_channels
-from store.reader import IndexVersion
-from store.writer import VersionWriter
+from store.products.channels import PhotoRows, ProductInfo, TextRows, write_product_channels
+from store.version.manifest import IndexManifest
+from store.version.reader import IndexVersion
+from store.version.writer import VersionWriter
 
 HYBRID_P50_MS_100K = 0.695  # bench/results/products-cost-100k-2026-11-27-s15.json, hybrid_gather_and_fuse
 

@@ -1,7 +1,8 @@
-"""The CPU cost of decompounding a query (``store.decompound``, issue 45), and the splits it makes, on the
+"""The CPU cost of decompounding a query (``store.text.decompound``, issue 45), and the splits it makes, on
+the
 shared grocery catalogue's words.
 
-- Known words: the catalogue's vocabulary (``store.spelling.Vocabulary`` of its text values: ``title``,
+- Known words: the catalogue's vocabulary (``store.text.spelling.Vocabulary`` of its text values: ``title``,
   ``retailer_title`` and ``description_en`` read as English, ``description_sv`` as Swedish, the fields'
   languages; the built index reads each field's language by detection, so its stems differ a little) and
   each compounding language's wordfreq list (``service.search.dictionaries``, built before timing: the
@@ -32,8 +33,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from service.search.dictionaries import QueryDictionaries  # noqa: E402
-from store import decompound  # noqa: E402
-from store.spelling import Vocabulary  # noqa: E402
+from store.text import decompound  # noqa: E402
+from store.text.spelling import Vocabulary  # noqa: E402
 
 COMPOUND = REPO / "bench" / "data" / "compound_queries.json"
 TYPES = REPO / "bench" / "data" / "grocery_queries.json"

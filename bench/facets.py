@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 from service.index_holder import Served  # noqa: E402
 from service.schemas import FacetSpec, MaxPer  # noqa: E402
 from service.search.facets import facet_counts, spread  # noqa: E402
-from store.metadata import MetadataReader, write_metadata  # noqa: E402
+from store.version.metadata import MetadataReader, write_metadata  # noqa: E402
 
 FACETS = [
     FacetSpec(field="category"),

@@ -53,11 +53,11 @@ from indexer.tuning import tune_staged  # noqa: E402
 from model.model_dir import load_model_config  # noqa: E402
 from store.files import disk_bytes  # noqa: E402
 from store.layout import FORMAT_VERSION, index_dir  # noqa: E402
-from store.manifest import IndexManifest, model_fingerprint, model_name_of  # noqa: E402
 from store.opening import open_version  # noqa: E402
-from store.reuse import RACY_NS, REUSE_KEY, reuse_key, row_digests, write_reuse_digests  # noqa: E402
-from store.versions import current_version  # noqa: E402
-from store.writer import VersionWriter  # noqa: E402
+from store.version.manifest import IndexManifest, model_fingerprint, model_name_of  # noqa: E402
+from store.version.reuse import RACY_NS, REUSE_KEY, reuse_key, row_digests, write_reuse_digests  # noqa: E402
+from store.version.versions import current_version  # noqa: E402
+from store.version.writer import VersionWriter  # noqa: E402
 
 NAME = "shop"
 
@@ -86,7 +86,8 @@ def _mirror(src: Path, dst: Path) -> None:
 
 
 def _run(label: str, manifest: Path, settings: Settings, *, force: bool = False) -> dict[str, Any]:
-    # Files changed within the last 2 s are hashed whatever their stats say (``store.reuse.RACY_NS``); a
+    # Files changed within the last 2 s are hashed whatever their stats say
+    # (``store.version.reuse.RACY_NS``); a
     # nightly rebuild finds its changes hours old: wait that out, untimed.
     time.sleep(RACY_NS / 1e9 + 0.1)
     start = time.perf_counter()

@@ -36,9 +36,9 @@ import faiss  # noqa: E402
 from ccrk_settings import Settings  # noqa: E402
 from indexer.ann import build_faiss_index, choose_index, recall_at, tune_search_params  # noqa: E402
 from store.layout import BUILDS_DIR, EMBEDDINGS_FILE, FORMAT_VERSION, INDEX_FILE, METADATA_FILE  # noqa: E402
-from store.manifest import IndexManifest  # noqa: E402
-from store.metadata import write_metadata  # noqa: E402
-from store.reader import IndexVersion  # noqa: E402
+from store.version.manifest import IndexManifest  # noqa: E402
+from store.version.metadata import write_metadata  # noqa: E402
+from store.version.reader import IndexVersion  # noqa: E402
 
 
 def _settings(args: argparse.Namespace, root: Path) -> Settings:

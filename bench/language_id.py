@@ -56,10 +56,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import store.language_id  # noqa: E402
+import store.text.language_id  # noqa: E402
 from model.configs import get_preset  # noqa: E402
 from model.starter.config import USE_M3_LANGUAGES as STARTER  # noqa: E402
-from store.language_id import RELATIVES, LanguageDetector, normalise_code, script_counts  # noqa: E402
+from store.text.language_id import RELATIVES, LanguageDetector, normalise_code, script_counts  # noqa: E402
 from synthetic.synth import SynthConfig, iter_items  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
@@ -240,7 +240,7 @@ class OldRule:
 
 
 class NewRule:
-    """store/language_id.py now (the service's detector without a catalogue prior)."""
+    """store/text/language_id.py now (the service's detector without a catalogue prior)."""
 
     def __init__(self, supported: Sequence[str], **params: float) -> None:
         self.detector = LanguageDetector(supported, **params)
@@ -477,11 +477,11 @@ def construction(
 ) -> tuple[Callable[[str], Label], dict[str, float]]:
     """Build a labeller twice: timed, then under tracemalloc for the memory it holds (with the modules it
     imports first: wordfreq's for the new rule) and the peak while building."""
-    store.language_id._TABLE = None  # the new rule's word table is built once per process: build it anew
+    store.text.language_id._TABLE = None  # the new rule's word table is built once per process: build it anew
     start = time.perf_counter()
     make()
     seconds = time.perf_counter() - start
-    store.language_id._TABLE = None
+    store.text.language_id._TABLE = None
     gc.collect()
     tracemalloc.start()
     labeller = make()
@@ -504,7 +504,7 @@ GRID = {
 }
 # Issue 45's evidence for shop queries (the weights above at their values): the per-letter cost of a long
 # unknown word and English's prior per international word. The per-letter cost is set by design
-# (store/language_id.py: the tuning data has no long shop words), the grid shows what it costs here; the
+# (store/text/language_id.py: the tuning data has no long shop words), the grid shows what it costs here; the
 # prior is the largest whose figures, at the per-letter cost in force, are no worse than without it.
 GRID_45 = {
     "oov_per_letter": (0.0, 0.1, 0.25, 0.4, 0.6),
@@ -591,7 +591,7 @@ def tune(m30k_root: Path, issue45: bool = False) -> dict[str, object]:
     # The goal is >= 95 % for every language at 2 words; with a margin for held-out data, the setting that
     # least often gives a confident supported label to a language the model lacks.
     if issue45:
-        at_letter = [r for r in rows if r["oov_per_letter"] == store.language_id.OOV_PER_LETTER]
+        at_letter = [r for r in rows if r["oov_per_letter"] == store.text.language_id.OOV_PER_LETTER]
         base_row = next(r for r in at_letter if r["international_prior"] == 0.0)
         no_worse = [
             r
@@ -723,13 +723,13 @@ def main() -> None:
         },
         "supported": list(DEMO),
         "new_rule_constants": {
-            "char_weight": store.language_id.CHAR_WEIGHT,
-            "oov_log10": store.language_id.OOV_LOG10,
-            "supported_prior": store.language_id.SUPPORTED_PRIOR,
-            "unknown_words_confidence": store.language_id.UNKNOWN_WORDS_CONFIDENCE,
-            "oov_per_letter": store.language_id.OOV_PER_LETTER,
-            "international_prior": store.language_id.INTERNATIONAL_PRIOR,
-            "compound_join": store.language_id.COMPOUND_JOIN,
+            "char_weight": store.text.language_id.CHAR_WEIGHT,
+            "oov_log10": store.text.language_id.OOV_LOG10,
+            "supported_prior": store.text.language_id.SUPPORTED_PRIOR,
+            "unknown_words_confidence": store.text.language_id.UNKNOWN_WORDS_CONFIDENCE,
+            "oov_per_letter": store.text.language_id.OOV_PER_LETTER,
+            "international_prior": store.text.language_id.INTERNATIONAL_PRIOR,
+            "compound_join": store.text.language_id.COMPOUND_JOIN,
             "tuned_on": f"--tune: synthetic train split seed {TUNE_SEED} (300 items x 2 captions) and every "
             "60th Multi30K train line; held out here: test split seed 123, Multi30K test_2016_flickr + val",
         },

@@ -3,19 +3,21 @@
     python bench/lexical_engines.py --sizes 10000,100000,1000000 --grocery ../shared/data/grocery \\
         --out bench/results/lexical-engines-DATE.json
 
-Both engines index the same terms (``store.lexical.analyze`` output, space-joined) and rank with BM25
+Both engines index the same terms (``store.text.lexical.analyze`` output, space-joined) and rank with BM25
 (k1 = 1.2, b = 0.75):
 
-- FTS5 exactly as the product: the build runs the ``lexical`` lines of ``store.products``' schema (the
+- FTS5 exactly as the product: the build runs the ``lexical`` lines of ``store.products.channels``' schema
+(the
   ``unicode61 remove_diacritics 2`` table and its vocabulary), the product's INSERT and ``optimize``; queries
-  are ``store.lexical.match_expression`` with the product's ``SELECT rowid, bm25(lexical) ... ORDER BY rank
+  are ``store.text.lexical.match_expression`` with the product's ``SELECT rowid, bm25(lexical) ... ORDER BY
+  rank
   LIMIT ?``. Up to ``--product-check-max`` values the product's own writer (``write_product_channels``) and
   reader (``ProductChannels.lexical``, n = 64; it asks for n x the values per product rows, at least 2n, and
   widens while they hold fewer than n products; the runs recorded before 27 Nov 2026 asked for
   max(8n, 200) = 512) are run too, timed, and checked to give the same top-64 scores as the mirror.
 - tantivy: one text field (tokenizer ``whitespace``: no further analysis; frequencies, no positions) and a
   fast ``rowid`` field read back per hit (what the product needs); terms are folded as FTS5 folds them
-  (``store.lexical.fold_diacritics``); an OR (``Should``) of term queries, top-N without counting; one
+  (``store.text.lexical.fold_diacritics``); an OR (``Should``) of term queries, top-N without counting; one
   writer thread.
 
 Corpora: synthetic text values (6-12 terms each from a Zipf(s) vocabulary of 50k terms, seeded; queries of
@@ -57,9 +59,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from store import products as product_store  # noqa: E402
-from store.lexical import analyze, fold_diacritics, match_expression  # noqa: E402
-from store.product_vectors import best_per_owner  # noqa: E402
+from store.products import channels as product_store  # noqa: E402
+from store.products.vectors import best_per_owner  # noqa: E402
+from store.text.lexical import analyze, fold_diacritics, match_expression  # noqa: E402
 
 try:
     import tantivy

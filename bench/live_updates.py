@@ -1,10 +1,12 @@
 """Live catalogue benchmark (issue 46): product writes through the API of a real ``ccrk serve --workers 2``
 on loopback, and what pending changes cost the searches.
 
-The version: N synthetic products written through ``store.writer.VersionWriter`` without encoding images,
+The version: N synthetic products written through ``store.version.writer.VersionWriter`` without encoding
+images,
 each with one photo vector and one or two text values (``title``, and ``subtitle`` for half of them) made of
 a small vocabulary (the synthetic catalogue's patterns, colours and categories), analysed as
-``store.lexical.analyze`` does and written through ``store.products.write_product_channels`` (photo and
+``store.text.lexical.analyze`` does and written through ``store.products.channels.write_product_channels``
+(photo and
 text vectors, terms, tantivy), so hybrid search works. The vectors sit around the demo model's text
 embeddings of the distinct text values (cosine ~0.9: photo and text vectors of a product near its title),
 so real text queries land among the products that name what they ask for. Metadata: ``category`` (40
@@ -63,14 +65,14 @@ sys.path.insert(0, str(REPO))
 
 from ccrk_settings import DEFAULT_MODEL_DIR  # noqa: E402
 from indexer.ann import HNSW_EF_CONSTRUCTION, HNSW_M  # noqa: E402
-from store.hybrid import FusionModel  # noqa: E402
 from store.layout import FORMAT_VERSION  # noqa: E402
-from store.lexical import analyze  # noqa: E402
 from store.live import changelog_path  # noqa: E402
-from store.manifest import IndexManifest, model_fingerprint, model_name_of  # noqa: E402
-from store.products import PhotoRows, ProductInfo, TextRows, write_product_channels  # noqa: E402
-from store.versions import current_version  # noqa: E402
-from store.writer import VersionWriter  # noqa: E402
+from store.products.channels import PhotoRows, ProductInfo, TextRows, write_product_channels  # noqa: E402
+from store.products.hybrid import FusionModel  # noqa: E402
+from store.text.lexical import analyze  # noqa: E402
+from store.version.manifest import IndexManifest, model_fingerprint, model_name_of  # noqa: E402
+from store.version.versions import current_version  # noqa: E402
+from store.version.writer import VersionWriter  # noqa: E402
 from synthetic.attributes import CATEGORIES, COLOURS, PATTERNS  # noqa: E402
 
 ADMIN = "bench-admin-key"
@@ -724,8 +726,8 @@ def main() -> None:
         "CCRK_CACHE_SIZE=0 CCRK_ANN_SAMPLE_RATE=0; CCRK_LIVE_POLL_S default (0.1 s); SQLite change log",
         "version": "synthetic: 1 photo vector and 1-2 text values per product (title; subtitle for half), "
         "vectors around the demo model's text embeddings of those values; main index HNSW32 "
-        f"efConstruction 200, efSearch {EF_SEARCH} (not tuned); channels as store.products writes them "
-        "(HNSW-SQ fp16 over 4,096 rows); fixed logistic fusion (not calibrated)",
+        f"efConstruction 200, efSearch {EF_SEARCH} (not tuned); channels as store.products.channels "
+        "writes them (HNSW-SQ fp16 over 4,096 rows); fixed logistic fusion (not calibrated)",
         "not_measured": [
             "upserts with photos (not built: the overlay counts them as not applied)",
             "the fold of pending changes into a new version (not built)",

@@ -39,7 +39,7 @@ from service.index_holder import Served  # noqa: E402
 from service.language import LanguageDetector  # noqa: E402
 from service.matching import MatchJudge  # noqa: E402
 from service.schemas import SearchHit  # noqa: E402
-from store.reader import IndexVersion  # noqa: E402
+from store.version.reader import IndexVersion  # noqa: E402
 
 NO_MATCH = (
     "iPhone 15 case",

@@ -22,7 +22,8 @@ Quality (``--grocery DIR``, the shared catalogue's development half; never shipp
 
 Cost (``--scale 1000,100000``): synthetic products (3 photos and 2 text values of a few words from a
 5,000-word vocabulary each; vectors clustered as in ``bench/index_throughput.py``, or ``--vectors
-random``) written through ``store.products``, their walks tuned to the target recall as a build tunes them
+random``) written through ``store.products.channels``, their walks tuned to the target recall as a build
+tunes them
 (``indexer.channel_tuning``); p50 per query of each channel and of the whole hybrid gather + fusion,
 against the main index's ANN search alone (HNSW as the indexer builds it, efSearch tuned to the same
 target recall@10).
@@ -60,9 +61,9 @@ sys.path.insert(0, str(REPO))
 
 from ccrk_settings import Settings  # noqa: E402
 from monitoring.consistency import consistency_report  # noqa: E402
-from store.hybrid import CANDIDATES, FusionModel, HybridQuery, fuse, gather  # noqa: E402
-from store.lexical import analyze  # noqa: E402
-from store.products import PhotoRows, ProductChannels, ProductInfo, TextRows, write_product_channels  # noqa: E402
+from store.products.channels import PhotoRows, ProductChannels, ProductInfo, TextRows, write_product_channels  # noqa: E402
+from store.products.hybrid import CANDIDATES, FusionModel, HybridQuery, fuse, gather  # noqa: E402
+from store.text.lexical import analyze  # noqa: E402
 
 TEXT_FIELDS = ["title", "retailer_title", "description_en", "description_sv"]
 QUERIES = REPO / "bench" / "data" / "grocery_queries.json"
@@ -189,7 +190,7 @@ def quality(grocery: Path, model: Path, held_out: int, work: Path) -> dict[str, 
     from indexer.build import build
     from model.runtime import load_encoder
     from service.app import create_app
-    from store.reader import IndexVersion
+    from store.version.reader import IndexVersion
 
     manifest, rows, image_queries = _manifest(grocery.resolve(), work, held_out)
     types = {r["id"]: r["product_type"] for r in rows}

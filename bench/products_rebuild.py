@@ -40,7 +40,7 @@ from ccrk_settings import Settings  # noqa: E402
 from indexer.build import build  # noqa: E402
 from indexer.report import BuildReport  # noqa: E402
 from store.layout import index_dir  # noqa: E402
-from store.products import PHOTO_EMBEDDINGS, PHOTO_VISUAL, TEXT_EMBEDDINGS  # noqa: E402
+from store.products.channels import PHOTO_EMBEDDINGS, PHOTO_VISUAL, TEXT_EMBEDDINGS  # noqa: E402
 
 
 def _bench_products() -> Any:
@@ -113,7 +113,7 @@ def main() -> None:
         runs.append(
             _run("rebuild, nothing changed", lambda: build("grocery", [manifest], settings=settings))[0]
         )
-        time.sleep(2.1)  # files changed within 2 s are always read again (store.reuse.RACY_NS)
+        time.sleep(2.1)  # files changed within 2 s are always read again (store.version.reuse.RACY_NS)
         for r in rows:
             for p in r["paths"]:
                 os.utime(p)

@@ -33,7 +33,7 @@ from ccrk_settings import Settings  # noqa: E402
 
 # (stage, a substring of a frame): a sample goes to the stage of the frame nearest its leaf that matches.
 STAGES: tuple[tuple[str, str], ...] = (
-    ("language detection", "store/language_id.py"),
+    ("language detection", "store/text/language_id.py"),
     ("language detection", "service/language.py"),
     ("query encoding", "OnnxEncoder._encode"),
     ("ANN search", "IndexVersion.search ("),

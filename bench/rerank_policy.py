@@ -48,7 +48,7 @@ from indexer.build import build  # noqa: E402
 from indexer.rerank_policy import RerankPolicy, full_reranks  # noqa: E402
 from model.reranking import rerank_scores  # noqa: E402
 from model.runtime import Encoder, load_encoder  # noqa: E402
-from store.reader import IndexVersion  # noqa: E402
+from store.version.reader import IndexVersion  # noqa: E402
 
 K = 128
 FIXED = (0, 16, 32, K)

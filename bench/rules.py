@@ -47,9 +47,9 @@ sys.path.insert(0, str(REPO))
 from bench.products import QUERIES, _synthetic_channels, _synthetic_vectors  # noqa: E402
 from service.rule_schemas import RECOMMENDED_THRESHOLD  # noqa: E402
 from service.search.rules import RuleBook  # noqa: E402
-from store.hybrid import CANDIDATES, FusionModel, HybridQuery, gather  # noqa: E402
-from store.metadata import MetadataReader, write_metadata  # noqa: E402
+from store.products.hybrid import CANDIDATES, FusionModel, HybridQuery, gather  # noqa: E402
 from store.rules import write_rules  # noqa: E402
+from store.version.metadata import MetadataReader, write_metadata  # noqa: E402
 
 RULES = 50
 BRANDS = 200

@@ -55,10 +55,10 @@ from ccrk_settings import DEFAULT_MODEL_DIR, Settings  # noqa: E402
 from indexer.ann import EF_GRID, HNSW_EF_CONSTRUCTION, HNSW_M, recall_at  # noqa: E402
 from model.runtime import Encoder  # noqa: E402
 from store.layout import FORMAT_VERSION  # noqa: E402
-from store.manifest import IndexManifest, model_fingerprint, model_name_of  # noqa: E402
-from store.reader import IndexVersion  # noqa: E402
-from store.versions import current_version  # noqa: E402
-from store.writer import VersionWriter  # noqa: E402
+from store.version.manifest import IndexManifest, model_fingerprint, model_name_of  # noqa: E402
+from store.version.reader import IndexVersion  # noqa: E402
+from store.version.versions import current_version  # noqa: E402
+from store.version.writer import VersionWriter  # noqa: E402
 
 DIM, TOKENS, WIDTH = 128, 65, 128
 N_CENTRES = 2000  # rendered catalogue products whose image embeddings centre the synthetic items

@@ -6,7 +6,7 @@ ensemble in the hybrid fusion. Nothing in the product uses e5: this bench is the
 Data (real, never shipped): the shared grocery catalogue (``products.jsonl``; the searched text values are
 ``title``, ``retailer_title``, ``description_en``, ``description_sv`` as the indexer takes them: non-empty,
 whitespace-collapsed, cut at ``indexer.products.MAX_TEXT_CHARS``). A product's dense-text score is its best
-value's cosine, as the product text channel ranks (``store.product_vectors.best_per_owner``).
+value's cosine, as the product text channel ranks (``store.products.vectors.best_per_owner``).
 
 - product-type queries (``bench/data/grocery_queries.json``, ten languages; relevant: the products of that
   type): R-precision per language; the AUROC of a query's best cosine between in-catalogue and not-sold

@@ -30,7 +30,7 @@ from ccrk_settings import Settings  # noqa: E402
 from indexer.build import build  # noqa: E402
 from model.metrics import mrv, mrv_std  # noqa: E402
 from model.runtime import load_encoder  # noqa: E402
-from store.reader import IndexVersion  # noqa: E402
+from store.version.reader import IndexVersion  # noqa: E402
 
 KS = (1, 5, 10)
 

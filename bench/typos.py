@@ -12,7 +12,7 @@ word are left out (the count is reported). Each typo'd query is searched with ty
 and without (``typos: 0``); the clean one with the default.
 
 Cost (``--scale 100000``): synthetic products of 2 text values of 6 words each from a vocabulary of
-pseudo-words of 3-12 letters (Zipf frequencies), written through ``store.products``; per query, this
+pseudo-words of 3-12 letters (Zipf frequencies), written through ``store.products.channels``; per query, this
 thread's CPU time of the lexical channel as served (analysis + BM25, best value per product) without and
 with typo tolerance (correction + analysis of the corrected query + BM25 with weighted terms), for clean
 queries (2-3 vocabulary words: the common case, one look-up per word) and for queries with one typo in a
@@ -52,9 +52,9 @@ from bench.products import QUERIES, _mean, grocery_settings  # noqa: E402
 from bench.products import _manifest as grocery_manifest  # noqa: E402
 from service.search.dictionaries import MIN_RARE, QueryDictionaries, nearest_in  # noqa: E402
 from service.search.typos import correct_query, edit_budget  # noqa: E402
-from store.hybrid import CANDIDATES  # noqa: E402
-from store.lexical import analyze  # noqa: E402
-from store.products import PhotoRows, ProductChannels, ProductInfo, TextRows, write_product_channels  # noqa: E402
+from store.products.channels import PhotoRows, ProductChannels, ProductInfo, TextRows, write_product_channels  # noqa: E402
+from store.products.hybrid import CANDIDATES  # noqa: E402
+from store.text.lexical import analyze  # noqa: E402
 
 LATIN = ("en", "sv", "de", "fr", "es", "it", "nl", "pt")
 SEED = 43

@@ -12,7 +12,7 @@ from indexer.quality_gate import QUALITY_GATE, Captioned, GateVerdict
 
 if TYPE_CHECKING:
     from model.runtime import Encoder
-    from store.manifest import IndexManifest
+    from store.version.manifest import IndexManifest
 
 
 def monitoring_quality_gate(

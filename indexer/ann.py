@@ -16,7 +16,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from store.reader import IndexVersion, SearchableIndex
+from store.version.reader import IndexVersion, SearchableIndex
 
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 200

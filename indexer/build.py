@@ -1,7 +1,8 @@
 """Build, add, delete and roll back index versions; each successful operation publishes one new version.
 
 A version is written completely in ``NAME/.builds/`` (embeddings, re-rank store, metadata, faiss index,
-tuned parameters, checksums) by ``store.writer.VersionWriter``, moved into ``NAME/<version>/`` with one
+tuned parameters, checksums) by ``store.version.writer.VersionWriter``, moved into ``NAME/<version>/`` with
+one
 rename, and only then published by switching ``CURRENT``. Any failure before that leaves CURRENT, and the
 version it names, untouched, and removes the staged version (``indexer.staging``); shard work folders stay,
 so that a re-run resumes. Free disk space is checked before encoding and before writing a version
@@ -13,7 +14,7 @@ channels beside the shards), and ``add`` and ``delete`` on a sharded version tou
 (``indexer.sharded``; products: the channels beside them extended over the new global rows).
 
 A full build encodes only what CURRENT does not hold already: rows whose image bytes are unchanged keep
-their stored vectors (``indexer.incremental``, ``store.reuse``); ``force`` encodes everything. A small
+their stored vectors (``indexer.incremental``, ``store.version.reuse``); ``force`` encodes everything. A small
 change writes a segmented version (``indexer.segments``: CURRENT's files shared, one new segment) unless
 the build compacts. A little over 500 lines: ``build`` and ``add`` read best side by side, with the choice
 between their ways of writing a version; their shared steps are in ``pipeline``, the ways in
@@ -84,13 +85,13 @@ from indexer.staging import index_lock
 from model.model_check import check_model_dir
 from model.model_dir import load_model_config
 from model.runtime import Encoder
-from store import versions
 from store.layout import BUILDS_DIR, FORMAT_VERSION, INDEX_FILE, MANIFEST_FILE, METADATA_FILE, index_dir
-from store.manifest import IndexManifest, model_fingerprint, model_name_of
-from store.products import ProductChannels, has_product_channels
-from store.reuse import REUSE_KEY, FileStats, reuse_key, write_reuse_digests
-from store.sharding import Sharding
+from store.products.channels import ProductChannels, has_product_channels
 from store.synonyms import current_synonyms, read_document
+from store.version import versions
+from store.version.manifest import IndexManifest, model_fingerprint, model_name_of
+from store.version.reuse import REUSE_KEY, FileStats, reuse_key, write_reuse_digests
+from store.version.sharding import Sharding
 
 __all__ = ["BuildReport", "add", "build", "delete", "rollback"]
 

@@ -34,9 +34,9 @@ from indexer.incremental import digest_and_stat
 from indexer.sources import SourceItem
 from store.errors import IndexFormatError
 from store.layout import MANIFEST_FILE, index_dir
-from store.manifest import IndexManifest
-from store.reuse import DIGEST_BYTES, KnownDigests
-from store.versions import current_version
+from store.version.manifest import IndexManifest
+from store.version.reuse import DIGEST_BYTES, KnownDigests
+from store.version.versions import current_version
 
 BUILD_KEY = "build_key"
 CONTENT_KEY = "content_key"  # build_params: the key of the files' bytes (``content_key``), racy builds

@@ -1,20 +1,22 @@
-"""Tuning the graph walks of a staged version's product channels (``store.products``), as
+"""Tuning the graph walks of a staged version's product channels (``store.products.channels``), as
 ``indexer.tuning`` tunes the main index: for each channel searched through a graph (photos, text values),
 the cheapest efSearch whose product-level recall@``CANDIDATES`` against exact search reaches the target
 recall on held-out queries. The result goes into ``products.json`` (``ProductInfo.search_params``) and the
-service walks with it; versions written before read the fixed default (``store.products.HNSW_EF_SEARCH``).
+service walks with it; versions written before read the fixed default
+(``store.products.channels.HNSW_EF_SEARCH``).
 
 Queries are a sample of the catalogue's own text values (what a shopper's text query resembles), else of
-its photos' embeddings: product rows, exactly as the hybrid search asks them (``store.hybrid.gather``)."""
+its photos' embeddings: product rows, exactly as the hybrid search asks them
+(``store.products.hybrid.gather``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from indexer.ann import EF_GRID
-from store.hybrid import CANDIDATES
-from store.product_vectors import GroupedVectors
-from store.products import PHOTO_INDEX, TEXT_INDEX, ProductChannels
+from store.products.channels import PHOTO_INDEX, TEXT_INDEX, ProductChannels
+from store.products.hybrid import CANDIDATES
+from store.products.vectors import GroupedVectors
 
 TUNE_QUERIES = 200
 

@@ -36,12 +36,12 @@ from indexer.quality_gate import gate_from_context
 from indexer.report import describe_skipped
 from model.configs import ConfigError
 from model.runtime import EncoderError
-from store import versions
 from store.errors import IndexFormatError, IndexNotFoundError
 from store.layout import MANIFEST_FILE
-from store.manifest import IndexManifest
 from store.synonyms import SynonymsError
 from store.verify import model_to_verify, verify_version
+from store.version import versions
+from store.version.manifest import IndexManifest
 
 index_app = typer.Typer(
     help="Build and manage versioned FAISS indexes of image collections.", no_args_is_help=True

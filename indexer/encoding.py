@@ -21,7 +21,7 @@ from indexer.shards import ProgressFn, ShardStore, encode_shards
 from indexer.sources import SourceItem
 from model.model_dir import ModelConfig
 from model.runtime import Encoder, load_encoder
-from store.writer import VersionArrays
+from store.version.writer import VersionArrays
 
 # Runs once the encoder is loaded, before the first shard: the space check.
 Preflight = Callable[[Encoder, ShardStore], None]

@@ -1,6 +1,6 @@
 """Calibrating the hybrid fusion of a version from the collection itself (no hand-set weight, no labelled
 queries): pseudo-queries drawn from the shop's own text, fusion methods compared by cross-validation over
-them, the winner fitted and stored in the version (``store.hybrid.FusionModel``).
+them, the winner fitted and stored in the version (``store.products.hybrid.FusionModel``).
 
 Pseudo-queries: a fragment of 1-3 consecutive words of one text value (a product-type or attribute query
 is a few words of what some products' titles or descriptions say). Its relevant products are those whose
@@ -61,7 +61,8 @@ from indexer.fusion_fitting import (
 )
 from indexer.ood_queries import ood_queries
 from model.runtime import Encoder
-from store.hybrid import (
+from store.products.channels import ProductChannels, TextRows
+from store.products.hybrid import (
     CANDIDATES,
     OTHER,
     Candidates,
@@ -70,8 +71,7 @@ from store.hybrid import (
     HybridQuery,
     gather,
 )
-from store.lexical import analyze
-from store.products import ProductChannels, TextRows
+from store.text.lexical import analyze
 
 # The calibration code's version, recorded with a fit (``ProductInfo.calibration_code``): a rebuild takes a
 # parent's calibration over only when it was fitted by the same code. 1: match models with non-negative

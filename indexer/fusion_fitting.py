@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from store.hybrid import (
+from store.products.hybrid import (
     CHANNELS,
     FEATURE_CHANNEL,
     FEATURES,
@@ -26,7 +26,8 @@ from store.hybrid import (
 
 # What a fit reads: every channel's features for ranking; for the match model, the raw ones (the BM25 score
 # is relative to the query's best, so not comparable across queries). The term coverage over every value of
-# a product stands in for its best BM25 value's (``store.hybrid``; fusions fitted before calibration code 4
+# a product stands in for its best BM25 value's (``store.products.hybrid``; fusions fitted before calibration
+# code 4
 # keep reading ``lexical``, as their parameters name it).
 FIT_FEATURES = ("image", "text", "coverage", "bm25", "centroid")
 FIT_MATCH_FEATURES = ("image", "text", "coverage")

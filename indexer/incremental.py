@@ -2,7 +2,8 @@
 content digest, vectors stored under the same reuse key: model fingerprint and storage options) keep that
 row's stored vectors; only the others are encoded.
 
-    plan_reuse      digest every item's image, look it up in CURRENT's stored vectors (``store.reuse``),
+    plan_reuse      digest every item's image, look it up in CURRENT's stored vectors
+    (``store.version.reuse``),
                     check each reused row against its stored checksum (a mismatch is encoded again)
     encode          the items left (``indexer.pipeline.Operation.encode``, resumable as ever: the work
                     folder is keyed by exactly these items, and CURRENT does not change until publishing)
@@ -55,9 +56,9 @@ from store.layout import (
     ROW_DIGESTS_FILE,
     index_dir,
 )
-from store.manifest import IndexManifest
-from store.metadata import StoredRow, read_metadata
-from store.reuse import (
+from store.version.manifest import IndexManifest
+from store.version.metadata import StoredRow, read_metadata
+from store.version.reuse import (
     DIGEST_BYTES,
     STAT_COLUMNS,
     FileStats,
@@ -70,8 +71,8 @@ from store.reuse import (
     write_reuse_digests,
     write_stats,
 )
-from store.versions import current_version
-from store.writer import StagedFiles, VersionArrays, VersionWriter
+from store.version.versions import current_version
+from store.version.writer import StagedFiles, VersionArrays, VersionWriter
 
 RUN = 4096  # rows written per block
 WORK_KEY = "work_key"  # build_params: the work folder of the build's encoding (removed once published)
@@ -97,7 +98,7 @@ class ReusePlan:
     digests: np.ndarray  # (n, 16) uint8 content digest of each item's image (zeros: unreadable)
     parent_row: np.ndarray  # (n,) int64
     stored: StoredVectors | None = None
-    stats: np.ndarray | None = None  # (n, 5) int64 file stats (``store.reuse.image_stat``)
+    stats: np.ndarray | None = None  # (n, 5) int64 file stats (``store.version.reuse.image_stat``)
     parent_version: str | None = None
     new: int = 0  # ids CURRENT does not hold
     changed: int = 0  # ids CURRENT holds with other image bytes
@@ -133,7 +134,7 @@ def digest_and_stat(
     stats: FileStats | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(n, 16) uint8 content digests of the items' images and (n, 5) int64 stats of their files, taken
-    before hashing (``store.reuse.image_stat``; zeros: not recorded; ``stats``: those of the items'
+    before hashing (``store.version.reuse.image_stat``; zeros: not recorded; ``stats``: those of the items'
     images, taken already). A file whose stats are those recorded for a row of ``known`` is the very file
     hashed before: its digest is that row's, not read again. Hashing releases the GIL: threads suffice."""
     n = len(items)

@@ -39,8 +39,8 @@ from store.layout import METADATA_FILE
 from store.live import ChangeLog, changelog_path, open_changelog
 from store.live.overlay import LiveOverlay, Snapshot
 from store.opening import open_version
-from store.sharded import ShardedIndex
-from store.versions import current_version
+from store.shards.sharded import ShardedIndex
+from store.version.versions import current_version
 
 log = logging.getLogger(__name__)
 

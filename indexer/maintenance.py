@@ -1,7 +1,8 @@
 """Operations on an index that encode nothing: ``delete`` writes a new version with items marked deleted
 (the large files are hard links to the parent's; of a sharded version, only the owning shards' metadata is
 written, ``indexer.sharded``), ``rollback`` publishes an older version (sharded or not). Both run under
-the index lock (``indexer.staging``); ``delete`` stages its version through ``store.writer`` like every
+the index lock (``indexer.staging``); ``delete`` stages its version through ``store.version.writer`` like
+every
 writer.
 """
 
@@ -20,11 +21,11 @@ from indexer.pipeline import Operation, utc_now
 from indexer.report import BuildReport
 from indexer.sharded import rewrite_shards
 from indexer.staging import index_lock
-from store import versions
 from store.layout import MANIFEST_FILE, METADATA_FILE, index_dir
-from store.manifest import IndexManifest
-from store.versions import GateRecord
-from store.writer import Finished
+from store.version import versions
+from store.version.manifest import IndexManifest
+from store.version.versions import GateRecord
+from store.version.writer import Finished
 
 
 def delete(name: str, ids: Sequence[str], *, settings: Settings) -> BuildReport:

@@ -28,8 +28,8 @@ import numpy as np
 
 from indexer.ood_queries import kinds_for_language, ood_queries
 from model.runtime import Encoder
-from store.hybrid import is_finite_number
-from store.reader import SearchableIndex
+from store.products.hybrid import is_finite_number
+from store.version.reader import SearchableIndex
 
 MatchLabel = Literal["strong", "weak", "none"]
 CAPTIONS_PER_LANGUAGE = 200

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from indexer.sources import SourceItem
 from store.layout import METADATA_FILE
-from store.manifest import IndexManifest
-from store.metadata import MetadataRow, read_metadata
 from store.opening import open_version
-from store.sharded import ShardedIndex
+from store.shards.sharded import ShardedIndex
+from store.version.manifest import IndexManifest
+from store.version.metadata import MetadataRow, read_metadata
 
 
 @dataclass

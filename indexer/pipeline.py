@@ -1,6 +1,6 @@
 """The publish pipeline that ``build`` and ``add`` share, under the index lock:
 
-    encode the new items into shards (space checked first)  ->  write a version (``store.writer``)
+    encode the new items into shards (space checked first)  ->  write a version (``store.version.writer``)
     ->  tune and measure it  ->  quality gate  ->  finish: install, publish unless refused, prune
 
 Each operation differs only in what it encodes, which rows it copies from a parent, and how it makes its
@@ -32,12 +32,12 @@ from indexer.tuning import CaptionedRows, tune_staged
 from model.model_dir import ModelConfig
 from model.runtime import Encoder
 from store.layout import index_dir
-from store.manifest import IndexManifest
-from store.sharded_writer import ShardedVersionWriter
-from store.sharding import SHARD_RULE
+from store.shards.sharded_writer import ShardedVersionWriter
 from store.synonyms import SynonymSet, write_version_synonyms
-from store.versions import record_gate
-from store.writer import Finished, StagedFiles, StagedVersion, VersionWriter
+from store.version.manifest import IndexManifest
+from store.version.sharding import SHARD_RULE
+from store.version.versions import record_gate
+from store.version.writer import Finished, StagedFiles, StagedVersion, VersionWriter
 
 
 def utc_now() -> str:
@@ -162,8 +162,9 @@ class Operation:
     def new_sharded_version(
         self, need: disk.SpaceNeed, what: str, shard_count: int, *, rule: str = SHARD_RULE
     ) -> ShardedVersionWriter:
-        """A writer of the next version, sharded (``store.sharded_writer``; ``rule``: hash shards or build
-        segments, ``store.sharding``), once ``need`` is known to fit."""
+        """A writer of the next version, sharded (``store.shards.sharded_writer``; ``rule``: hash shards or
+        build
+        segments, ``store.version.sharding``), once ``need`` is known to fit."""
         self.guard.need = need
         disk.check_free_space(self.base, need, what)
         return self._with_synonyms(ShardedVersionWriter(self.root, self.name, shard_count, rule=rule))

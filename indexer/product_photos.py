@@ -1,5 +1,6 @@
 """Every photo of a product catalogue's items as a version's product channels hold them
-(``store.products.PhotoRows``), with their content digests: a photo whose file bytes are those of a photo
+(``store.products.channels.PhotoRows``), with their content digests: a photo whose file bytes are those of a
+photo
 of the parent's channels keeps its stored vectors (``indexer.product_reuse``), a first photo this build
 encoded for its main row takes them from the build's own shards, and only the others are encoded here."""
 
@@ -19,7 +20,7 @@ from indexer.report import BuildReport
 from indexer.shards import ShardStore
 from indexer.sources import SourceItem
 from model.model_dir import ModelConfig
-from store.products import PhotoRows
+from store.products.channels import PhotoRows
 
 
 def _shard_arrays(store: ShardStore) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:

@@ -34,13 +34,13 @@ from indexer.incremental import digest_and_stat
 from indexer.report import BuildReport, mismatch_note
 from indexer.sources import SourceItem
 from store.errors import IndexFormatError
-from store.hybrid import FusionModel
 from store.layout import MANIFEST_FILE, index_dir
-from store.manifest import IndexManifest
 from store.product_reuse import StoredProductVectors, TextKey
-from store.products import PRODUCTS_FORMAT, PhotoRows, ProductInfo, TextRows
-from store.reuse import DIGEST_BYTES, STAT_COLUMNS
-from store.versions import current_version
+from store.products.channels import PRODUCTS_FORMAT, PhotoRows, ProductInfo, TextRows
+from store.products.hybrid import FusionModel
+from store.version.manifest import IndexManifest
+from store.version.reuse import DIGEST_BYTES, STAT_COLUMNS
+from store.version.versions import current_version
 
 STORED, MAIN, ENCODE = 0, 1, 2  # where a photo's vectors come from (``PhotoPlan.source``)
 # The fusion is calibrated again once more than this share of the photo and text rows changed since it was
@@ -212,7 +212,8 @@ def inputs_key(
     """The key of what a version's product channels are written, tuned and calibrated from: every photo and
     text row (owners, paths, content digests, texts, terms, vectors as stored), the searched fields, the
     product count, the recall target and the calibration's catalogue order. Equal keys: writing, tuning and
-    calibrating again would find what the version holds (``store.products.ProductInfo.inputs_key``)."""
+    calibrating again would find what the version holds
+    (``store.products.channels.ProductInfo.inputs_key``)."""
     digest = hashlib.sha256()
     head = [
         PRODUCTS_FORMAT,

@@ -1,4 +1,5 @@
-"""Product channel rows by version row (``store.products``: a channel's values grouped by their owner, the
+"""Product channel rows by version row (``store.products.channels``: a channel's values grouped by their
+owner, the
 product's row): the mapping a sharded version needs, whose products' rows are global rows rather than
 catalogue positions (``indexer.products``, ``indexer.sharded``).
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from store.products import PhotoRows, TextRows
+from store.products.channels import PhotoRows, TextRows
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""The product channels of a build (``store.products``): every photo of every product encoded, the text
+"""The product channels of a build (``store.products.channels``): every photo of every product encoded, the
+text
 fields named by ``--text-fields`` (``Settings.text_fields``) embedded by the model's own text encoder and
 analysed for lexical search, then the fusion calibrated on the staged version
 (``indexer.fusion_calibration``).
@@ -17,7 +18,7 @@ unsharded build calibrates.
 
 Text values: a field ``title`` named in ``text_fields`` covers ``title`` and its language-tagged variants
 (``title@de``, whose tag is taken as its language). Untagged values are identified by the service's detector
-(``store.language_id``): first each field's language, from its values together (a shop mostly writes a
+(``store.text.language_id``): first each field's language, from its values together (a shop mostly writes a
 field in one language), then each value with that language as its prior. A value leaves its field's
 language for another field's at ``OTHER_FIELDS_CONFIDENT`` when it does not mix languages (a retailer title
 written in Swedish among English ones: "Mellanmjölk Ekologisk 1,5%"), for a language no field is in only at
@@ -61,11 +62,8 @@ from model.acquisition_format import acquirers_digest
 from model.model_dir import ModelConfig
 from model.runtime import Encoder
 from store.errors import IndexFormatError
-from store.hybrid import CANDIDATES
-from store.language_id import FixedPrior, LanguageDetector
-from store.lexical import STEMMERS, analyze
 from store.product_reuse import link_channels, read_photo_digests, write_photo_stats, write_product_digests
-from store.products import (
+from store.products.channels import (
     PRODUCTS_FILE,
     PhotoRows,
     ProductChannels,
@@ -73,6 +71,9 @@ from store.products import (
     TextRows,
     write_product_channels,
 )
+from store.products.hybrid import CANDIDATES
+from store.text.language_id import FixedPrior, LanguageDetector
+from store.text.lexical import STEMMERS, analyze
 
 UNKNOWN = "und"
 # Set by reasoning, not fitted to a catalogue: the field's prior is the service's prior for a catalogue

@@ -19,7 +19,7 @@ from ccrk_settings import Settings
 
 if TYPE_CHECKING:
     from model.runtime import Encoder
-    from store.manifest import IndexManifest
+    from store.version.manifest import IndexManifest
 
 # (item id, {language: captions}) of the build's captioned items: probes when no probe set is configured.
 Captioned = Sequence[tuple[str, Mapping[str, Sequence[str]]]]

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from store.manifest import IndexManifest
+from store.version.manifest import IndexManifest
 
 
 @dataclass
@@ -38,7 +38,7 @@ class BuildReport:
     pruned: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     gate: dict[str, Any] | None = None  # quality gate verdict (indexer.quality_gate), when on
-    index_shards: int = 1  # shards of the version (``store.sharding``); 1: unsharded
+    index_shards: int = 1  # shards of the version (``store.version.sharding``); 1: unsharded
     engine: str = "local"  # where the shards were encoded: local, or ray (``indexer.ray_encoding``)
     encode_nodes: dict[str, int] = field(default_factory=dict)  # engine ray: shards encoded per node id
     # A full build that reuses stored vectors (``indexer.incremental``): items encoded and reused, and the

@@ -33,7 +33,7 @@ import numpy as np
 
 from model.reranking import MATCH_OUTPUT, RerankScore, rerank_scores
 from model.runtime import Encoder
-from store.reader import SearchableIndex
+from store.version.reader import SearchableIndex
 
 DEPTHS: tuple[int, ...] = (0, 16, 32)  # the ladder below a full re-rank (``rerank_k``, 128 by default)
 CALIBRATION_K = 128  # candidates re-ranked in full while calibrating (the service's default rerank_k)

@@ -1,4 +1,5 @@
-"""Rebuilds at the cost of the change, on disk too: segmented versions (``store.sharding.SEGMENT_RULE``).
+"""Rebuilds at the cost of the change, on disk too: segmented versions
+(``store.version.sharding.SEGMENT_RULE``).
 
 A full build whose change against CURRENT is small keeps CURRENT's data as it is and writes only what
 changed::
@@ -13,7 +14,7 @@ changed::
 
 so that two versions sharing 99 % of their items share their large files (disk ~1.0x plus the new
 segment) and no ANN graph is rebuilt. Search merges the segments exactly as it merges hash shards
-(``store.sharded.ShardedIndex``). The build compacts instead (one unsharded version, its ANN index
+(``store.shards.sharded.ShardedIndex``). The build compacts instead (one unsharded version, its ANN index
 rebuilt from stored vectors, nothing encoded again; ``indexer.build``) when deleted rows would pass
 ``index_segment_max_dead`` of all rows, when the change itself is larger than that share, when segments
 would pass ``index_max_segments``, when a full build would choose another index type than the largest
@@ -48,13 +49,13 @@ from indexer.report import BuildReport
 from indexer.shards import ShardStore
 from model.runtime import Encoder
 from store.layout import IMAGE_STATS_FILE, METADATA_FILE, SHARDED_FORMAT_VERSION
-from store.manifest import IndexManifest
-from store.metadata import StoredRow, fields_json
-from store.products import has_product_channels
-from store.reuse import REUSE_KEY, STAT_COLUMNS, StoredVectors, write_reuse_digests, write_stats
-from store.sharded import load_shard_manifest
-from store.sharded_writer import ShardedVersionWriter, ShardStage
-from store.sharding import SEGMENT_RULE, Sharding
+from store.products.channels import has_product_channels
+from store.shards.sharded import load_shard_manifest
+from store.shards.sharded_writer import ShardedVersionWriter, ShardStage
+from store.version.manifest import IndexManifest
+from store.version.metadata import StoredRow, fields_json
+from store.version.reuse import REUSE_KEY, STAT_COLUMNS, StoredVectors, write_reuse_digests, write_stats
+from store.version.sharding import SEGMENT_RULE, Sharding
 
 # build_params of a segmented version: rows new, changed or removed since its measurements were taken.
 CHANGED_SINCE_MEASURED = "rows_changed_since_measured"

@@ -1,8 +1,9 @@
 """Sharded versions in the indexer (``CCRK_INDEX_SHARDS`` / ``ccrk index build --shards S``; the format is
-``store.sharding``'s).
+``store.version.sharding``'s).
 
 ``build`` partitions the encoded items by the store's hash rule and writes each shard as an ordinary
-version inside one staged version (``store.sharded_writer``): its own ANN index chosen for its size within
+version inside one staged version (``store.shards.sharded_writer``): its own ANN index chosen for its size
+within
 the memory budget, its own search parameters tuned on held-out queries. The merged index (every shard's
 results merged, as the service searches it) is then measured as one: recall@10 of the merged ANN results
 against exact search over all shards, text->image recall per language, the match calibration, and the
@@ -54,13 +55,13 @@ from indexer.tuning import (
 from model.model_dir import ModelConfig
 from model.runtime import Encoder
 from store.layout import INDEX_FILE, METADATA_FILE, SHARDED_FORMAT_VERSION
-from store.manifest import IndexManifest
-from store.products import ProductChannels, has_product_channels
-from store.reader import IndexVersion
-from store.sharded import ShardedIndex
-from store.sharded_writer import ShardedVersionWriter, ShardStage
-from store.sharding import SHARD_KEY, Sharding, partition
-from store.writer import Finished
+from store.products.channels import ProductChannels, has_product_channels
+from store.shards.sharded import ShardedIndex
+from store.shards.sharded_writer import ShardedVersionWriter, ShardStage
+from store.version.manifest import IndexManifest
+from store.version.reader import IndexVersion
+from store.version.sharding import SHARD_KEY, Sharding, partition
+from store.version.writer import Finished
 
 # Per shard to tune and seal: its stage, its manifest (filled in by tuning) and its index plan.
 ToTune = dict[int, tuple[ShardStage, IndexManifest, IndexPlan]]

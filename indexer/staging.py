@@ -7,7 +7,8 @@ not be written, the space needed and free, that CURRENT is unchanged, and what w
 
 The lock lives here, not in the store: it must cover a whole operation, from reading CURRENT and encoding
 shards (the indexer's work folders, unknown to the store) to pruning, and what a failure keeps is indexer
-policy. ``store.writer.VersionWriter`` removes its own staged version; this cleans up after everything else.
+policy. ``store.version.writer.VersionWriter`` removes its own staged version; this cleans up after
+everything else.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from indexer import disk
 from indexer.errors import BuildError
 from store.layout import builds_dir, index_dir, is_version_name
-from store.versions import current_version
+from store.version.versions import current_version
 
 
 @dataclass

@@ -16,10 +16,10 @@ from indexer.rerank_policy import CALIBRATION_QUERIES
 from indexer.rerank_policy import calibrate_version as calibrate_rerank_policy
 from indexer.sources import SourceItem
 from model.runtime import Encoder
-from store.manifest import IndexManifest
 from store.opening import OpenedIndex
-from store.reader import IndexVersion, SearchableIndex
-from store.writer import VersionWriter
+from store.version.manifest import IndexManifest
+from store.version.reader import IndexVersion, SearchableIndex
+from store.version.writer import VersionWriter
 
 TUNE_QUERIES = 500  # held-out queries for tuning efSearch / nprobe
 LANG_SAMPLE = 200  # captions per language for the build-time text->image recall@10

@@ -50,7 +50,8 @@ class AcquirerConfig:
     Attributes:
         lang: the language it encodes.
         native: the model's languages its NLT stage distilled from (the source side of the pairs).
-        base_model: the base config's ``name``; base_fingerprint: ``store.manifest.model_fingerprint`` of the
+        base_model: the base config's ``name``; base_fingerprint:
+        ``store.version.manifest.model_fingerprint`` of the
             base directory, which the runtimes check, so an acquirer never serves under other weights.
         hidden_size, num_text_layers, pooling: the base text tower's, checked on load.
         vocab_size: the size of the language's own tokenizer (as trained: BPE stops early on a small corpus).

@@ -2,7 +2,8 @@
 result as a model directory that every index built with the original still fits.
 
 The output is a copy of the original whose files are byte-identical (copied, never re-saved: config.json,
-model.safetensors, tokenizer, ``onnx/*``, so ``store.manifest.model_fingerprint`` is the same and no image is
+model.safetensors, tokenizer, ``onnx/*``, so ``store.version.manifest.model_fingerprint`` is the same and no
+image is
 embedded again) plus ``languages/<lang>/`` and ``onnx/text_encoder.<lang>.onnx`` (layout:
 ``model.acquisition_format``). A directory that already has acquired languages keeps them; adding a second
 language adds a second ``languages/<lang2>/``.
@@ -42,7 +43,7 @@ from model.parallel_corpus import ParallelCorpus, ParallelCorpusError, pairs_fro
 from model.preprocessing import ImageDecodeError, ImagePreprocessor
 from model.tokenization import TokenizerError, load_tokenizer
 from model.training_data import CaptionedImages
-from store.manifest import model_fingerprint
+from store.version.manifest import model_fingerprint
 from synthetic.catalogue import CatalogueFormatError, CatalogueRecord, load_split
 
 

@@ -40,7 +40,7 @@ from model.parallel_corpus import pairs_from_catalogue
 from model.preprocessing import ImagePreprocessor
 from model.tokenization import load_tokenizer, tokenize
 from model.training_data import CaptionedImages, load_captioned_images
-from store.manifest import model_fingerprint
+from store.version.manifest import model_fingerprint
 from synthetic.catalogue import CatalogueRecord, load_split
 from synthetic.noise import corrupt_records, summarise
 

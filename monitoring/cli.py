@@ -100,8 +100,8 @@ def run_command(
     from monitoring.probe import HttpSearcher, ProbeError, index_searcher, run_probes, run_record
     from monitoring.probe_set import ProbeSetError, load_probe_set
     from store.errors import IndexFormatError
-    from store.manifest import model_fingerprint, model_name_of
     from store.opening import open_version
+    from store.version.manifest import model_fingerprint, model_name_of
 
     try:
         settings = settings_with(

@@ -26,10 +26,10 @@ from monitoring.probe import ProbeError, index_searcher, run_probes, run_record
 from monitoring.probe_set import Probe, ProbeSetError, load_probe_set, probes_from_captions
 from monitoring.report import recall_drops
 from store.errors import IndexFormatError
-from store.manifest import IndexManifest
 from store.opening import open_path, open_version
-from store.products import default_mode
-from store.versions import current_version
+from store.products.channels import default_mode
+from store.version.manifest import IndexManifest
+from store.version.versions import current_version
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from model.metrics import mrv, mrv_std, recall_at_k
 from model.runtime import Encoder
 from monitoring.consistency import consistency_report
 from monitoring.probe_set import Probe
-from store.hybrid import FusionModel, HybridQuery, gather
-from store.lexical import analyze
-from store.reader import SearchableIndex
+from store.products.hybrid import FusionModel, HybridQuery, gather
+from store.text.lexical import analyze
+from store.version.reader import SearchableIndex
 
 RECALL_KS = (1, 5, 10)
 OVERLAP_K = 10
@@ -47,8 +47,10 @@ SearchFn = Callable[[str, str, int], Answer]  # (lang, text, depth) -> answer
 
 
 def has_text_channels(index: SearchableIndex) -> bool:
-    """Whether a version holds searched text fields (``store.products``): hybrid search applies, as the
-    service's default mode says (``store.products.default_mode``), fused as calibrated or, with nothing
+    """Whether a version holds searched text fields (``store.products.channels``): hybrid search applies, as
+    the
+    service's default mode says (``store.products.channels.default_mode``), fused as calibrated or, with
+    nothing
     usable calibrated, by reciprocal rank."""
     products = getattr(index, "products", None)
     return bool(products is not None and products.info.texts)
@@ -58,7 +60,8 @@ def index_searcher(
     index: SearchableIndex, encoder: Encoder, model: str | None = None, mode: str = "image"
 ) -> SearchFn:
     """Dual-encoder search of one opened version, as the service's first stage does it (no re-ranking);
-    ``mode`` hybrid or text: the version's product channels fused as calibrated (``store.hybrid``), the
+    ``mode`` hybrid or text: the version's product channels fused as calibrated (``store.products.hybrid``),
+    the
     probe's language taken as known."""
     version = index.manifest.version
     if mode != "image":

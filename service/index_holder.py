@@ -28,7 +28,7 @@ from model.runtime import is_out_of_memory
 from service.errors import IndexUnavailableError, ReloadFailedError, ReloadOutOfMemoryError
 from store.errors import IndexFormatError, IndexUnreachableError
 from store.opening import OpenedIndex, open_version
-from store.versions import current_version, version_refused
+from store.version.versions import current_version, version_refused
 
 log = logging.getLogger(__name__)
 
@@ -294,7 +294,7 @@ class IndexHolder:
         """The version CURRENT names; None when none is published (no CURRENT, an empty one). A CURRENT that
         cannot be read raises ``OSError``: a failed read says nothing about what is published, so it must
         not count as "none published" (which gives up, ``loading`` False). One that is not UTF-8 text raises
-        it too (EILSEQ, ``store.versions.current_version``), handled as any unreadable CURRENT."""
+        it too (EILSEQ, ``store.version.versions.current_version``), handled as any unreadable CURRENT."""
         try:
             return current_version(self.root, self.name)
         except IndexFormatError as exc:  # an invalid index name: nothing can be published under it

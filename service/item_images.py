@@ -44,7 +44,7 @@ class ItemFile(NamedTuple):
 
 def image_path(served: Served, item_id: str, photo: int = 0) -> Path:
     """Where the index says an item's image is (not checked: ``open_item_file`` checks what it opens);
-    ``photo`` > 0: a product's further photo (``store.products``)."""
+    ``photo`` > 0: a product's further photo (``store.products.channels``)."""
     row = served.index.row_of(item_id)
     if row is None:
         raise NotFoundError(f"no item {item_id!r} in index version {served.version}", loc=("path", "item_id"))

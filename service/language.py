@@ -1,11 +1,11 @@
-"""A query's language as the service answers it: a request's hint, else ``store.language_id``'s detector
+"""A query's language as the service answers it: a request's hint, else ``store.text.language_id``'s detector
 with the served catalogue's prior (``CatalogueLanguages``), as a ``LanguageInfo``.
 
 The catalogue prior (issue 45): a shop's queries are mostly in the languages its catalogue writes, in its
 words. So for a query on a version with product text,
 
 - each language holding at least ``MIN_SHARE`` of the version's text values gains ``SHARE_BONUS``;
-- each query word the version's text writes in a language (``store.spelling.Vocabulary``, which records
+- each query word the version's text writes in a language (``store.text.spelling.Vocabulary``, which records
   the languages each word was written in) gains that language ``WORD_BONUS``.
 
 Both are log-scores added to the detector's (a language's word-frequency evidence for one common word is
@@ -34,10 +34,10 @@ from collections.abc import Mapping, Sequence
 from cachetools import LRUCache
 
 from service.schemas import LanguageInfo
-from store.language_id import Detected, Prior, normalise_code
-from store.language_id import LanguageDetector as CoreDetector
-from store.products import ProductChannels
-from store.spelling import Vocabulary
+from store.products.channels import ProductChannels
+from store.text.language_id import Detected, Prior, normalise_code
+from store.text.language_id import LanguageDetector as CoreDetector
+from store.text.spelling import Vocabulary
 
 MIN_SHARE = 0.05  # of a version's text values, from which their language is one of the catalogue's
 SHARE_BONUS = 1.5  # log-score of a catalogue language

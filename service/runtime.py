@@ -43,8 +43,8 @@ from service.search.telemetry import SearchTelemetry
 from service.upload_budget import UploadBudget
 from store.errors import ChangeLogError, IndexUnreachableError
 from store.layout import CURRENT_FILE
-from store.manifest import model_fingerprint, model_name_of
 from store.opening import OpenedIndex
+from store.version.manifest import model_fingerprint, model_name_of
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Guarding the files an opened version reads after its open against being changed in place.
 
 A published version is immutable, but its files can still be truncated or rewritten in place: by hand, or
-through another version's hard link to the same inode (``store.reuse`` links unchanged files into new
+through another version's hard link to the same inode (``store.version.reuse`` links unchanged files into new
 versions). A memory-mapped array whose file shrank kills the whole process with SIGBUS at the first read of
 a page past the new end, and Python cannot recover from that inside numpy or faiss: every index the process
 serves, and ``/healthz``, would die with it. So every file a version maps (or reads through SQLite or

@@ -7,25 +7,28 @@ Layout::
     INDEX_ROOT/NAME/changes.sqlite      the live change log (``store.live``; SQLite in WAL mode, with its
                                         ``-wal`` and ``-shm`` files): product writes since the versions
     INDEX_ROOT/NAME/<version>/          immutable once published (version: sortable UTC stamp + suffix)
-        manifest.json                   IndexManifest (``store.manifest``)
+        manifest.json                   IndexManifest (``store.version.manifest``)
         index.faiss                     faiss index, inner product on L2-normalised embeddings; ids = rows
         embeddings.npy                  (N, D) float32: exact reference, re-scoring, rebuilds
         rerank_tokens.npy               (N, T, W) float16, or int8 with rerank_scales.npy (N, T) float32
         metadata.sqlite                 items(row, id, path, fields JSON, deleted) + field_names(name)
-        image_digests.npy               (N, 16) uint8 content digest of each row's image (``store.reuse``)
+        image_digests.npy               (N, 16) uint8 content digest of each row's image
+        (``store.version.reuse``)
         row_digests.npy                 (N, 16) uint8 checksum of each row's stored vectors (full builds)
-        products.json, ...              product channels, when built from products (``store.products``)
+        products.json, ...              product channels, when built from products
+        (``store.products.channels``)
         lexical.tantivy/                their full-text index: a folder, its files checksummed as
                                         ``lexical.tantivy/<name>`` (``NESTED_DIRS``)
     INDEX_ROOT/NAME/.builds/...         work dirs of unfinished writers, never read by readers
 
-A sharded version (``store.sharding``) holds no data files of its own but its product channels::
+A sharded version (``store.version.sharding``) holds no data files of its own but its product channels::
 
     INDEX_ROOT/NAME/<version>/
         manifest.json                   format_version 2, with a ``sharding`` block (rule, shards, checksums)
         shard-000/ ... shard-{S-1}/     each an ordinary format-1 version folder, as above
         products.json, ...              product channels over the global rows, when built from products
-                                        (``store.products``; checksums in this manifest's ``checksums``)
+                                        (``store.products.channels``; checksums in this manifest's
+                                        ``checksums``)
 
 A published version is never modified: ``add`` and ``delete`` write a new version (unchanged large files
 are hard-linked), so a reader holding an old version keeps a consistent view.
@@ -57,7 +60,7 @@ RERANK_SCALES_FILE = "rerank_scales.npy"
 METADATA_FILE = "metadata.sqlite"
 IMAGE_DIGESTS_FILE = "image_digests.npy"
 ROW_DIGESTS_FILE = "row_digests.npy"
-IMAGE_STATS_FILE = "image_stats.npy"  # store.reuse: what each row's image file was when it was hashed
+IMAGE_STATS_FILE = "image_stats.npy"  # store.version.reuse: what each row's image file was when it was hashed
 LEXICAL_DIR = "lexical.tantivy"
 NESTED_DIRS = (LEXICAL_DIR,)  # folders of a version whose files are data files (a shard folder is not one)
 

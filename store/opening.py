@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from store.manifest import IndexManifest
-from store.reader import IndexVersion, open_named
-from store.sharded import ShardedIndex
+from store.shards.sharded import ShardedIndex
+from store.version.manifest import IndexManifest
+from store.version.reader import IndexVersion, open_named
 
 # What an opener returns: a SearchableIndex with a folder (``path``) and ``close``.
 OpenedIndex = IndexVersion | ShardedIndex

@@ -1,25 +1,29 @@
-"""What lets a rebuild reuse a version's product channels (``store.products``) instead of encoding every
+"""What lets a rebuild reuse a version's product channels (``store.products.channels``) instead of encoding
+every
 photo and text value again: per photo row, the content digest of its file and a checksum of its stored
 vectors; per text value, a checksum of its stored embedding (the value itself, its field, language and
 text, is in ``products.sqlite`` already).
 
 A version with product channels written since 27 Nov 2026 (session 14) holds, beside them::
 
-    photo_digests.npy       (M, 16) uint8  blake2b-128 of the bytes of photo row i's file (``store.reuse``'s)
+    photo_digests.npy       (M, 16) uint8  blake2b-128 of the bytes of photo row i's file
+    (``store.version.reuse``'s)
     photo_row_digests.npy   (M, 16) uint8  blake2b-128 of photo row i's stored vectors: its cross-modal
                                            embedding, then its visual one (as stored, float32)
     photo_stats.npy         (M, 5) int64   optional: the file's stats when it was hashed (zeros: not
-                                           recorded; ``store.reuse.image_stat``: a file with the very stats
+                                           recorded; ``store.version.reuse.image_stat``: a file with the very
+                                           stats
                                            is not read again)
     text_row_digests.npy    (F, 16) uint8  blake2b-128 of text row i's stored embedding
 
 They sit with the other channel files (a sharded version: beside its shards), so the manifest's checksums
 cover them and ``verify`` checks them. A version without them (written before, or by an ``add`` to such a
 version) is read as holding nothing reusable; so is one stored under another reuse key
-(``store.reuse.REUSE_KEY``: model, storage options). A reused row is checked against its stored checksum
+(``store.version.reuse.REUSE_KEY``: model, storage options). A reused row is checked against its stored
+checksum
 (``StoredProductVectors.check_photos`` / ``check_texts``): one whose bytes do not match is encoded again.
 Channels a rebuild would write from the very same inputs (``ProductInfo.inputs_key``) are taken over whole
-instead (``link_channels``: hard links, as ``store.writer`` links a parent's arrays).
+instead (``link_channels``: hard links, as ``store.version.writer`` links a parent's arrays).
 """
 
 from __future__ import annotations
@@ -33,9 +37,7 @@ import numpy as np
 
 from store.errors import IndexFormatError
 from store.files import names_full_disk
-from store.lexical_index import TANTIVY_DIR
-from store.manifest import IndexManifest
-from store.products import (
+from store.products.channels import (
     CHANNEL_FILES,
     PHOTO_EMBEDDINGS,
     PHOTO_OWNERS,
@@ -47,9 +49,11 @@ from store.products import (
     ProductInfo,
     has_product_channels,
 )
-from store.reuse import CHECK_CHUNK, DIGEST_BYTES, REUSE_KEY, STAT_COLUMNS, row_digests
-from store.term_hashes import TERM_HASHES, TERM_OFFSETS
-from store.writer import link_from_version
+from store.products.term_hashes import TERM_HASHES, TERM_OFFSETS
+from store.text.lexical_index import TANTIVY_DIR
+from store.version.manifest import IndexManifest
+from store.version.reuse import CHECK_CHUNK, DIGEST_BYTES, REUSE_KEY, STAT_COLUMNS, row_digests
+from store.version.writer import link_from_version
 
 PHOTO_DIGESTS = "photo_digests.npy"
 PHOTO_ROW_DIGESTS = "photo_row_digests.npy"
@@ -81,7 +85,8 @@ def write_product_digests(
     stats: np.ndarray | None = None,
 ) -> None:
     """The digest files of staged product channels: ``images`` (M, 16) uint8 the photos' content digests
-    in photo-row order, the checksums of the vectors as ``store.products.write_product_channels`` stored
+    in photo-row order, the checksums of the vectors as ``store.products.channels.write_product_channels``
+    stored
     them, and ``stats`` (M, 5) int64 the files' stats when hashed (written when given)."""
     m = int(photo_embeds.shape[0])
     if images.shape != (m, DIGEST_BYTES):
@@ -111,7 +116,8 @@ def write_photo_stats(stage: Path, stats: np.ndarray) -> None:
 
 def link_channels(version_dir: Path, stage: Path, known: dict[str, str]) -> list[str]:
     """Every product-channel file of an installed version (its digests too; not its photo stats, which are
-    the staging build's to write) taken over unchanged into ``stage`` by ``store.writer.link_from_version``:
+    the staging build's to write) taken over unchanged into ``stage`` by
+    ``store.version.writer.link_from_version``:
     hard links (copies across filesystems), their checksums in the version's manifest into ``known`` (the
     stage's writer's ``linked_checksums``). A copy that does not match the recorded checksum (the parent's
     file rotted) is not taken over: what was linked or copied is removed again and ``IndexFormatError``
@@ -217,7 +223,8 @@ class StoredProductVectors:
 
     # The interface ``indexer.incremental.digest_and_stat`` reads of a version's stored rows.
     def rows_by_stat(self) -> dict[bytes, int]:
-        """{file stats (``store.reuse.stat_key``): photo row} of the photos whose stats were recorded."""
+        """{file stats (``store.version.reuse.stat_key``): photo row} of the photos whose stats were
+        recorded."""
         if self.stats is None:
             return {}
         known = np.flatnonzero(self.stats.any(axis=1))

@@ -37,7 +37,7 @@ from typing import Any
 import regex
 
 from store.layout import file_signature, fsync_dir, index_dir, write_atomic
-from store.versions import current_version
+from store.version.versions import current_version
 
 SYNONYMS_FILE = "synonyms.json"
 FORMAT = 1

@@ -12,15 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from store.errors import IndexFormatError, ModelMismatchError
-from store.hybrid import FusionModel
 from store.layout import MANIFEST_FILE, METADATA_FILE, index_dir, sha256_file
-from store.manifest import IndexManifest, check_model, model_fingerprint, model_name_of
-from store.metadata import read_metadata
-from store.products import PRODUCTS_FILE, ProductChannels, ProductInfo, has_product_channels
-from store.reader import IndexVersion
-from store.sharded import load_shard_manifest
-from store.sharding import Sharding
-from store.versions import current_version
+from store.products.channels import PRODUCTS_FILE, ProductChannels, ProductInfo, has_product_channels
+from store.products.hybrid import FusionModel
+from store.shards.sharded import load_shard_manifest
+from store.version.manifest import IndexManifest, check_model, model_fingerprint, model_name_of
+from store.version.metadata import read_metadata
+from store.version.reader import IndexVersion
+from store.version.sharding import Sharding
+from store.version.versions import current_version
 
 
 def _checksum_problems(path: Path, manifest: IndexManifest, where: str = "") -> list[str]:

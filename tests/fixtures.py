@@ -29,8 +29,8 @@ from ccrk_settings import DEFAULT_MODEL_DIR, Settings
 from model.runtime import EncodedImages, Encoder, load_encoder
 from service.app import create_app
 from store.layout import FORMAT_VERSION, INDEX_FILE, MANIFEST_FILE, sha256_file
-from store.manifest import IndexManifest, model_fingerprint, model_name_of
-from store.writer import VersionWriter
+from store.version.manifest import IndexManifest, model_fingerprint, model_name_of
+from store.version.writer import VersionWriter
 from synthetic.catalogue import CatalogueRecord, load_split
 from synthetic.synth import SynthConfig, generate_catalogue
 

@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 
 from indexer.build import build
 from service.app import create_app
-from store.lexical import analyze
-from store.products import PhotoRows, ProductInfo, TextRows, write_product_channels
+from store.products.channels import PhotoRows, ProductInfo, TextRows, write_product_channels
+from store.text.lexical import analyze
 from tests.fixtures import Catalogue, make_settings
 
 

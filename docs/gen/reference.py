@@ -370,12 +370,13 @@ FIELD_LINE = re.compile(r"^    (?P<name>\w+): (?P<type>[^=#]+?)\s*(?:=[^#]*)?(?:
 
 
 def manifest_fields_markdown() -> str:
-    """The fields of a version's ``manifest.json``: the ``store.manifest.IndexManifest`` dataclass, with the
+    """The fields of a version's ``manifest.json``: the ``store.version.manifest.IndexManifest`` dataclass,
+    with the
     comments its source gives them (on the line, or on the lines just above)."""
     import dataclasses
     import inspect
 
-    from store.manifest import IndexManifest
+    from store.version.manifest import IndexManifest
 
     notes: dict[str, str] = {}
     above: list[str] = []

@@ -40,7 +40,7 @@ from model.runtime.base import (
     merge_encoded,
     route_languages,
 )
-from store.manifest import model_fingerprint
+from store.version.manifest import model_fingerprint
 
 
 def _fusion_options(threads: int) -> ort.SessionOptions:

@@ -28,7 +28,7 @@ from model.runtime.base import (
     route_languages,
 )
 from model.tokenization import TokenizerError, load_tokenizer, tokenize
-from store.manifest import model_fingerprint
+from store.version.manifest import model_fingerprint
 
 Acquirers = Mapping[str, tuple[LanguageAcquirer, PreTrainedTokenizerBase]]
 

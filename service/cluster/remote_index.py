@@ -1,13 +1,16 @@
-"""``RemoteShardedIndex``: one sharded version as a ``store.reader.SearchableIndex`` whose shards are served
+"""``RemoteShardedIndex``: one sharded version as a ``store.version.reader.SearchableIndex`` whose shards are
+served
 apart (one Ray Serve deployment per shard, ``service.cluster.shard.ShardServer``), for the ingress's index
-holder in place of ``store.sharded.ShardedIndex``.
+holder in place of ``store.shards.sharded.ShardedIndex``.
 
 A search sends every shard its request first and then collects the answers: one parallel hop, merged by
-``store.merge.merge_topk`` with the offsets of the version's manifest (the same merge, so the same answers
+``store.shards.merge.merge_topk`` with the offsets of the version's manifest (the same merge, so the same
+answers
 as ``ShardedIndex``). Items and re-rank tokens are asked only of the shards owning the merged rows. Every
 call names the version, so one answer never mixes versions. Closing releases the version on every shard.
 
-A version's product channels (``store.products``: beside the shards, over the global rows) are opened here,
+A version's product channels (``store.products.channels``: beside the shards, over the global rows) are
+opened here,
 in the ingress, as ``ShardedIndex.products`` (the hybrid path reads them in-process; the shards serve the
 main rows, items and re-rank tokens as for any version); their rows deleted (``live_mask``) are read once from
 the shards' metadata files, beside the channels.
@@ -31,12 +34,12 @@ import numpy as np
 
 from store.errors import IndexFormatError, IndexUnreachableError
 from store.layout import MANIFEST_FILE, METADATA_FILE, index_dir
-from store.manifest import IndexManifest, check_model
-from store.merge import merge_topk
-from store.metadata import MetadataReader, filter_sql
-from store.products import ProductChannels, has_product_channels
-from store.reader import check_queries
-from store.sharding import Sharding, locate, split_allowed
+from store.products.channels import ProductChannels, has_product_channels
+from store.shards.merge import merge_topk
+from store.version.manifest import IndexManifest, check_model
+from store.version.metadata import MetadataReader, filter_sql
+from store.version.reader import check_queries
+from store.version.sharding import Sharding, locate, split_allowed
 
 Results = tuple[np.ndarray, np.ndarray]
 

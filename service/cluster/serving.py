@@ -17,9 +17,9 @@ from service.cluster.deployments import ClusterOptions, build_application
 from service.runtime import served_index_names
 from store.errors import IndexFormatError, IndexNotFoundError
 from store.layout import MANIFEST_FILE, index_dir
-from store.manifest import IndexManifest
-from store.sharding import Sharding
-from store.versions import current_version
+from store.version.manifest import IndexManifest
+from store.version.sharding import Sharding
+from store.version.versions import current_version
 
 log = logging.getLogger(__name__)
 

@@ -24,11 +24,11 @@ import numpy as np
 
 from store.errors import IndexFormatError
 from store.layout import MANIFEST_FILE, index_dir
-from store.manifest import IndexManifest
-from store.reader import IndexVersion
-from store.sharded import load_shard_manifest
-from store.sharding import Sharding
-from store.versions import current_version
+from store.shards.sharded import load_shard_manifest
+from store.version.manifest import IndexManifest
+from store.version.reader import IndexVersion
+from store.version.sharding import Sharding
+from store.version.versions import current_version
 
 Results = tuple[np.ndarray, np.ndarray]
 

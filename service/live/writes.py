@@ -30,7 +30,7 @@ from service.live.schemas import (
 from service.search.filters import SearchFilters, describe
 from store.errors import ChangeLogError, InvalidChangeError
 from store.live import Change, Delete, Patch
-from store.metadata import kind_of
+from store.version.metadata import kind_of
 
 _LINE: TypeAdapter[PatchLine | DeleteLine] = TypeAdapter(BatchLine)
 

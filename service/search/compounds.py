@@ -1,4 +1,4 @@
-"""Decompounding of a text query for the lexical channel (``store.decompound``): a query word of a
+"""Decompounding of a text query for the lexical channel (``store.text.decompound``): a query word of a
 compounding language (German, Swedish, Dutch, Danish, Norwegian, Finnish) that the version's text never
 writes whole, but that splits into known words whose last (the head) the text does write, is searched by
 its parts too: "äppeljuice" finds "Äpple Juice", "grapefruktjuice" the text that writes "grapefrukt" and
@@ -8,10 +8,11 @@ Each such reading of the query (one per compounding language it is read as: ``se
 readings) gets one more reading, the same terms with each split word's term replaced by its parts' terms.
 The compound's own term stays in the first reading, so a catalogue that writes the compound still matches
 it; the split reading is scored on its own in the term coverage features (``coverage`` and ``lexical``,
-``store.hybrid``: the best-covered reading counts), where a product holding every part covers the query as
+``store.products.hybrid``: the best-covered reading counts), where a product holding every part covers the
+query as
 one holding the compound would. BM25 searches the union of both readings' terms.
 
-Known words: the version's vocabulary (``store.spelling.Vocabulary``, the words and stems of its text
+Known words: the version's vocabulary (``store.text.spelling.Vocabulary``, the words and stems of its text
 values) and the language's wordfreq list (``service.search.dictionaries``: its "large" list where there is
 one, each word written at least once in 10^8; wordfreq's code is Apache-2.0 and its data CC-BY-SA 4.0), so
 a part the shop never writes ("grapefrukt" in a shop that writes "grapefruit") is still a word. One
@@ -26,8 +27,8 @@ import weakref
 from collections.abc import Sequence
 
 from service.search.dictionaries import QueryDictionaries
-from store.decompound import Decompounder, compounding
-from store.products import ProductChannels
+from store.products.channels import ProductChannels
+from store.text.decompound import Decompounder, compounding
 
 
 def _unknown(word: str) -> bool:

@@ -4,13 +4,13 @@ the multilingual (dense) channels encode "Äpfel" for "Äpcel" in a shop that wr
 Swedish, where the catalogue has no word to correct it to.
 
 The dictionaries are wordfreq's word lists, installed with the package (code Apache-2.0, data CC-BY-SA
-4.0; ``store.language_id`` reads the same lists for language identification):
+4.0; ``store.text.language_id`` reads the same lists for language identification):
 
 - known words: the "large" list where wordfreq has one (21 languages, down to a frequency of 1e-8: the
   inflections and compounds a shop's queries hold), else the "small" one (1e-6), kept as sorted 64-bit
   hashes (~5 MB for German's 630k words);
 - corrections: the "small" list's words of 5+ letters (~25-35k per language, each written at least once
-  in a million words), in a tantivy fuzzy index in memory (``store.spelling.Vocabulary``: a Levenshtein
+  in a million words), in a tantivy fuzzy index in memory (``store.text.spelling.Vocabulary``: a Levenshtein
   automaton, a swap of neighbours one edit), chosen as ``nearest_in`` says;
 - rarer corrections, asked only for a word none of the small list's is one edit from: the large list's
   other words of ``MIN_RARE`` letters and more written at least once in ``RARE_CENTIBELS`` (~75-230k per
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from store.language_id import SCRIPT_CANDIDATES, WORDFREQ_CODE, normalise_code, script_counts
-from store.spelling import Vocabulary
+from store.text.language_id import SCRIPT_CANDIDATES, WORDFREQ_CODE, normalise_code, script_counts
+from store.text.spelling import Vocabulary
 
 # Correction candidates have as many letters as a word that may be corrected (typos.ONE_EDIT_FROM): a
 # five-letter typo is not "corrected" by a deletion to a four-letter word ("milfh" to English "milf").

@@ -1,5 +1,6 @@
-"""Products and hybrid search on a version with product channels (``store.products``): one ranking of
-products fused from the photos, the text fields' embeddings and BM25 (``store.hybrid``, with the fusion
+"""Products and hybrid search on a version with product channels (``store.products.channels``): one ranking of
+products fused from the photos, the text fields' embeddings and BM25 (``store.products.hybrid``, with the
+fusion
 calibrated at build time), match labels of the fused score, the ``min_score`` cut, ``sort``, paging, and
 the hits' photos and explanations. Image-to-image search (an uploaded photo, "more like this") ranks
 products by their best photo's visual embedding.
@@ -41,7 +42,8 @@ from service.search.facets import spread
 from service.search.responses import image_url
 from service.search.rules import ActingRules
 from service.search.typos import Correction
-from store.hybrid import (
+from store.products.channels import ProductChannels
+from store.products.hybrid import (
     CANDIDATES,
     CHANNELS,
     FEATURES,
@@ -55,9 +57,8 @@ from store.hybrid import (
     match_scores,
     query_match_score,
 )
-from store.lexical import analyze, readings_of, union_of
-from store.product_vectors import ChannelHits
-from store.products import ProductChannels
+from store.products.vectors import ChannelHits
+from store.text.lexical import analyze, readings_of, union_of
 
 log = logging.getLogger(__name__)
 

@@ -59,10 +59,10 @@ from service.search.rules import RuleBook
 from service.search.synonyms import SynonymSource, expanded_query
 from service.search.typos import Correction, correct_query
 from service.uploads import decode_upload
-from store.hybrid import CANDIDATES
-from store.products import ProductChannels, default_mode
-from store.reader import IndexVersion
-from store.sharded import ShardedIndex
+from store.products.channels import ProductChannels, default_mode
+from store.products.hybrid import CANDIDATES
+from store.shards.sharded import ShardedIndex
+from store.version.reader import IndexVersion
 
 # What a result-cache entry holds (``ResponseBuilder.cache_entry``), in its key: entries of another format are
 # not read (2: with ``match_score``; before it, a cached answer came back labelled but without its score).
@@ -483,7 +483,7 @@ class SearchPipeline:
 
     @staticmethod
     def _mode(channels: ProductChannels | None, request: SearchRequest | ConsistencyRequest) -> str:
-        """The request's mode, else the version's default (``store.products.default_mode``)."""
+        """The request's mode, else the version's default (``store.products.channels.default_mode``)."""
         default = default_mode(channels)
         if request.mode is None:
             return default

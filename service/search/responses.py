@@ -24,7 +24,7 @@ from service.schemas import (
     Timings,
 )
 from service.search.ranking import Ranked
-from store.hybrid import GroupParams
+from store.products.hybrid import GroupParams
 
 # An id of only the characters ``quote`` never escapes (letters, digits, ``_.-~``) is its own quoted form:
 # most catalogue ids, spared ``quote``'s per-character work (~1.5 us a hit).

@@ -43,9 +43,9 @@ from service.rule_schemas import BoostAction, BuryAction, HideAction, PinAction,
 from service.schemas import SearchHit
 from service.search.filters import SearchFilters
 from store.errors import IndexFormatError
-from store.hybrid import Candidates
 from store.layout import FileSignature, file_signature
-from store.products import ProductChannels
+from store.products.channels import ProductChannels
+from store.products.hybrid import Candidates
 from store.rules import RulesFile, read_rules_file, rules_beside
 
 log = logging.getLogger(__name__)
@@ -382,7 +382,8 @@ def _joined(
     use_image: bool,
     use_text: bool,
 ) -> Candidates:
-    """``cands`` and products ``rows`` that no channel found, scored as ``store.hybrid.gather`` scores a
+    """``cands`` and products ``rows`` that no channel found, scored as ``store.products.hybrid.gather``
+    scores a
     candidate (exact best photo and text cosines, the text centroid), in no channel's list (rank -1) and
     without a lexical match (no term coverage either: what it covers is not asked, as a pinned product's
     place is the rule's): a filtered walk for one product would escalate to the whole index."""

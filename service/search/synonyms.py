@@ -1,6 +1,7 @@
 """Synonym expansion of a text query (the format and its files: ``store.synonyms``).
 
-A query is matched against the served synonyms on its words (``store.lexical.word_spans``: case-folded and
+A query is matched against the served synonyms on its words (``store.text.lexical.word_spans``: case-folded
+and
 stemmed as the query's language is analysed, so "Trainer" matches an entry's "trainers"); each match
 yields *variants*, the query with that one term replaced by each of its synonyms, as written in the entry.
 Expansion is one step: variants are not expanded again, and at most ``MAX_VARIANTS`` are made (leftmost,
@@ -32,7 +33,6 @@ import numpy as np
 
 from model.runtime import EncodedTexts
 from store.layout import FileSignature, file_signature
-from store.lexical import word_spans
 from store.synonyms import (
     SYNONYMS_FILE,
     SynonymsError,
@@ -41,6 +41,7 @@ from store.synonyms import (
     read_document,
     term_key,
 )
+from store.text.lexical import word_spans
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Typo tolerance of a text query on a product index: each query word the version's text never holds is
-corrected to its nearest written word (``store.spelling``) within an edit budget, as Typesense and
+corrected to its nearest written word (``store.text.spelling``) within an edit budget, as Typesense and
 Meilisearch allow by default: one edit (a substitution, insertion, deletion or swap of two neighbours) in a
 word of 5 to 8 letters, two from 9. Words of letters only are corrected (not "x200", and never a word of a
 spaceless script: its bigrams are matched as written), at most ``MAX_CORRECTED`` of them per query.
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 import regex
 
 from service.search.dictionaries import QueryDictionaries, nearest_in
-from store.lexical import analyze, words_of
-from store.products import ProductChannels
+from store.products.channels import ProductChannels
+from store.text.lexical import analyze, words_of
 
 DEFAULT_TYPOS = 2  # a request's ``typos`` when it sends none: the budget by word length, up to two edits
 ONE_EDIT_FROM, TWO_EDITS_FROM = 5, 9  # letters
@@ -66,7 +66,8 @@ class Correction:
         return self.text if self.lexical is None else self.lexical
 
     def weights(self) -> dict[str, float]:
-        """The lexical channel's factor on the corrected words' terms (``store.hybrid.HybridQuery``)."""
+        """The lexical channel's factor on the corrected words' terms
+        (``store.products.hybrid.HybridQuery``)."""
         return dict.fromkeys(self.terms, FUZZY_WEIGHT)
 
     def matched(self, terms: Iterable[str]) -> dict[str, str]:

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from store.live.records import Delete, Entry, Patch, Upsert
-from store.metadata import fields_match, filter_sql, kind_of
+from store.version.metadata import fields_match, filter_sql, kind_of
 
 Fields = Mapping[str, Any]
 
@@ -101,7 +101,8 @@ class Snapshot:
         return not self.hidden.size and not self.changed.size
 
     def changed_matching(self, filters: dict[str, Any]) -> np.ndarray:
-        """The changed rows whose fields now match every filter (``store.metadata.fields_match``), sorted."""
+        """The changed rows whose fields now match every filter (``store.version.metadata.fields_match``),
+        sorted."""
         key = json.dumps(filters, sort_keys=True, default=str)
         found = self._matching.get(key)
         if found is None:
@@ -294,7 +295,7 @@ class LiveIndex:
 
     def filter_rows(self, filters: dict[str, Any]) -> np.ndarray:
         """The version's matching rows less the hidden and changed ones, and the changed rows whose fields
-        now match (``store.metadata.fields_match``: the same rule the version's SQL applies)."""
+        now match (``store.version.metadata.fields_match``: the same rule the version's SQL applies)."""
         snap = self.overlay.snapshot
         if snap.empty:
             return self._base_rows(filters)

@@ -8,7 +8,8 @@ Three kinds, each naming one product by its id::
 
 A record is one JSON object with a ``format`` field (``RECORD_FORMAT``) and a ``kind``; keys are sorted
 and the separators fixed, so the same change is always the same bytes (its checksum is stable). Photos are
-never inside a record: a record holds each photo's content digest (blake2b-128, ``store.reuse``'s image
+never inside a record: a record holds each photo's content digest (blake2b-128, ``store.version.reuse``'s
+image
 digest, so a photo already in a version is known by it) and where its bytes are stored.
 
 Records are validated twice: when written (``InvalidChangeError`` names the field, nothing is written) and
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from store.errors import ChangeLogCorruptError, ChangeLogError, InvalidChangeError
-from store.reuse import DIGEST_BYTES
+from store.version.reuse import DIGEST_BYTES
 
 RECORD_FORMAT = 1  # the newest record format this code writes and reads
 MAX_ID_CHARS = 512

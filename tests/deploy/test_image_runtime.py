@@ -116,7 +116,7 @@ def test_package_built_from_the_copied_files_holds_the_model_and_pages(tmp_path:
         "ccrk_cli/main.py",
         "ccrk_settings/reference.py",
         "indexer/build.py",
-        "store/reader.py",
+        "store/version/reader.py",
         "monitoring/gate.py",
         "monitoring/cli.py",
         "service/app.py",

@@ -164,7 +164,7 @@ def test_http_reference_names_every_route_and_schema(site: Path) -> None:
 def test_index_format_lists_every_manifest_field(site: Path) -> None:
     import dataclasses
 
-    from store.manifest import IndexManifest
+    from store.version.manifest import IndexManifest
 
     built = text_of(site / "reference" / "index-format" / "index.html")
     assert "<!-- generated" not in (site / "reference" / "index-format" / "index.html").read_text(

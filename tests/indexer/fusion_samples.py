@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from indexer.fusion_fitting import Sample
-from store.hybrid import CHANNELS, FEATURES, Candidates
+from store.products.hybrid import CHANNELS, FEATURES, Candidates
 
 
 def candidates(features: np.ndarray) -> Candidates:

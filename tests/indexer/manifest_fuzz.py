@@ -21,8 +21,8 @@ from indexer import disk
 from indexer.errors import SourceError
 from indexer.shards import plan_hash
 from indexer.sources import read_sources
-from store.metadata import write_metadata
-from store.reuse import FileStats
+from store.version.metadata import write_metadata
+from store.version.reuse import FileStats
 
 # Characters, lone surrogates among them (hypothesis leaves those out of text by default).
 CHARS = st.one_of(

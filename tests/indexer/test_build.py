@@ -20,10 +20,10 @@ from model.configs import CCRkConfig
 from model.preprocessing import ImagePreprocessor
 from model.runtime import Encoder
 from store.errors import ModelMismatchError
-from store.manifest import model_fingerprint, model_name_of
-from store.reader import IndexVersion
 from store.verify import verify_version
-from store.versions import current_version, list_versions, publish_version
+from store.version.manifest import model_fingerprint, model_name_of
+from store.version.reader import IndexVersion
+from store.version.versions import current_version, list_versions, publish_version
 from tests.indexer.files import copy_model, make_bad_files
 from tests.store.writing import write_version
 

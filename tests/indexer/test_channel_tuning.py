@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from indexer.channel_tuning import channel_recall, tune_channels
-from store.products import (
+from store.products.channels import (
     HNSW_EF_SEARCH,
     PHOTO_INDEX,
     PRODUCTS_FILE,

@@ -15,8 +15,8 @@ from indexer.build import build
 from monitoring.gate import quality_gate
 from store.layout import is_version_name
 from store.opening import open_version
-from store.reader import IndexVersion
-from store.versions import current_version, list_versions, version_refused
+from store.version.reader import IndexVersion
+from store.version.versions import current_version, list_versions, version_refused
 from tests.indexer.files import write_photo
 
 runner = CliRunner()

@@ -25,7 +25,6 @@ from indexer import disk
 from indexer.build import add, build
 from indexer.errors import DiskSpaceError
 from indexer.sources import read_sources
-from store import versions
 from store.files import NpyWriter, names_full_disk
 from store.layout import (
     BUILDS_DIR,
@@ -36,10 +35,11 @@ from store.layout import (
     RERANK_FILE,
     RERANK_SCALES_FILE,
 )
-from store.metadata import write_metadata
-from store.reader import IndexVersion
 from store.verify import verify_version
-from store.versions import current_version, list_versions
+from store.version import versions
+from store.version.metadata import write_metadata
+from store.version.reader import IndexVersion
+from store.version.versions import current_version, list_versions
 from tests.conftest import REPO_ROOT
 from tests.indexer.files import write_photo
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from indexer.fusion_calibration import FOLDS, choose_method, cross_validated
 from indexer.fusion_fitting import _cut, fit, r_precision
-from store.hybrid import fuse
+from store.products.hybrid import fuse
 from tests.indexer.fusion_samples import samples as draw_samples
 
 

@@ -20,7 +20,7 @@ from indexer.fusion_fitting import (
     simplex_grid,
 )
 from store.errors import IndexFormatError
-from store.hybrid import (
+from store.products.hybrid import (
     CANDIDATES,
     CHANNELS,
     FEATURES,

@@ -24,9 +24,9 @@ from model.runtime import Encoder
 from store.files import disk_bytes
 from store.layout import EMBEDDINGS_FILE, INDEX_FILE, RERANK_FILE, index_dir
 from store.opening import OpenedIndex, open_version
-from store.reader import IndexVersion
 from store.verify import verify_version
-from store.versions import current_version, prune_versions
+from store.version.reader import IndexVersion
+from store.version.versions import current_version, prune_versions
 from tests.conftest import REPO_ROOT
 from tests.indexer.files import write_photo
 from tests.indexer.killing import kill_after_shards
@@ -103,7 +103,7 @@ def test_a_copy_of_the_parents_rotted_ann_index_is_built_anew(
     """The same rows across filesystems (links are copies): the parent's index.faiss rotted, so its copy
     does not match the recorded checksum and is not taken over (it would be recorded as good); the ANN index
     is built anew from the stored vectors and the new version holds no rotted bytes."""
-    from store import writer as writer_module
+    from store.version import writer as writer_module
 
     manifest, rows = _shop(catalogue, tmp_path)
     first = build("shop", [manifest], settings=settings)
@@ -545,10 +545,11 @@ def test_kill_9_mid_segment_build_then_rerun_publishes_the_same(settings: Settin
 def test_files_hashed_before_are_not_read_again_and_a_rewritten_one_is(
     settings: Settings, catalogue: Path, tmp_path: Path, monkeypatch: Any
 ) -> None:
-    """The file stats recorded with the digests (``store.reuse.image_stat``) spare reading the unchanged
+    """The file stats recorded with the digests (``store.version.reuse.image_stat``) spare reading the
+    unchanged
     files; a file written since (same path, same size even) has a new change time: hashed and encoded."""
     import indexer.incremental as incremental
-    import store.reuse as reuse
+    import store.version.reuse as reuse
 
     monkeypatch.setattr(reuse, "RACY_NS", 0)  # the test's files are seconds old, not hours
     manifest, rows = _shop(catalogue, tmp_path)
@@ -603,7 +604,7 @@ def test_a_version_written_before_segments_and_file_stats_is_reused_and_segmente
 ) -> None:
     """CURRENT as the previous release wrote it (no image_stats.npy, no model files key): still served,
     its rows reused, and it becomes the first segment of the next version."""
-    from store.manifest import IndexManifest
+    from store.version.manifest import IndexManifest
 
     manifest, rows = _shop(catalogue, tmp_path)
     first = build("shop", [manifest], settings=settings)

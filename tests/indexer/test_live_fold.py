@@ -20,7 +20,7 @@ from indexer.report import BuildReport
 from store.live import Change, Delete, Entry, Patch, SqliteChangeLog, changelog_path
 from store.live.overlay import LiveIndex, LiveOverlay
 from store.opening import open_version
-from store.versions import current_version
+from store.version.versions import current_version
 from tests.store.writing import vectors, write_rows, write_version
 
 N = 120

@@ -14,7 +14,7 @@ from ccrk_settings import Settings
 from indexer.build import build
 from indexer.match_calibration import MatchCalibration, MatchThresholds, calibrate
 from indexer.ood_queries import kinds_for_language, ood_queries
-from store.reader import IndexVersion
+from store.version.reader import IndexVersion
 
 
 def fake_scores(table: dict[str, float], seed: int, noise: float = 0.5) -> Callable:

@@ -20,12 +20,12 @@ from indexer.sources import read_sources
 from model.runtime import Encoder
 from monitoring.probe import ProbeError, index_searcher, run_probes
 from monitoring.probe_set import probes_from_captions, save_probe_set
-from store.hybrid import FEATURES, OTHER
 from store.layout import index_dir
-from store.products import PRODUCTS_FILE, ProductChannels, has_product_channels
-from store.reader import IndexVersion
+from store.products.channels import PRODUCTS_FILE, ProductChannels, has_product_channels
+from store.products.hybrid import FEATURES, OTHER
 from store.verify import verify_version
-from store.versions import current_version
+from store.version.reader import IndexVersion
+from store.version.versions import current_version
 from synthetic.attributes import ProductAttributes
 from synthetic.shop_titles import shop_title
 from tests.fixtures import LiveServer, make_settings

@@ -20,7 +20,6 @@ from indexer import product_reuse as product_reuse_module
 from indexer import products as products_module
 from indexer.build import add, build
 from store import product_reuse as store_product_reuse
-from store import writer as store_writer
 from store.layout import index_dir
 from store.product_reuse import (
     PHOTO_DIGESTS,
@@ -29,7 +28,7 @@ from store.product_reuse import (
     TEXT_ROW_DIGESTS,
     StoredProductVectors,
 )
-from store.products import (
+from store.products.channels import (
     PHOTO_EMBEDDINGS,
     PHOTO_INDEX,
     PHOTO_OWNERS,
@@ -39,6 +38,7 @@ from store.products import (
     TEXT_OWNERS,
 )
 from store.verify import verify_version
+from store.version import writer as store_writer
 from tests.fixtures import LiveServer, make_settings
 from tests.indexer.files import write_photo
 
@@ -528,7 +528,7 @@ def _break_fusion(folder: Path) -> dict[str, Any]:
     """The version's stored fusion made unparseable as a builder's bug would write it (its checksum
     recorded); returns the good one."""
     from store.layout import MANIFEST_FILE, sha256_file
-    from store.manifest import IndexManifest
+    from store.version.manifest import IndexManifest
 
     info = json.loads((folder / PRODUCTS_FILE).read_text(encoding="utf-8"))
     good = info["fusion"]

@@ -12,8 +12,8 @@ from ccrk_settings import Settings, get_settings
 from indexer.build import build
 from indexer.quality_gate import Captioned, GateVerdict, resolve_gate, unwired_gate
 from model.runtime import Encoder
-from store.manifest import IndexManifest
-from store.versions import current_version, version_refused
+from store.version.manifest import IndexManifest
+from store.version.versions import current_version, version_refused
 
 
 class FakeGate:

@@ -24,8 +24,8 @@ from indexer.build import build
 from indexer.errors import BuildError
 from indexer.ray_encoding import ShardEncoder, ShardJob, _check_reachable, plan_pool
 from indexer.report import BuildReport
-from store.reader import IndexVersion
-from store.versions import current_version
+from store.version.reader import IndexVersion
+from store.version.versions import current_version
 from tests.conftest import REPO_ROOT
 from tests.indexer.files import make_bad_files, write_photo
 from tests.indexer.killing import kill_after_shards

@@ -22,7 +22,7 @@ from indexer.rerank_policy import (
     measure,
     winner_ranks,
 )
-from store.reader import IndexVersion
+from store.version.reader import IndexVersion
 
 
 def shortlist(top: float, second: float, at16: float, at32: float, n: int = 40) -> np.ndarray:

@@ -15,8 +15,8 @@ from ccrk_settings import Settings
 from indexer.build import build, delete
 from indexer.build_key import BUILD_KEY, CONTENT_KEY, PLAN_HASH, RACY_KEY
 from store.layout import BUILDS_DIR, MANIFEST_FILE
-from store.manifest import IndexManifest
-from store.versions import current_version, list_versions
+from store.version.manifest import IndexManifest
+from store.version.versions import current_version, list_versions
 from tests.conftest import REPO_ROOT
 from tests.indexer.files import write_photo
 
@@ -114,7 +114,7 @@ def test_rerun_in_process_and_what_makes_it_a_new_build(settings: Settings, tmp_
 def _vouched_for_by_stats(monkeypatch: Any) -> None:
     """Files seconds old count as settled (the racy window is what ``test_a_racy_file_...`` checks)."""
     import indexer.build_key as build_key_module
-    import store.reuse as reuse_module
+    import store.version.reuse as reuse_module
 
     monkeypatch.setattr(build_key_module, "RACY_NS", 0)
     monkeypatch.setattr(reuse_module, "RACY_NS", 0)
@@ -151,7 +151,7 @@ def test_a_rerun_of_a_racy_build_reads_the_files_it_did_not_vouch_for(
     same stats: the rerun reads them (their digests equal: still CURRENT's result); once settled, their
     stats vouch for them and nothing is read."""
     import indexer.incremental as incremental
-    from store import reuse
+    from store.version import reuse
 
     hashed: list[Path] = []
 

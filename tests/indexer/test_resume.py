@@ -16,8 +16,8 @@ from indexer.decode import Decoder
 from indexer.staging import index_lock
 from model.configs import CCRkConfig
 from model.runtime import Encoder
-from store.reader import IndexVersion
-from store.versions import current_version
+from store.version.reader import IndexVersion
+from store.version.versions import current_version
 from tests.conftest import REPO_ROOT
 from tests.indexer.files import write_photo
 from tests.indexer.killing import kill_after_shards

@@ -17,13 +17,13 @@ from ccrk_settings import DEFAULT_MODEL_DIR, Settings
 from indexer.build import add, build, delete, rollback
 from model.runtime import Encoder
 from store.layout import EMBEDDINGS_FILE, INDEX_FILE, MANIFEST_FILE, METADATA_FILE
-from store.manifest import IndexManifest
 from store.opening import open_version
-from store.reader import IndexVersion
-from store.sharded import ShardedIndex
-from store.sharding import shard_of
+from store.shards.sharded import ShardedIndex
 from store.verify import verify_version
-from store.versions import current_version
+from store.version.manifest import IndexManifest
+from store.version.reader import IndexVersion
+from store.version.sharding import shard_of
+from store.version.versions import current_version
 from tests.fixtures import LiveServer, make_settings
 
 

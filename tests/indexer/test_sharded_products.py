@@ -27,11 +27,11 @@ from service.cluster.remote_index import RemoteShardedIndex, remote_opener
 from service.cluster.shard import ShardServer
 from store.layout import builds_dir, index_dir
 from store.opening import open_version
-from store.products import PRODUCTS_FILE, TEXT_OWNERS, default_mode, has_product_channels
-from store.reader import IndexVersion
-from store.sharded import ShardedIndex
+from store.products.channels import PRODUCTS_FILE, TEXT_OWNERS, default_mode, has_product_channels
+from store.shards.sharded import ShardedIndex
 from store.verify import verify_version
-from store.versions import current_version, list_versions
+from store.version.reader import IndexVersion
+from store.version.versions import current_version, list_versions
 from tests.fixtures import LiveServer, make_settings
 from tests.indexer.test_products_build import PRODUCTS, _manifest
 

@@ -14,8 +14,8 @@ from model.preprocessing import ImagePreprocessor
 from model.runtime import load_encoder
 from store.errors import IndexFormatError
 from store.layout import EMBEDDINGS_FILE, RERANK_FILE
-from store.reader import IndexVersion
 from store.verify import verify_version
+from store.version.reader import IndexVersion
 from tests.indexer.files import write_photo
 
 

@@ -15,7 +15,7 @@ from indexer.build import add, build, delete
 from store.layout import index_dir
 from store.synonyms import SYNONYMS_FILE, read_document
 from store.verify import verify_version
-from store.versions import current_version
+from store.version.versions import current_version
 from tests.indexer.files import write_photo
 
 runner = CliRunner()

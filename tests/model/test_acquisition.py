@@ -36,7 +36,7 @@ from model.runtime import EncoderError, load_encoder
 from model.runtime.torch_runtime import TorchEncoder
 from model.tokenization import load_tokenizer
 from model.training_data import load_captioned_images
-from store.manifest import model_fingerprint
+from store.version.manifest import model_fingerprint
 from synthetic.catalogue import load_split
 from synthetic.lexicons import ADDED_LANGUAGES, LANGUAGES
 from tests.model.tiny_base import save_tiny_base

@@ -28,7 +28,7 @@ from model.cl2cm import (
 )
 from model.language_training import LanguageTrainConfig
 from model.runtime import load_encoder
-from store.manifest import model_fingerprint
+from store.version.manifest import model_fingerprint
 from synthetic.catalogue import load_split
 from synthetic.lexicons import LANGUAGES
 from tests.model.tiny_base import save_tiny_base

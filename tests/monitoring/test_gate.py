@@ -18,13 +18,13 @@ from monitoring.gate import GateThresholds, evaluate_gate, quality_gate
 from monitoring.history import SqliteHistory
 from monitoring.probe import has_text_channels, index_searcher, run_probes
 from monitoring.probe_set import probes_from_captions
-from store.hybrid import OTHER, HybridQuery, gather, rrf
 from store.layout import MANIFEST_FILE
-from store.lexical import analyze
-from store.manifest import IndexManifest
 from store.opening import open_version
+from store.products.hybrid import OTHER, HybridQuery, gather, rrf
+from store.text.lexical import analyze
 from store.verify import verify_version
-from store.versions import current_version, list_versions
+from store.version.manifest import IndexManifest
+from store.version.versions import current_version, list_versions
 from tests.fixtures import Catalogue
 
 

@@ -21,7 +21,7 @@ from monitoring.probe_set import (
     probes_from_captions,
     save_probe_set,
 )
-from store.reader import IndexVersion
+from store.version.reader import IndexVersion
 from tests.fixtures import INDEX_NAME, Catalogue, LiveServer
 
 LANGS = ["en", "de", "fr", "cs", "ja", "zh", "es", "ru", "tr", "id"]

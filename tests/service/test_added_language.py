@@ -17,8 +17,8 @@ from ccrk_settings import DEFAULT_MODEL_DIR, Settings
 from indexer.build import build
 from model.add_language import add_language
 from model.language_training import LanguageTrainConfig
-from store.manifest import model_fingerprint
-from store.versions import current_version
+from store.version.manifest import model_fingerprint
+from store.version.versions import current_version
 from synthetic.lexicons import LANGUAGES
 from synthetic.synth import SynthConfig, generate_catalogue
 from tests.fixtures import LiveServer, make_settings

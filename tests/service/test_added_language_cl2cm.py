@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from ccrk_cli.main import app as cli
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings
 from indexer.build import build
-from store.manifest import model_fingerprint
-from store.versions import current_version
+from store.version.manifest import model_fingerprint
+from store.version.versions import current_version
 from synthetic.lexicons import LANGUAGES
 from synthetic.synth import SynthConfig, generate_catalogue
 from tests.fixtures import LiveServer, make_settings

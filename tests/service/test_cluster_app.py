@@ -23,8 +23,8 @@ from service.cluster.shard import ShardServer
 from service.errors import IndexUnavailableError, ReloadFailedError
 from store.errors import IndexFormatError, IndexNotFoundError, IndexUnreachableError
 from store.opening import open_version
-from store.reader import IndexVersion
-from store.versions import current_version
+from store.version.reader import IndexVersion
+from store.version.versions import current_version
 from tests.fixtures import make_settings
 from tests.store.writing import D, vectors, write_rows
 

@@ -17,7 +17,7 @@ from service.cluster.shard import ShardServer
 from service.index_holder import IndexHolder
 from store.errors import IndexUnreachableError
 from store.opening import open_version
-from store.versions import current_version
+from store.version.versions import current_version
 from tests.store.writing import vectors, write_rows
 
 NAME = "sharded"

@@ -12,8 +12,8 @@ import pytest
 
 from service.search.compounds import QueryCompounds
 from service.search.dictionaries import QueryDictionaries
-from store.lexical import analyze
-from store.products import ProductChannels
+from store.products.channels import ProductChannels
+from store.text.lexical import analyze
 from tests.fixtures import Catalogue
 from tests.titled_products import search_text, served_titles, write_title_channels
 

@@ -14,7 +14,7 @@ import pytest
 
 from service.schemas import LanguageInfo
 from service.search import hybrid
-from store.hybrid import FEATURES, MATCH_FEATURES, OTHER, Candidates, FusionModel, GroupParams
+from store.products.hybrid import FEATURES, MATCH_FEATURES, OTHER, Candidates, FusionModel, GroupParams
 from tests.store.test_products import MALFORMED_FUSIONS
 from tests.store.test_stored_fusion import NOT_FINITE_FUSIONS
 
@@ -191,7 +191,8 @@ def test_a_group_without_strong_from_labels_and_reports_nothing_strong(ask: Any)
 def test_a_stored_fusion_that_cannot_be_parsed_is_searched_by_reciprocal_rank(
     ask: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A version whose stored fusion model cannot be parsed (``store.hybrid.FusionModel.from_dict``) is
+    """A version whose stored fusion model cannot be parsed (``store.products.hybrid.FusionModel.from_dict``)
+    is
     searched as one with too little text to calibrate: reciprocal-rank fusion, no fused match labels (hybrid
     mode: the photos' cosine labels), one warning for the version however often it is searched. Every
     hybrid and text search of it answered 503 (the format error) or 500 (a malformation parsing let
@@ -240,7 +241,8 @@ def test_a_fusion_that_cannot_be_parsed_still_reads_an_uncertain_query_for_the_s
 def test_a_stand_in_ranks_and_labels_as_a_stored_reciprocal_rank_fusion_and_explains_itself_apart(
     ask: Any,
 ) -> None:
-    """Reciprocal rank in place of a fusion that cannot be parsed (``store.hybrid.FusionModel.stored``)
+    """Reciprocal rank in place of a fusion that cannot be parsed
+    (``store.products.hybrid.FusionModel.stored``)
     ranks and labels as the one a build stores with too little text, and explains itself as it always did:
     group ``other`` whatever the query's language (it has no other), method ``none`` in image mode (the
     photos' cosines alone), where a stored one names the query's language and its own method."""

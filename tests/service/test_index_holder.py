@@ -17,10 +17,10 @@ from service.errors import IndexUnavailableError, ReloadFailedError, ReloadOutOf
 from service.index_holder import MEMORY_RETRY_MAX_S, MEMORY_RETRY_S, IndexHolder, Served, memory_retry_delay
 from store.errors import IndexFormatError, IndexUnreachableError
 from store.layout import CURRENT_FILE, EMBEDDINGS_FILE, MANIFEST_FILE, index_dir
-from store.manifest import IndexManifest
-from store.reader import IndexVersion
-from store.sharded import ShardedIndex
-from store.versions import publish_version
+from store.shards.sharded import ShardedIndex
+from store.version.manifest import IndexManifest
+from store.version.reader import IndexVersion
+from store.version.versions import publish_version
 from tests.fixtures import INDEX_NAME, Catalogue, write_version
 from tests.store.writing import grid_vectors, write_rows
 

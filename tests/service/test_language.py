@@ -1,10 +1,12 @@
-"""The service's query language (``service.language``: ``store.language_id``'s detector, a hint, the served
+"""The service's query language (``service.language``: ``store.text.language_id``'s detector, a hint, the
+served
 catalogue's prior): accuracy on short queries of held-out catalogue captions and of real captions (Multi30K,
 when ../shared/data is there), queries in languages the model lacks, close relatives, hints, mixed and
 letterless queries, the cache, and the catalogue prior on issue 45's short shop queries.
 
 The held-out captions use seed 2026: the detector's constants were tuned on seed 7 (train split) and
-Multi30K train lines, and bench/language_id.py reports seed 123 (see store/language_id.py). The core's own
+Multi30K train lines, and bench/language_id.py reports seed 123 (see store/text/language_id.py). The core's
+own
 evidence (word table, compounds, halves) is tested in tests/store/test_language_id.py.
 """
 
@@ -27,8 +29,8 @@ from service.language import (
     LanguageDetector,
     catalogue_languages,
 )
-from store.language_id import normalise_code
-from store.spelling import Vocabulary
+from store.text.language_id import normalise_code
+from store.text.spelling import Vocabulary
 from synthetic.synth import SynthConfig, iter_items
 from tests.store.test_language_id import SHOP_QUERIES as DETECTED_ALONE
 

@@ -20,7 +20,7 @@ from service.schemas import SearchRequest
 from service.search import facade as facade_module
 from service.search.pipeline import INLINE_MAX_RESULTS, INLINE_MAX_SHARDS
 from store.opening import open_version
-from store.sharded import ShardedIndex
+from store.shards.sharded import ShardedIndex
 from tests.fixtures import Catalogue, LiveServer, make_settings
 
 QUERY = {"query": "a red striped mug", "top_k": 5, "rerank": False}

@@ -28,7 +28,7 @@ from service.cluster.remote_index import RemoteShardedIndex
 from service.cluster.serving import shard_counts_of
 from service.cluster.shard import ShardServer
 from store.opening import open_version
-from store.versions import current_version
+from store.version.versions import current_version
 from synthetic.synth import SynthConfig, generate_catalogue
 from tests.fixtures import LiveServer, make_settings
 from tests.indexer.test_products_build import _manifest

@@ -14,8 +14,8 @@ import redis
 
 from service.cache import RESULT, Cache
 from store.layout import INDEX_FILE, MANIFEST_FILE
-from store.manifest import IndexManifest
-from store.versions import current_version, publish_version
+from store.version.manifest import IndexManifest
+from store.version.versions import current_version, publish_version
 from tests.fixtures import Catalogue, LiveServer, make_settings, write_version
 from tests.service.conftest import RedisProcess
 

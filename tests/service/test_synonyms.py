@@ -20,10 +20,10 @@ from indexer.build import build
 from model.runtime import load_encoder
 from service.search.synonyms import CompiledSynonyms, SynonymSource, combined_embedding
 from store.layout import index_dir
-from store.products import PHOTO_EMBEDDINGS, PHOTO_OWNERS, TEXT_EMBEDDINGS, TEXT_OWNERS
-from store.reader import IndexVersion
+from store.products.channels import PHOTO_EMBEDDINGS, PHOTO_OWNERS, TEXT_EMBEDDINGS, TEXT_OWNERS
 from store.synonyms import SYNONYMS_FILE, parse
-from store.versions import current_version
+from store.version.reader import IndexVersion
+from store.version.versions import current_version
 from synthetic.synth import SynthConfig, generate_catalogue
 from tests.fixtures import LiveServer, make_settings
 

@@ -15,7 +15,7 @@ from model.configs import get_preset
 from service.language import LanguageDetector
 from service.search.dictionaries import Dictionary, QueryDictionaries, nearest_in
 from service.search.typos import FUZZY_WEIGHT, Correction, correct_query, edit_budget
-from store.products import ProductChannels
+from store.products.channels import ProductChannels
 from tests.fixtures import Catalogue
 from tests.titled_products import search_text, served_titles, write_title_channels
 

@@ -9,9 +9,10 @@ import pytest
 
 @pytest.fixture
 def hashed_files(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the files ``store.writer`` hashes from now on, in order (its checksums still computed):
+    """The names of the files ``store.version.writer`` hashes from now on, in order (its checksums still
+    computed):
     what tells a copy checked against its recorded checksum from a hard link taken as it is."""
-    from store import writer as writer_module
+    from store.version import writer as writer_module
 
     hashed: list[str] = []
     real_sha = writer_module.sha256_file

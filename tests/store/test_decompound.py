@@ -1,4 +1,4 @@
-"""Decompounding (store.decompound): exact splits of compounds of German, Swedish and Dutch against small
+"""Decompounding (store.text.decompound): exact splits of compounds of German, Swedish and Dutch against small
 given word sets and a small index's vocabulary, with their linking morphemes and restored endings; the
 words that must not split (short, known whole, not letters, unknown parts or head); the preferences
 between splits; a query's split reading."""
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from store.decompound import MAX_WORD, Decompounder, Split, compounding
-from store.lexical import analyze
-from store.spelling import Vocabulary
+from store.text.decompound import MAX_WORD, Decompounder, Split, compounding
+from store.text.lexical import analyze
+from store.text.spelling import Vocabulary
 
 SWEDISH = {"äpple", "juice", "apelsin", "honung", "melon", "grapefrukt", "flicka", "skola", "gata", "kort"}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from store.exact import topk_merge
+from store.version.exact import topk_merge
 
 
 def test_topk_merge_equals_a_full_sort_with_ties_and_padding() -> None:

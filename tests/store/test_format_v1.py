@@ -13,9 +13,9 @@ import pytest
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings
 from indexer.build import delete
 from model.runtime import Encoder, load_encoder
-from store.reader import IndexVersion
 from store.verify import verify_version
-from store.versions import current_version, list_versions
+from store.version.reader import IndexVersion
+from store.version.versions import current_version, list_versions
 from tests.fixtures import LiveServer, make_settings
 
 FIXTURE = Path(__file__).parent / "format_v1"

@@ -17,9 +17,9 @@ from store.errors import IndexFormatError
 from store.guard import FileGuard
 from store.layout import EMBEDDINGS_FILE, RERANK_FILE, index_dir
 from store.opening import open_version
-from store.products import TEXT_EMBEDDINGS, ProductChannels
-from store.reader import IndexVersion
-from store.versions import current_version
+from store.products.channels import TEXT_EMBEDDINGS, ProductChannels
+from store.version.reader import IndexVersion
+from store.version.versions import current_version
 from tests.store.test_products import make_channels
 from tests.store.writing import vectors, write_rows, write_version
 

@@ -1,12 +1,13 @@
-"""Channel ranks in store.hybrid: equal scores share a rank, so reciprocal-rank fusion does not tell tied
+"""Channel ranks in store.products.hybrid: equal scores share a rank, so reciprocal-rank fusion does not tell
+tied
 products apart by their row numbers (which a sharded version numbers otherwise)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from store.hybrid import _ranks, _tied_ranks
-from store.product_vectors import ChannelHits
+from store.products.hybrid import _ranks, _tied_ranks
+from store.products.vectors import ChannelHits
 
 
 def _hits(owners: list[int], scores: list[float]) -> ChannelHits:
@@ -36,7 +37,7 @@ def test_the_ranks_do_not_depend_on_how_tied_hits_are_ordered() -> None:
 def test_the_labels_depth_check_reads_positions_not_tied_ranks() -> None:
     """A lexical hit at position 55 tied with position 45's score: a deeper page gathers it, but the label
     (calibrated on each channel's first CANDIDATES) must not read it."""
-    from store.hybrid import CANDIDATES, Candidates, GroupParams, query_match_score
+    from store.products.hybrid import CANDIDATES, Candidates, GroupParams, query_match_score
 
     none = np.full(2, -1, np.int64)
     positions = np.asarray([[-1, -1, CANDIDATES + 5], [0, -1, -1]], np.int64)

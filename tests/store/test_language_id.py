@@ -1,4 +1,5 @@
-"""The language detector's core (``store.language_id``): the word table against wordfreq, issue 45's evidence
+"""The language detector's core (``store.text.language_id``): the word table against wordfreq, issue 45's
+evidence
 for short shop queries (compound splits, the cost of a long unknown word, English's prior for international
 words), a source's prior (``Prior``, ``FixedPrior``), and the query classified with its halves as one by one.
 Accuracy on captions and through the service: tests/service/test_language.py."""
@@ -12,7 +13,7 @@ import wordfreq
 
 from model.configs import get_preset
 from model.starter.config import USE_M3_LANGUAGES
-from store.language_id import (
+from store.text.language_id import (
     COMPOUND_JOIN,
     COMPOUND_LANGUAGES,
     OOV_LOG10,

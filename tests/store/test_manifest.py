@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from store import versions
 from store.errors import IndexFormatError, ModelMismatchError
 from store.layout import FORMAT_VERSION, MANIFEST_FILE, MAX_FORMAT_VERSION
-from store.manifest import IndexManifest, model_fingerprint
-from store.reader import IndexVersion
+from store.version import versions
+from store.version.manifest import IndexManifest, model_fingerprint
+from store.version.reader import IndexVersion
 from tests.store.writing import write_version
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from store.errors import FilterError
-from store.metadata import (
+from store.version.metadata import (
     MAX_FIELD_INDEXES,
     MetadataReader,
     field_expr,

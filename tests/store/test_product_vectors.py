@@ -1,10 +1,10 @@
-"""store.product_vectors helpers against plain-Python references."""
+"""store.products.vectors helpers against plain-Python references."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from store.product_vectors import best_per_owner, positions_of
+from store.products.vectors import best_per_owner, positions_of
 
 
 def test_positions_of_matches_a_dict_lookup() -> None:
@@ -29,7 +29,7 @@ def test_best_per_owner_keeps_each_owners_best_row_best_first() -> None:
 def test_best_of_equals_a_per_product_loop_with_masks_and_empty_products() -> None:
     """``GroupedVectors.best_of`` (segment maxima, no sort) against a plain loop: the best score of each
     product and the first row reaching it; -inf / -1 for a product without (unmasked) rows."""
-    from store.product_vectors import GroupedVectors
+    from store.products.vectors import GroupedVectors
 
     rng = np.random.default_rng(1)
     counts = rng.integers(0, 4, 60)  # some products have no row
@@ -74,7 +74,7 @@ def test_the_in_memory_view_of_a_graphs_vectors_keeps_its_index_alive() -> None:
 
     import faiss
 
-    from store.product_vectors import _in_memory_copy
+    from store.products.vectors import _in_memory_copy
 
     rng = np.random.default_rng(2)
     vectors = rng.normal(size=(50, 8)).astype(np.float32)

@@ -1,5 +1,5 @@
-"""Product channels (store.products), lexical analysis (store.lexical) and hybrid candidates
-(store.hybrid) on small hand-made products, checked against exact references."""
+"""Product channels (store.products.channels), lexical analysis (store.text.lexical) and hybrid candidates
+(store.products.hybrid) on small hand-made products, checked against exact references."""
 
 from __future__ import annotations
 
@@ -11,10 +11,8 @@ import numpy as np
 import pytest
 
 from store.errors import IndexFormatError
-from store.hybrid import FEATURES, LEGACY_FEATURES, FusionModel, GroupParams, HybridQuery, fuse, gather, rrf
 from store.layout import LEXICAL_DIR, file_checksums
-from store.lexical import analyze, analyze_variants, match_expression
-from store.products import (
+from store.products.channels import (
     TEXT_SUM_NORMS,
     PhotoRows,
     ProductChannels,
@@ -22,6 +20,17 @@ from store.products import (
     TextRows,
     write_product_channels,
 )
+from store.products.hybrid import (
+    FEATURES,
+    LEGACY_FEATURES,
+    FusionModel,
+    GroupParams,
+    HybridQuery,
+    fuse,
+    gather,
+    rrf,
+)
+from store.text.lexical import analyze, analyze_variants, match_expression
 
 DIM = 8
 

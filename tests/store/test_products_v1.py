@@ -13,12 +13,12 @@ import pytest
 from ccrk_settings import DEFAULT_MODEL_DIR
 from indexer.build import add
 from store.layout import LEXICAL_DIR, MANIFEST_FILE, index_dir, sha256_file
-from store.manifest import IndexManifest
-from store.products import PRODUCTS_FILE
-from store.reader import IndexVersion
-from store.spelling import Nearest
+from store.products.channels import PRODUCTS_FILE
+from store.text.spelling import Nearest
 from store.verify import verify_version
-from store.versions import current_version
+from store.version.manifest import IndexManifest
+from store.version.reader import IndexVersion
+from store.version.versions import current_version
 from tests.fixtures import Catalogue, LiveServer, catalogue, encoder, make_settings
 
 __all__ = ["catalogue", "encoder"]  # fixtures

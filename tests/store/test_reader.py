@@ -10,7 +10,7 @@ import pytest
 
 from store.errors import FilterError, IndexFormatError, IndexNotFoundError
 from store.layout import EMBEDDINGS_FILE, RERANK_FILE, RERANK_SCALES_FILE
-from store.reader import EXACT_FILTER_MAX, IndexVersion, SearchableIndex
+from store.version.reader import EXACT_FILTER_MAX, IndexVersion, SearchableIndex
 from tests.store.writing import D, T, W, brute_force, vectors, write_version
 
 

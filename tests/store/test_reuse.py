@@ -1,4 +1,5 @@
-"""``store.reuse``: the digests a version keeps so that a rebuild can reuse its rows, read back through
+"""``store.version.reuse``: the digests a version keeps so that a rebuild can reuse its rows, read back
+through
 ``StoredVectors``: the row of an image by content, the stored bytes, the checksum check that catches a
 changed row, and versions that hold nothing reusable."""
 
@@ -18,10 +19,10 @@ from store.layout import (
     RERANK_FILE,
     index_dir,
 )
-from store.manifest import IndexManifest
-from store.reuse import REUSE_KEY, StoredVectors, image_digest, row_digests, write_reuse_digests
 from store.verify import verify_version
-from store.writer import VersionWriter
+from store.version.manifest import IndexManifest
+from store.version.reuse import REUSE_KEY, StoredVectors, image_digest, row_digests, write_reuse_digests
+from store.version.writer import VersionWriter
 from tests.store.writing import D, T, W, vectors
 
 

@@ -15,18 +15,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import store.manifest
+import store.version.manifest
 from store.errors import FilterError, IndexFormatError, VersionWriteError
 from store.layout import EMBEDDINGS_FILE, INDEX_FILE, MANIFEST_FILE, METADATA_FILE, SHARDED_FORMAT_VERSION
-from store.manifest import IndexManifest
-from store.merge import merge_topk
 from store.opening import open_version
-from store.reader import IndexVersion, SearchableIndex
-from store.sharded import ShardedIndex
-from store.sharded_writer import ShardedVersionWriter
-from store.sharding import Sharding, partition, shard_of
+from store.shards.merge import merge_topk
+from store.shards.sharded import ShardedIndex
+from store.shards.sharded_writer import ShardedVersionWriter
 from store.verify import verify_version
-from store.versions import current_version, list_versions, prune_versions
+from store.version.manifest import IndexManifest
+from store.version.reader import IndexVersion, SearchableIndex
+from store.version.sharding import Sharding, partition, shard_of
+from store.version.versions import current_version, list_versions, prune_versions
 from tests.store.writing import grid_vectors, sharded_order, write_rows
 
 NAME = "shop"
@@ -159,7 +159,7 @@ def test_format_1_readers_refuse_a_sharded_version_clearly(
     with pytest.raises(IndexFormatError, match="sharded version"):
         IndexVersion(tmp_path / NAME / version, manifest)
     # The code before sharding read format 1 only, with this very check: it refuses, naming the format.
-    monkeypatch.setattr(store.manifest, "MAX_FORMAT_VERSION", 1)
+    monkeypatch.setattr(store.version.manifest, "MAX_FORMAT_VERSION", 1)
     with pytest.raises(
         IndexFormatError, match=r"format_version 2 is not supported \(this code reads up to 1\)"
     ):

@@ -1,4 +1,5 @@
-"""A version's vocabulary (store.spelling) and weighted lexical terms (store.lexical_index, store.hybrid) on
+"""A version's vocabulary (store.text.spelling) and weighted lexical terms (store.text.lexical_index,
+store.products.hybrid) on
 small hand-made products, against exact references."""
 
 from __future__ import annotations
@@ -8,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from store.hybrid import HybridQuery, gather
-from store.lexical import analyze, words_of
-from store.products import ProductChannels
-from store.spelling import MAX_WORD, Nearest, Vocabulary
+from store.products.channels import ProductChannels
+from store.products.hybrid import HybridQuery, gather
+from store.text.lexical import analyze, words_of
+from store.text.spelling import MAX_WORD, Nearest, Vocabulary
 from tests.titled_products import write_title_channels
 
 TEXTS = [

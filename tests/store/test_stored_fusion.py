@@ -1,4 +1,5 @@
-"""The one door to a version's stored fusion (``store.hybrid.FusionModel.stored``): the stored model, or
+"""The one door to a version's stored fusion (``store.products.hybrid.FusionModel.stored``): the stored
+model, or
 reciprocal rank in its place (``FusionModel.reciprocal_rank``) where none is stored or it cannot be parsed,
 with the problem named. The service, the probes, ``ccrk index verify`` and a rebuild's reuse all read it."""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from store.hybrid import (
+from store.products.hybrid import (
     CHANNELS,
     FEATURES,
     OTHER,

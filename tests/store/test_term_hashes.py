@@ -1,4 +1,5 @@
-"""store.term_hashes: the coverage feature's term presence from hashed terms, against the stored terms
+"""store.products.term_hashes: the coverage feature's term presence from hashed terms, against the stored
+terms
 (what a version written before them reads) and on the whole hybrid gather."""
 
 from __future__ import annotations
@@ -9,10 +10,10 @@ import numpy as np
 import pytest
 
 from store.errors import IndexFormatError
-from store.hybrid import HybridQuery, gather
-from store.lexical import analyze
-from store.products import ProductChannels
-from store.term_hashes import TERM_HASHES, TERM_OFFSETS, TermHashes, term_hash, write_term_hashes
+from store.products.channels import ProductChannels
+from store.products.hybrid import HybridQuery, gather
+from store.products.term_hashes import TERM_HASHES, TERM_OFFSETS, TermHashes, term_hash, write_term_hashes
+from store.text.lexical import analyze
 from tests.store.test_products import TEXTS, make_channels
 
 

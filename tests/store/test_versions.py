@@ -9,9 +9,9 @@ import pytest
 
 from store.errors import IndexFormatError, IndexNotFoundError
 from store.layout import MANIFEST_FILE
-from store.manifest import IndexManifest
-from store.reader import IndexVersion
-from store.versions import (
+from store.version.manifest import IndexManifest
+from store.version.reader import IndexVersion
+from store.version.versions import (
     current_version,
     list_versions,
     prune_versions,

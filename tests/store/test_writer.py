@@ -13,7 +13,6 @@ import faiss
 import numpy as np
 import pytest
 
-from store import versions
 from store.errors import IndexFormatError, VersionWriteError
 from store.layout import (
     BUILDS_DIR,
@@ -25,11 +24,12 @@ from store.layout import (
     RERANK_SCALES_FILE,
     file_checksums,
 )
-from store.manifest import IndexManifest
-from store.reader import IndexVersion
 from store.verify import verify_version
-from store.versions import GateRecord, current_version, list_versions, record_gate, refused_by_gate
-from store.writer import VersionWriter
+from store.version import versions
+from store.version.manifest import IndexManifest
+from store.version.reader import IndexVersion
+from store.version.versions import GateRecord, current_version, list_versions, record_gate, refused_by_gate
+from store.version.writer import VersionWriter
 from tests.store.writing import D, T, W, vectors, write_version
 
 
@@ -127,7 +127,7 @@ def _copies_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """Links as on another filesystem: every file taken over is a copy."""
     import shutil
 
-    from store import writer as writer_module
+    from store.version import writer as writer_module
 
     def copy(src: Path, dst: Path) -> bool:
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -143,7 +143,7 @@ def test_a_copy_of_a_rotted_file_is_not_taken_over(
     """A file taken over as a copy (no hard link) must hold the bytes its version recorded: a copy of a
     rotted one raises the caller's error type naming the file, and nothing this call took over is left (nor
     recorded); a copy that matches keeps the recorded checksum, not hashed again."""
-    from store.sharded_writer import ShardedVersionWriter
+    from store.shards.sharded_writer import ShardedVersionWriter
 
     parent = write_version(tmp_path, "shop", n=20)
     folder = tmp_path / "shop" / parent
@@ -178,7 +178,7 @@ def test_taking_files_over_is_all_or_nothing(tmp_path: Path, monkeypatch: pytest
     writing the stage and verify finds it sound."""
     import shutil
 
-    from store import writer as writer_module
+    from store.version import writer as writer_module
 
     parent = write_version(tmp_path, "shop", n=20)
     folder = tmp_path / "shop" / parent

@@ -11,11 +11,11 @@ import faiss
 import numpy as np
 
 from store.layout import FORMAT_VERSION, SHARDED_FORMAT_VERSION
-from store.manifest import IndexManifest
-from store.sharded_writer import ShardedVersionWriter
-from store.sharding import partition
-from store.versions import GATE_KEY
-from store.writer import StagedFiles, VersionWriter
+from store.shards.sharded_writer import ShardedVersionWriter
+from store.version.manifest import IndexManifest
+from store.version.sharding import partition
+from store.version.versions import GATE_KEY
+from store.version.writer import StagedFiles, VersionWriter
 
 D = 16
 T, W = 5, 8

@@ -24,7 +24,7 @@ from store.layout import (
     is_version_name,
     write_atomic,
 )
-from store.manifest import IndexManifest
+from store.version.manifest import IndexManifest
 
 GATE_KEY = "quality_gate"  # build_params key of the builder's gate verdict
 

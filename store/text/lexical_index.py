@@ -1,9 +1,11 @@
-"""The full-text engines behind a version's lexical channel (``store.products``): BM25 over the analysed
-terms of the product text values (``store.lexical``), one document per text value, its id the text row.
+"""The full-text engines behind a version's lexical channel (``store.products.channels``): BM25 over the
+analysed
+terms of the product text values (``store.text.lexical``), one document per text value, its id the text row.
 
 - **tantivy** (written since products format 2): a folder ``lexical.tantivy/`` in the version. One text
   field ``terms`` (tokenizer ``whitespace``: the terms arrive analysed; frequencies, no positions) and a
-  fast field ``row``. Terms are stored folded as ``store.lexical.fold_diacritics`` folds them, and queries
+  fast field ``row``. Terms are stored folded as ``store.text.lexical.fold_diacritics`` folds them, and
+  queries
   are folded the same way. BM25 with k1 1.2, b 0.75 and IDF ln(1 + (N - n + 0.5) / (n + 0.5)).
 - **FTS5** (products format 1, still served): a table ``lexical`` in ``products.sqlite``
   (``unicode61 remove_diacritics 2``) and its ``fts5vocab``.
@@ -31,7 +33,7 @@ import tantivy
 from store.errors import IndexFormatError
 from store.files import names_full_disk
 from store.layout import LEXICAL_DIR
-from store.lexical import fold_diacritics, match_expression
+from store.text.lexical import fold_diacritics, match_expression
 
 TANTIVY_DIR = LEXICAL_DIR
 _FIELD, _ROW = "terms", "row"
@@ -155,7 +157,7 @@ class Fts5Lexical:
         self, terms: Sequence[str], limit: int, weights: Mapping[str, float] | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         # FTS5's bm25() weighs columns, not terms: a format-1 version scores corrected terms as typed ones
-        # (the fused ``lexical`` feature still weighs them less, ``store.hybrid._coverage``).
+        # (the fused ``lexical`` feature still weighs them less, ``store.products.hybrid._coverage``).
         with self._lock:
             found = self._db.execute(
                 "SELECT rowid, bm25(lexical) FROM lexical WHERE lexical MATCH ? ORDER BY rank LIMIT ?",

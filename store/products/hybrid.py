@@ -1,11 +1,11 @@
-"""Hybrid search over a version's product channels (``store.products``): three channels gather
+"""Hybrid search over a version's product channels (``store.products.channels``): three channels gather
 candidates, each candidate gets features from every channel, and the fusion calibrated at build time
 (``FusionModel``) turns the features into one score per product.
 
 Channels of a text query:
 1. cross-modal: the query embedding against every photo of a product (best photo wins);
 2. dense text: the query embedding against the product's text-field embeddings (best field wins);
-3. lexical: BM25 over the analysed text fields (``store.lexical_index``), best field wins.
+3. lexical: BM25 over the analysed text fields (``store.text.lexical_index``), best field wins.
 
 Features of a candidate (the same for fitting and for serving, so a fitted model means what it says):
 ``image`` and ``text`` the exact best cosine (computed for every candidate, whichever channel found it),
@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 
 from store.errors import IndexFormatError
-from store.product_vectors import ChannelHits, concat_ranges, positions_of
-from store.products import ProductChannels
+from store.products.channels import ProductChannels
+from store.products.vectors import ChannelHits, concat_ranges, positions_of
 
 FEATURES = ("image", "text", "lexical", "bm25", "centroid", "coverage")
 # The features fusions fitted before the centroid feature read (their parameters name none: ``GroupParams``).
@@ -64,7 +64,7 @@ MODES = ("hybrid", "image", "text")
 @dataclass
 class HybridQuery:
     """A text query as the channels read it: its embedding (D,), its analysed terms (every likely
-    language's reading, ``store.lexical.analyze_variants``) and the language group of its fusion."""
+    language's reading, ``store.text.lexical.analyze_variants``) and the language group of its fusion."""
 
     embed: np.ndarray
     terms: list[str]

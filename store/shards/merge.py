@@ -1,9 +1,10 @@
 """Merging per-shard top-k lists into the top k of the whole version: a pure function of arrays, used by
-``store.sharded.ShardedIndex`` and by anything that fans a query out to shards served apart (an ingress
+``store.shards.sharded.ShardedIndex`` and by anything that fans a query out to shards served apart (an ingress
 collecting each shard's answer).
 
 Order: score descending, then global row ascending, padding (-1 / -inf) last: the order exact search over
-one index gives (``store.exact``), so merged exact search over S shards equals exact search over one index
+one index gives (``store.version.exact``), so merged exact search over S shards equals exact search over one
+index
 holding the same rows, ties included.
 """
 
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from store.exact import tie_key
+from store.version.exact import tie_key
 
 
 def merge_topk(

@@ -15,7 +15,8 @@ One writer per index at a time is the caller's duty, not this class's: the index
 package knows nothing of) to pruning, and the failure policy around it (which shard work to keep, how a
 full disk is explained) is the indexer's too. Fixtures and benchmarks write alone.
 
-A sharded version is written the same way by ``store.sharded_writer.ShardedVersionWriter``: its shards are
+A sharded version is written the same way by ``store.shards.sharded_writer.ShardedVersionWriter``: its shards
+are
 staged as ordinary version folders inside the one stage, which is installed and published once.
 """
 
@@ -32,7 +33,6 @@ from typing import Any, Self
 import faiss
 import numpy as np
 
-from store import metadata, versions
 from store.errors import IndexFormatError, VersionWriteError
 from store.files import NpyWriter, link_or_copy, names_full_disk, write_sparse_zeros
 from store.layout import (
@@ -48,7 +48,8 @@ from store.layout import (
     index_dir,
     sha256_file,
 )
-from store.manifest import IndexManifest
+from store.version import metadata, versions
+from store.version.manifest import IndexManifest
 
 
 class VersionArrays:
@@ -133,7 +134,7 @@ class Finished:
 
 class StagedFiles:
     """The files of one version folder being written under ``stage`` (an unsharded version's, or one shard's
-    inside a sharded version's stage, ``store.sharded_writer``): arrays, metadata, the ANN index, files
+    inside a sharded version's stage, ``store.shards.sharded_writer``): arrays, metadata, the ANN index, files
     linked from a parent."""
 
     stage: Path
@@ -271,7 +272,8 @@ def _remove_taken(stage: Path, taken: list[str]) -> None:
 
 class StagedVersion:
     """A new version of index ``name`` under ``root`` being staged in ``NAME/.builds/<version>``; the one
-    way both writers (``VersionWriter``, ``store.sharded_writer.ShardedVersionWriter``) stage. Use it as a
+    way both writers (``VersionWriter``, ``store.shards.sharded_writer.ShardedVersionWriter``) stage. Use it
+    as a
     context manager: leaving it without finishing (a failure, or an early return) removes the stage."""
 
     def __init__(self, root: Path, name: str, *, version: str | None = None) -> None:

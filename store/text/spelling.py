@@ -5,11 +5,11 @@ The vocabulary is derived from the version's stored text values (``products.sqli
 every products format holds) when first asked for, not written beside them: versions written before it
 are served alike and the on-disk format is unchanged. It holds
 
-- every word of the text values (``store.lexical.words_of``: NFKC, case-folded, no spaceless-script
+- every word of the text values (``store.text.lexical.words_of``: NFKC, case-folded, no spaceless-script
   words, whose bigrams are never fuzzed) with its document frequency (text values holding it);
 - the languages each word was written in (its values' languages; ``und`` left out): what the service's
   query-language prior reads (``service.language.CatalogueLanguages``);
-- every stem those words are indexed as (``store.lexical.analyze`` in their value's language), each with
+- every stem those words are indexed as (``store.text.lexical.analyze`` in their value's language), each with
   the most frequent word of that stem: "applws" is two edits from "apples" but its English stem "applw"
   one from the index's "appl".
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import tantivy
 
-from store.lexical import analyze, words_of
+from store.text.lexical import analyze, words_of
 
 _WORD, _STEM, _ID = "word", "stem", "id"
 _WRITER_HEAP = 32 * 1024 * 1024

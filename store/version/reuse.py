@@ -49,7 +49,7 @@ from store.layout import (
     RERANK_SCALES_FILE,
     ROW_DIGESTS_FILE,
 )
-from store.manifest import IndexManifest
+from store.version.manifest import IndexManifest
 
 DIGEST_BYTES = 16
 REUSE_KEY = "reuse_key"  # build_params entry: what the stored vectors depend on besides the image bytes
@@ -202,8 +202,10 @@ def _check_recorded(path: Path, sha256: str) -> None:
 class StoredVectors:
     """The reusable rows of one installed version, read-only: which row holds the vectors of an image with
     a given content digest, those rows' stored bytes, and their check against the stored row checksums.
-    An unsharded version is one folder; a segmented one (``store.sharding.SEGMENT_RULE``) is its segments
-    in order, rows numbered globally (segment offset + local row), as ``store.sharded.ShardedIndex`` does.
+    An unsharded version is one folder; a segmented one (``store.version.sharding.SEGMENT_RULE``) is its
+    segments
+    in order, rows numbered globally (segment offset + local row), as ``store.shards.sharded.ShardedIndex``
+    does.
     ``open`` returns None for a version without digests, with another ``reuse_key``, or hash-sharded."""
 
     def __init__(self, path: Path, manifest: IndexManifest, folders: Sequence[Path] | None = None) -> None:
@@ -253,7 +255,7 @@ class StoredVectors:
             return None
         folders = [Path(path)]
         if manifest.is_sharded:
-            from store.sharding import Sharding  # the sharding block, only for sharded versions
+            from store.version.sharding import Sharding  # the sharding block, only for sharded versions
 
             sharding = Sharding.from_dict(manifest.sharding)
             if not sharding.segmented:

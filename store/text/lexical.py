@@ -10,7 +10,8 @@ are analysed): both sides must turn text into the same terms, so the analysis is
   a language without one keeps the case-folded word.
 
 Terms are joined by spaces and indexed, diacritics folded, by the version's full-text engine
-(``store.lexical_index``: tantivy, or SQLite FTS5 in versions written before it), which ranks them by BM25.
+(``store.text.lexical_index``: tantivy, or SQLite FTS5 in versions written before it), which ranks them by
+BM25.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def analyze(text: str, lang: str | None) -> list[str]:
 def words_of(text: str) -> list[str]:
     """The words of ``text`` as analysis folds them (NFKC, case-folded), in text order, leaving out those
     with a character of a spaceless script (their bigrams are no words): what typo tolerance corrects and
-    its vocabulary holds (``store.spelling``)."""
+    its vocabulary holds (``store.text.spelling``)."""
     folded = unicodedata.normalize("NFKC", text).casefold()
     return [w for w in _WORD.findall(folded) if not _BIGRAM_SCRIPT.search(w)]
 
@@ -95,7 +96,7 @@ def analyze_variants(text: str, languages: Sequence[str | None]) -> list[str]:
 
 def readings_of(text: str, languages: Sequence[str | None]) -> list[list[str]]:
     """``text``'s terms read as each of ``languages`` (duplicates dropped) and unstemmed: the readings of a
-    query whose language is uncertain, each scored on its own (``store.hybrid``)."""
+    query whose language is uncertain, each scored on its own (``store.products.hybrid``)."""
     readings: list[list[str]] = []
     for lang in dict.fromkeys([*languages, None]):
         terms = analyze(text, lang)

@@ -4,7 +4,8 @@
 over the few rows a query asks about, memory-mapped, instead of a SQLite look-up and a split per row (at
 100k products 0.2-0.6 ms of a hybrid query's CPU, its largest part after the graph walks).
 
-A version written before has no such files; ``store.products.ProductChannels`` then reads the terms from
+A version written before has no such files; ``store.products.channels.ProductChannels`` then reads the terms
+from
 ``products.sqlite`` as before. Two distinct terms share a hash with probability ~2^-64 per pair.
 """
 
@@ -17,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from store.files import names_full_disk
-from store.product_vectors import concat_ranges
+from store.products.vectors import concat_ranges
 
 TERM_HASHES = "text_term_hashes.npy"
 TERM_OFFSETS = "text_term_offsets.npy"

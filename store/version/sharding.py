@@ -11,7 +11,7 @@ as ``IndexVersion(path, manifest)``. Item ``id`` lives in shard ``shard_of(id, S
 (the first 8 bytes of the 64-byte BLAKE2b digest of the id's UTF-8 bytes, read big-endian, modulo S), a
 rule every process and language computes alike, unlike Python's ``hash()``. ``add`` and ``delete`` touch
 only the owning shards. The version's global rows are shard offset + local row, the offsets being the
-cumulative ``total_rows`` of the shards in order (``store.sharded.ShardedIndex``).
+cumulative ``total_rows`` of the shards in order (``store.shards.sharded.ShardedIndex``).
 
 Rule ``segments`` (``SEGMENT_RULE``): the folders are segments written by successive builds, not hash
 shards (``indexer.segments``). A segment's rows of items changed or removed since are marked deleted in

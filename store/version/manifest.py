@@ -2,7 +2,8 @@
 model compatibility check that compares it with the model in use.
 
 An unsharded version's manifest is format 1, written exactly as before sharding existed (no ``sharding``
-key). A sharded version's own manifest is format 2 and carries the ``sharding`` block (``store.sharding``);
+key). A sharded version's own manifest is format 2 and carries the ``sharding`` block
+(``store.version.sharding``);
 each of its shards has an ordinary format-1 manifest. Code that reads only format 1 refuses format 2 with
 "format_version 2 is not supported (this code reads up to 1)"."""
 
@@ -46,7 +47,8 @@ class IndexManifest:
     recall_measured_on: int = 0  # held-out queries behind measured_recall_at_10
     # indexer.match_calibration.MatchCalibration.to_dict(): thresholds of "strong / weak / no match".
     match_calibration: dict[str, Any] = field(default_factory=dict)
-    # Format 2 only: the shards of a sharded version (``store.sharding.Sharding.to_dict()``); left out of
+    # Format 2 only: the shards of a sharded version (``store.version.sharding.Sharding.to_dict()``); left
+    # out of
     # the JSON when empty, so unsharded manifests are written exactly as before.
     sharding: dict[str, Any] = field(default_factory=dict)
     # The live catalogue (``store.live``): the last change-log sequence number this version holds (its

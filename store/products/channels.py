@@ -17,12 +17,12 @@ also holds, beside them (all written through ``ProductChannelsWriter``, read thr
     text_langs.npy           (F,) int16 index into products.json's ``text_languages``
     texts.faiss              ANN index over text_embeddings (ids: text rows)
     products.sqlite          photos(row, owner, path); texts(row, owner, field, lang, text, terms)
-                             (terms: ``store.lexical.analyze`` of the text, space-separated)
-    lexical.tantivy/         BM25 over those terms (``store.lexical_index``), document id = text row
+                             (terms: ``store.text.lexical.analyze`` of the text, space-separated)
+    lexical.tantivy/         BM25 over those terms (``store.text.lexical_index``), document id = text row
     text_term_hashes.npy     those terms again as 64-bit hashes, and their row offsets
-    text_term_offsets.npy    (``store.term_hashes``; written since 27 Nov 2026, read when present)
+    text_term_offsets.npy    (``store.products.term_hashes``; written since 27 Nov 2026, read when present)
     text_sum_norms.npy       (P,) float32 the norm of the sum of each product's text embeddings: the
-                             centroid feature's divisor (``store.product_vectors.sum_norms``; written since
+                             centroid feature's divisor (``store.products.vectors.sum_norms``; written since
                              27 Nov 2026 (session 13); a version without it has no centroid feature)
     photo_digests.npy, ...   what a rebuild reuses photos and text values by (``store.product_reuse``;
                              written since 27 Nov 2026, session 14)
@@ -32,7 +32,7 @@ an FTS5 table ``lexical`` (rowid = text row, its ``terms`` column the analysed t
 
 A version without these files (every version written before them, and one-photo catalogues without text
 fields) is searched exactly as before. Checksums cover these files like any other (``store.layout``). A
-sharded version holds them once, beside its shards, over its global rows (``store.sharded``).
+sharded version holds them once, beside its shards, over its global rows (``store.shards.sharded``).
 
 (Over 400 lines: the channel files are written and read here only, so that their format is in one place.)
 """
@@ -53,10 +53,10 @@ import numpy as np
 from store.errors import IndexFormatError
 from store.files import names_full_disk
 from store.guard import FileGuard
-from store.lexical_index import TANTIVY_DIR, Fts5Lexical, LexicalIndex, TantivyLexical, write_tantivy
-from store.product_vectors import ChannelHits, GroupedVectors, best_per_owner, sum_norms
-from store.spelling import Vocabulary
-from store.term_hashes import TermHashes, write_term_hashes
+from store.products.term_hashes import TermHashes, write_term_hashes
+from store.products.vectors import ChannelHits, GroupedVectors, best_per_owner, sum_norms
+from store.text.lexical_index import TANTIVY_DIR, Fts5Lexical, LexicalIndex, TantivyLexical, write_tantivy
+from store.text.spelling import Vocabulary
 
 PRODUCTS_FILE = "products.json"
 PHOTO_EMBEDDINGS = "photo_embeddings.npy"
@@ -112,7 +112,8 @@ class ProductInfo:
         language_counts: text values per language.
         photos, texts: row counts of the photo and text arrays.
         visual_dim: width of ``photo_visual.npy``; 0 when the cross-modal embeddings serve image queries.
-        fusion: the calibrated fusion (``store.hybrid.FusionModel.to_dict()``), empty before calibration.
+        fusion: the calibrated fusion (``store.products.hybrid.FusionModel.to_dict()``), empty before
+        calibration.
         calibration: what the calibration measured (held-out scores of every method tried, query counts).
         search_params: per graph index file, the efSearch its walks use and the product-level recall it
             was measured at (``indexer.channel_tuning``); a graph without one walks at ``HNSW_EF_SEARCH``.
@@ -195,7 +196,7 @@ class TextRows:
     fields: list[str]  # base field name per value
     langs: list[str]  # language per value ("und": unknown)
     texts: list[str]
-    terms: list[list[str]]  # ``store.lexical.analyze`` of each value in its language
+    terms: list[list[str]]  # ``store.text.lexical.analyze`` of each value in its language
     embeds: np.ndarray  # (F, D) float32
 
     def extended(self, more: TextRows) -> TextRows:
@@ -233,7 +234,7 @@ def _check_grouped(owners: np.ndarray, what: str) -> None:
 def write_product_channels(
     stage: Path, info: ProductInfo, photos: PhotoRows, texts: TextRows, *, exact_max: int = EXACT_MAX
 ) -> None:
-    """Write every product-channel file into a version being staged (``store.writer``)."""
+    """Write every product-channel file into a version being staged (``store.version.writer``)."""
     stage = Path(stage)
     _check_grouped(photos.owners, "photo")
     _check_grouped(texts.owners, "text")
@@ -288,7 +289,8 @@ def write_product_channels(
 
 
 def _reads_centroid(fusion: dict[str, Any]) -> bool:
-    """Whether a stored fusion (``store.hybrid.FusionModel.to_dict``) has a group whose parameters name the
+    """Whether a stored fusion (``store.products.hybrid.FusionModel.to_dict``) has a group whose parameters
+    name the
     centroid feature (read from ``text_sum_norms.npy``). One of another shape (a damaged ``products.json``)
     does not: the service cannot parse it and fuses by reciprocal rank (``service.search.hybrid``), which
     reads no centroid, so the version still opens."""
@@ -455,7 +457,7 @@ class ProductChannels:
             limit *= 4
 
     def vocabulary(self) -> Vocabulary:
-        """The words of the version's text values (``store.spelling``), derived from them on first use
+        """The words of the version's text values (``store.text.spelling``), derived from them on first use
         (a version does not store it) and kept while the version is open."""
         with self._vocabulary_lock:
             if self._vocabulary is None:

@@ -1,17 +1,19 @@
-"""``ShardedIndex``: one sharded version (``store.sharding``) opened as a ``SearchableIndex`` over its
+"""``ShardedIndex``: one sharded version (``store.version.sharding``) opened as a ``SearchableIndex`` over its
 shards, each an ordinary ``IndexVersion``.
 
 Rows are global: shard offset + local row, the offsets being the cumulative ``total_rows`` of the shards
 in order. A search asks every shard for its own top k (ANN with the shard's tuned parameters, or exact)
-and merges them (``store.merge.merge_topk``: score, then global row), so exact search over the shards
+and merges them (``store.shards.merge.merge_topk``: score, then global row), so exact search over the shards
 equals exact search over one index of the same rows. ``row_of`` asks only the owning shard (the hash rule;
 every segment, newest first, for a segmented version); items and re-rank tokens are read from the shards
 owning the rows asked for.
 
-Product channels (``store.products``) of a sharded version live once, beside the shards in the version's
+Product channels (``store.products.channels``) of a sharded version live once, beside the shards in the
+version's
 own folder, over the global rows (the shards hold the products' main rows, their first photos, as an
 unsharded version does): ``products`` opens them as ``IndexVersion.products`` does, so the hybrid path
-(``store.hybrid``) searches them with no per-shard merge. A sharded version without them (every one written
+(``store.products.hybrid``) searches them with no per-shard merge. A sharded version without them (every one
+written
 before 27 Nov 2026) has ``products`` None and is searched as before.
 """
 
@@ -26,12 +28,12 @@ import numpy as np
 
 from store.errors import IndexFormatError, IndexNotFoundError
 from store.layout import FORMAT_VERSION, MANIFEST_FILE
-from store.manifest import IndexManifest
-from store.merge import merge_topk
-from store.metadata import filter_sql
-from store.products import ProductChannels, has_product_channels
-from store.reader import IndexVersion, check_queries
-from store.sharding import Sharding, locate, split_allowed
+from store.products.channels import ProductChannels, has_product_channels
+from store.shards.merge import merge_topk
+from store.version.manifest import IndexManifest
+from store.version.metadata import filter_sql
+from store.version.reader import IndexVersion, check_queries
+from store.version.sharding import Sharding, locate, split_allowed
 
 Results = tuple[np.ndarray, np.ndarray]
 

@@ -1,4 +1,5 @@
-"""Searching one grouped vector set of a version's product channels (``store.products``): every photo of
+"""Searching one grouped vector set of a version's product channels (``store.products.channels``): every
+photo of
 every product, their visual embeddings, or every text value, each row owned by a product row. A channel
 answers with each product's best row (``ChannelHits``); candidates another channel found get their exact
 best score here too (``GroupedVectors.best_of``)."""
@@ -73,7 +74,7 @@ def _in_memory_copy(index: Any | None, vectors: np.ndarray) -> np.ndarray:
     hundreds of scattered rows per query: from the mapped file each first touch of a page faults (measured
     at 25k products: 0.95 ms of a query's 5.7), from the graph's own copy none does, and the file's pages
     need not sit in memory a second time. Only versions written before 27 Nov 2026 have such graphs: those
-    written since walk half precision (``store.products._vector_index``) and read the mapped file."""
+    written since walk half precision (``store.products.channels._vector_index``) and read the mapped file."""
     if not isinstance(index, faiss.IndexHNSW):
         return vectors
     storage = faiss.downcast_index(index.storage)

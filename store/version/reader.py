@@ -1,10 +1,11 @@
 """Reading one version: the query engine ``IndexVersion`` (ANN and exact search, filtered search, exact
 re-scoring, deleted rows, re-rank tokens, item metadata) and ``SearchableIndex``, the surface the service,
-monitoring and the indexer's tuning search through (``store.sharded.ShardedIndex`` implements it over the
+monitoring and the indexer's tuning search through (``store.shards.sharded.ShardedIndex`` implements it over
+the
 shards of a sharded version; ``store.opening.open_version`` opens either kind).
 
 A little over 400 lines: the one reader of a version's files, its product channels opened beside them
-(``store.products``)."""
+(``store.products.channels``)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import faiss
 import numpy as np
 
-from store import exact
 from store.errors import IndexFormatError, IndexNotFoundError, ModelMismatchError
 from store.guard import FileGuard
 from store.layout import (
@@ -31,10 +31,11 @@ from store.layout import (
     RERANK_SCALES_FILE,
     index_dir,
 )
-from store.manifest import IndexManifest, check_model
-from store.metadata import MetadataReader
-from store.products import ProductChannels, has_product_channels
-from store.versions import current_version
+from store.products.channels import ProductChannels, has_product_channels
+from store.version import exact
+from store.version.manifest import IndexManifest, check_model
+from store.version.metadata import MetadataReader
+from store.version.versions import current_version
 
 # Allowed-row sets up to this size are searched exactly (a gather + matmul beats a filtered ANN walk, and
 # always yields k results).
@@ -198,7 +199,8 @@ class IndexVersion:
         self._tokens = _random_access(self._guard.map_array(rerank_file)) if rerank_file.is_file() else None
         scales = self.path / RERANK_SCALES_FILE
         self._scales = _random_access(self._guard.map_array(scales)) if scales.is_file() else None
-        # Products with several photos or searched text fields (``store.products``); None for every version
+        # Products with several photos or searched text fields (``store.products.channels``); None for every
+        # version
         # written without them, which is searched exactly as before.
         self.products: ProductChannels | None = (
             ProductChannels(self.path, n) if has_product_channels(self.path) else None
@@ -456,5 +458,5 @@ class IndexVersion:
         return self._meta.rows_matching(filters, self._fields)
 
     def field_kinds(self, name: str) -> set[str]:
-        """The kinds of value field ``name`` holds in the live rows (``store.metadata.kind_of``)."""
+        """The kinds of value field ``name`` holds in the live rows (``store.version.metadata.kind_of``)."""
         return self._meta.field_kinds(name) if name in self._fields else set()

@@ -8,14 +8,14 @@ between two parts may stand one of the language's linking morphemes (``LINKS``: 
 Swedish "honung-s-melon"), and a modifier may have dropped or changed its last letters (``RESTORE``:
 Swedish "äppel" for "äpple", "flick" for "flicka", German "Schul" for "Schule"), which are put back before
 it is looked up. Known words are a given set (``known``: a dictionary of the language, such as wordfreq's
-list) and the index's vocabulary (``store.spelling.Vocabulary``: its words; and its stems of ``MIN_STEM``
+list) and the index's vocabulary (``store.text.spelling.Vocabulary``: its words; and its stems of ``MIN_STEM``
 letters or more, so that a known word written in another inflection counts). Where a vocabulary is given,
 the head (last part: what the compound is) must be written in the index, and a word the index writes whole
 is never split (the catalogue matches it as written); without one, ``known`` decides both.
 
 Of the splits that hold, the one with the fewest parts wins, then the longest head, then the fewest
 letters of linking morpheme, then a modifier the index writes before one it does not, then the order of
-``LINKS`` and ``RESTORE``: deterministic. A split is returned with its parts' terms as ``store.lexical``
+``LINKS`` and ``RESTORE``: deterministic. A split is returned with its parts' terms as ``store.text.lexical``
 analyses them in the language (the head as written, so its inflection is stemmed away), cached per word.
 
 Query side only (``service.search.compounds``): the stored terms are unchanged, so the format is too.
@@ -30,8 +30,8 @@ from functools import lru_cache
 
 import regex
 
-from store.lexical import MAX_TERMS, analyze
-from store.spelling import Vocabulary
+from store.text.lexical import MAX_TERMS, analyze
+from store.text.spelling import Vocabulary
 
 MIN_PART = 3  # letters of a part ("ägg", "tee"); a shorter one matches too much by chance
 # Letters of a word to split: two parts of three letters are mostly chance, as wordfreq's lists hold
@@ -68,7 +68,7 @@ RESTORE: dict[str, tuple[tuple[str, str], ...]] = {
     "fi": (("", ""),),
 }
 _ALIASES = {"nb": "no", "nn": "no"}
-_WORD = regex.compile(r"\w+", regex.UNICODE)  # as store.lexical splits words
+_WORD = regex.compile(r"\w+", regex.UNICODE)  # as store.text.lexical splits words
 
 
 def compounding(lang: str | None) -> str | None:
@@ -83,7 +83,8 @@ def compounding(lang: str | None) -> str | None:
 
 @lru_cache(maxsize=CACHED)
 def _analysed(word: str, lang: str) -> tuple[str, ...]:
-    """``store.lexical.analyze`` of one word, kept: a query's words are read for each likely language, and
+    """``store.text.lexical.analyze`` of one word, kept: a query's words are read for each likely language,
+    and
     the same words come back in the next queries."""
     return tuple(analyze(word, lang))
 
@@ -114,12 +115,12 @@ class Decompounder:
         self._cached = lru_cache(maxsize=cached)(self._split)
 
     def split(self, word: str) -> Split | None:
-        """``word`` (folded: NFKC, case-folded, as ``store.lexical.words_of`` gives it) split into known
+        """``word`` (folded: NFKC, case-folded, as ``store.text.lexical.words_of`` gives it) split into known
         parts; None where it is known whole, too short or long, not letters only, or splits into none."""
         return self._cached(word)
 
     def reading(self, text: str) -> list[str] | None:
-        """``text``'s terms as ``store.lexical.analyze`` gives them in this language, each split word's
+        """``text``'s terms as ``store.text.lexical.analyze`` gives them in this language, each split word's
         term replaced by its parts' terms, in text order; None where no word of it splits (then nothing is
         analysed: a Snowball stem costs 10-75 us in Python)."""
         words = _WORD.findall(unicodedata.normalize("NFKC", text).casefold())

@@ -1,4 +1,4 @@
-"""Writing a sharded version (``store.sharding``): ``ShardedVersionWriter`` stages every shard as an
+"""Writing a sharded version (``store.version.sharding``): ``ShardedVersionWriter`` stages every shard as an
 ordinary version folder inside one stage, then installs and publishes the whole version once:
 
     stage NAME/.builds/<version>/  ->  per shard: shard-NNN/ written (``ShardStage``: arrays, metadata,
@@ -7,10 +7,12 @@ ordinary version folder inside one stage, then installs and publishes the whole 
     (``sharding()`` reads the sealed shards)  ->  install (one rename)  ->  publish (CURRENT, once)  ->  prune
 
 The only files of the version's own folder are its manifest and, for products, the product channels over
-the global rows (``store.products``, written into ``stage`` by ``store.products.write_product_channels``):
+the global rows (``store.products.channels``, written into ``stage`` by
+``store.products.channels.write_product_channels``):
 the version's manifest records their checksums (``checksums``, empty for a version without them).
 
-As with ``store.writer.VersionWriter``, leaving the writer without ``finish`` removes the stage, and one
+As with ``store.version.writer.VersionWriter``, leaving the writer without ``finish`` removes the stage, and
+one
 writer per index at a time is the caller's duty.
 """
 
@@ -22,11 +24,11 @@ from pathlib import Path
 from store.errors import VersionWriteError
 from store.files import names_full_disk
 from store.layout import CURRENT_FILE, FORMAT_VERSION, MANIFEST_FILE, SHARDED_FORMAT_VERSION, file_checksums
-from store.manifest import IndexManifest
-from store.products import has_product_channels
-from store.sharded import load_shard_manifest
-from store.sharding import MAX_SHARDS, RULES, SHARD_RULE, ShardEntry, Sharding, shard_dir_name
-from store.writer import (
+from store.products.channels import has_product_channels
+from store.shards.sharded import load_shard_manifest
+from store.version.manifest import IndexManifest
+from store.version.sharding import MAX_SHARDS, RULES, SHARD_RULE, ShardEntry, Sharding, shard_dir_name
+from store.version.writer import (
     Finished,
     StagedFiles,
     StagedVersion,
@@ -112,7 +114,8 @@ class ShardedVersionWriter(StagedVersion):
         has no such record, ``_recorded_digest``): a shard changed since the parent was published (rewritten
         and sealed afresh, its manifest replaced) raises VersionWriteError, else the new version would record
         the changed shard as good; the caller's build fails and nothing is published. A copy is checked as
-        ``store.writer.link_version_files`` checks one, against the checksums the shard's manifest records:
+        ``store.version.writer.link_version_files`` checks one, against the checksums the shard's manifest
+        records:
         one that does not match (the parent's file rotted) raises VersionWriteError naming the file. Either
         way nothing of the shard is left staged."""
         path = self._shard_dir(index)
