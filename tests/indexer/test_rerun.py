@@ -24,7 +24,7 @@ from tests.indexer.files import write_photo
 # before pruning and removing the work folder. Arguments after the code go to `ccrk`.
 KILLED_AFTER_PUBLISH = (
     "import os, runpy, signal, sys\n"
-    "from store import versions\n"
+    "from store.version import versions\n"
     "publish = versions.publish_version\n"
     "def publish_then_die(*args):\n"
     "    publish(*args)\n"
