@@ -158,6 +158,10 @@ def _build(
     (``store.synonyms``), checked before anything else (SynonymsError naming the file)."""
     started = time.perf_counter()
     root = settings.index_root
+    # The product writes made before the sources are read are superseded by this build; those made after
+    # apply over it (``indexer.live_fold``): their sequence is taken before anything is read.
+    live_notes = BuildReport("build", name, None, False)
+    live_sequence = start_sequence(root, name, settings, live_notes)
     synonym_set = read_document(synonyms) if synonyms is not None else None
     model_dir = Path(model_dir or settings.model_dir)
     scan = read_sources(sources, follow_external_links=settings.follow_external_links)
@@ -191,9 +195,7 @@ def _build(
     base = index_dir(root, name)
     dtype, d = settings.rerank_dtype, cfg.embed_dim
     with index_lock(root, name) as guard:
-        # The product writes made before now are superseded by this build; those made while it runs apply
-        # over it (``indexer.live_fold``).
-        live_sequence = start_sequence(root, name, settings, report)
+        report.notes.extend(live_notes.notes)
         key = plan_hash(
             items,
             fingerprint=fingerprint,

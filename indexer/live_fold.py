@@ -35,12 +35,13 @@ from indexer.report import BuildReport
 from indexer.sharded import rewrite_shards
 from indexer.staging import index_lock
 from store.errors import ChangeLogError, IndexFormatError, IndexUnreachableError
-from store.layout import METADATA_FILE
+from store.layout import MANIFEST_FILE, METADATA_FILE, index_dir
 from store.live import ChangeLog, changelog_path, open_changelog
 from store.live.overlay import LiveOverlay, Snapshot
 from store.opening import open_version
 from store.shards.sharded import ShardedIndex
-from store.version.versions import current_version
+from store.version.manifest import IndexManifest
+from store.version.versions import current_version, list_versions
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,18 @@ def _current_sequence(root: Path, name: str) -> int:
         return 0
 
 
+def _oldest_kept_sequence(root: Path, name: str) -> int:
+    """The smallest ``live_sequence`` among the index's kept versions (0 when one cannot be read)."""
+    held = []
+    for version in list_versions(root, name):
+        try:
+            manifest = IndexManifest.load(index_dir(root, name) / version / MANIFEST_FILE)
+            held.append(int(manifest.live_sequence))
+        except IndexFormatError:
+            return 0
+    return min(held, default=0)
+
+
 def fold_published(root: Path, name: str, settings: Settings, report: BuildReport) -> None:
     """After a publish: record that CURRENT holds the changes up to its ``live_sequence`` and drop them from
     the log. A log that cannot be written keeps them (a server skips them anyway: the version says it holds
@@ -96,7 +109,9 @@ def fold_published(root: Path, name: str, settings: Settings, report: BuildRepor
             return
         with opened:
             opened.fold_upto(held)
-            dropped = opened.truncate_upto(held)
+            # Dropped only up to what every kept version holds: a process still serving an older one (its
+            # swap pending, a rollback) must find the entries after its own sequence.
+            dropped = opened.truncate_upto(min(held, _oldest_kept_sequence(root, name)))
         if dropped:
             report.notes.append(f"folded {dropped} product write(s) of the change log, up to sequence {held}")
     except (ChangeLogError, IndexUnreachableError, ValueError) as exc:

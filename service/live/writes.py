@@ -32,6 +32,8 @@ from store.errors import ChangeLogError, InvalidChangeError
 from store.live import Change, Delete, Patch
 from store.version.metadata import kind_of
 
+# What a row's item holds besides its fields (builds strip them from a manifest's fields too).
+RESERVED = frozenset({"id", "path", "paths"})
 _LINE: TypeAdapter[PatchLine | DeleteLine] = TypeAdapter(BatchLine)
 
 
@@ -50,6 +52,11 @@ def check_kinds(served: Served, fields: dict[str, Any]) -> None:
     channels = getattr(served.index, "products", None)
     searched = set(channels.info.fields) if channels is not None else set()
     for name in fields:
+        if name in RESERVED:
+            raise InvalidInputError(
+                f"field {name!r} is the product's own (its id, its photos): not a field a patch may set",
+                loc=("body", "fields", name),
+            )
         if name.partition("@")[0] in searched:
             raise InvalidInputError(
                 f"field {name!r} is a searched text field of this index: its text is embedded and indexed, "
@@ -123,7 +130,8 @@ def parse_batch(body: bytes) -> list[PatchLine | DeleteLine]:
         raise InvalidInputError(
             f"the batch is not UTF-8 text ({exc.reason} at byte {exc.start})", loc=("body",)
         ) from None
-    lines = [(n, line) for n, line in enumerate(text.splitlines()) if line.strip()]
+    # "\n" only: U+2028 and friends may stand unescaped inside a JSON string (str.splitlines splits there).
+    lines = [(n, line.rstrip("\r")) for n, line in enumerate(text.split("\n")) if line.strip()]
     if not lines:
         raise InvalidInputError("the batch holds no change (one JSON object per line)", loc=("body",))
     if len(lines) > MAX_BATCH_LINES:

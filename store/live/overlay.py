@@ -290,7 +290,7 @@ class LiveIndex:
         for i, row in enumerate(rows):
             now = changed.get(int(row))
             if now is not None:
-                found[i] = {"id": found[i]["id"], "path": found[i]["path"], **now}
+                found[i] = {**now, "id": found[i]["id"], "path": found[i]["path"]}
         return found
 
     def filter_rows(self, filters: dict[str, Any]) -> np.ndarray:
@@ -319,6 +319,8 @@ class LiveIndex:
         found = self.base.filter_rows(filters)
         found.setflags(write=False)
         with self._filters_lock:
+            if key in self._filters:  # another search read it meanwhile: one entry, counted once
+                return self._filters[key]
             self._filters[key] = found
             self._filter_rows += found.size
             while self._filter_rows > BASE_FILTER_ROWS and len(self._filters) > 1:

@@ -96,7 +96,14 @@ class Entry:
 
 def _check_json(value: JsonValue, where: str) -> None:
     """``value`` is plain JSON (no NaN or infinity, which JSON has not; string keys only)."""
-    if value is None or isinstance(value, bool | int | str):
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if not -(2**63) <= value < 2**63:  # SQLite holds 64-bit integers: a filter would read a float
+            raise InvalidChangeError(f"{where}: {value} is outside the 64-bit integers", field=where)
+        return
+    if isinstance(value, str):
+        _check_text(value, where)
         return
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -110,9 +117,18 @@ def _check_json(value: JsonValue, where: str) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise InvalidChangeError(f"{where}: key {key!r} is not a string", field=where)
+            _check_text(key, where)
             _check_json(item, f"{where}.{key}")
         return
     raise InvalidChangeError(f"{where}: a {type(value).__name__} is not a JSON value", field=where)
+
+
+def _check_text(text: str, where: str) -> None:
+    """``text`` is UTF-8 encodable (a lone surrogate, which JSON's escapes allow, is not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidChangeError(f"{where}: not valid Unicode text (a lone surrogate)", field=where) from None
 
 
 def _check_names(mapping: object, where: str) -> Mapping[str, Any]:
@@ -121,6 +137,7 @@ def _check_names(mapping: object, where: str) -> Mapping[str, Any]:
     for name in mapping:
         if not isinstance(name, str) or not name:
             raise InvalidChangeError(f"{where}: field name {name!r} must be a non-empty string", field=where)
+        _check_text(name, where)
     return mapping
 
 
@@ -131,6 +148,7 @@ def validate_change(change: object) -> Change:
         raise InvalidChangeError(f"not a change: {type(change).__name__}")
     if not isinstance(change.id, str) or not change.id or len(change.id) > MAX_ID_CHARS:
         raise InvalidChangeError(f"id must be a non-empty string of at most {MAX_ID_CHARS} characters", "id")
+    _check_text(change.id, "id")
     if isinstance(change, Delete):
         return change
     for name, value in _check_names(change.fields, "fields").items():
@@ -138,6 +156,7 @@ def validate_change(change: object) -> Change:
     for name, value in _check_names(change.text, "text").items():
         if not isinstance(value, str):
             raise InvalidChangeError(f"text.{name}: a text field must be a string", field=f"text.{name}")
+        _check_text(value, f"text.{name}")
     if isinstance(change, Patch) and not change.fields and not change.text:
         raise InvalidChangeError("a patch must change at least one field", field="fields")
     if isinstance(change, Upsert):

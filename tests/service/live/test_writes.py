@@ -158,6 +158,8 @@ def test_writes_need_a_write_key_of_the_index(shop: Shop) -> None:
         ({"fields": {"price": 1.0}, "text": {"title": "new"}}, ["body", "text"]),
         ({"fields": {"bad name!": 1}}, ["body", "fields", "bad name!"]),
         ({"fields": {"title": "a new title"}}, ["body", "fields", "title"]),
+        ({"fields": {"id": "prod-9"}}, ["body", "fields", "id"]),
+        ({"fields": {"big": 2**64}}, ["body", "fields", "big"]),
         ({"fields": {"title@de": "ein Titel"}}, ["body", "fields", "title@de"]),
         ({}, ["body", "fields"]),
     ],
@@ -168,16 +170,17 @@ def test_bad_writes_get_a_422_naming_the_field(shop: Shop, body: dict[str, Any],
     assert answer.json()["detail"][0]["loc"][: len(loc)] == loc
 
 
-def test_a_non_finite_number_is_refused_naming_the_field(shop: Shop) -> None:
-    answer = write(
-        shop,
-        "PATCH",
-        "/v1/products/prod-2",
-        content=b'{"fields": {"price": NaN}}',
-        headers={"Content-Type": "application/json"},
-    )
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [(b'{"fields": {"price": NaN}}', "price"), (b'{"fields": {"note": "\\ud800"}}', "note")],
+)
+def test_a_non_finite_number_or_a_lone_surrogate_is_refused_naming_the_field(
+    shop: Shop, body: bytes, field: str
+) -> None:
+    headers = {"Content-Type": "application/json"}
+    answer = write(shop, "PATCH", "/v1/products/prod-2", content=body, headers=headers)
     assert answer.status_code == 422, answer.text
-    assert "price" in json.dumps(answer.json()["detail"][0]["loc"])
+    assert field in json.dumps(answer.json()["detail"][0]["loc"])
 
 
 def test_an_unknown_product_is_a_404(shop: Shop) -> None:
@@ -239,7 +242,7 @@ def test_compact_folds_the_writes_and_keeps_the_answers(shop: Shop) -> None:
         assert ids(server, {**EVERY, "filters": {"colour": "green"}}) == ["prod-7"]
     assert old != report.version
     with SqliteChangeLog(changelog_path(shop.root, "shop")) as log:
-        assert log.pending() == 0 and log.changes_since(0) == []
+        assert log.pending() == 0
     # A write after the fold shows over the new version.
     answer = write(shop, "PATCH", "/v1/products/prod-7", json={"fields": {"colour": "teal"}})
     assert answer.status_code == 200
