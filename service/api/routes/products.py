@@ -9,7 +9,7 @@ it within ``CCRK_LIVE_POLL_S``."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import anyio
 from fastapi import APIRouter, Query, Request
@@ -53,17 +53,19 @@ WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-async def _counted(
-    runtime: Runtime, holder: IndexHolder, kind: str, work: Callable[[], WriteReceipt]
-) -> WriteReceipt:
-    """``work`` in a worker thread, counted in ``ccrk_live_writes_total`` when durable or refused by a log
-    that did not answer."""
+Receipt = TypeVar("Receipt", WriteReceipt, BatchReceipt)
+
+
+async def _counted(runtime: Runtime, holder: IndexHolder, kind: str, work: Callable[[], Receipt]) -> Receipt:
+    """``work`` in a worker thread, counted in ``ccrk_live_writes_total`` (a batch as its count of changes)
+    when durable, or once when refused by a log that did not answer."""
     try:
         receipt = await anyio.to_thread.run_sync(work)
     except WriteUnavailableError:
         runtime.metrics.live_writes.labels(holder.name, kind, "unavailable").inc()
         raise
-    runtime.metrics.live_writes.labels(holder.name, kind, "ok").inc()
+    count = receipt.count if isinstance(receipt, BatchReceipt) else 1
+    runtime.metrics.live_writes.labels(holder.name, kind, "ok").inc(count)
     return receipt
 
 
@@ -163,7 +165,7 @@ async def _batch(runtime: Runtime, holder: IndexHolder, request: Request, wait: 
                 runtime.feed(holder.name), served, lines, wait=wait, wait_s=runtime.settings.live_wait_s
             )
 
-    return await _counted_batch(runtime, holder, "batch", work)
+    return await _counted(runtime, holder, "batch", work)
 
 
 async def _delete_matching(
@@ -175,19 +177,7 @@ async def _delete_matching(
                 runtime.feed(holder.name), served, body, wait=wait, wait_s=runtime.settings.live_wait_s
             )
 
-    return await _counted_batch(runtime, holder, "delete", work)
-
-
-async def _counted_batch(
-    runtime: Runtime, holder: IndexHolder, kind: str, work: Callable[[], BatchReceipt]
-) -> BatchReceipt:
-    try:
-        receipt = await anyio.to_thread.run_sync(work)
-    except WriteUnavailableError:
-        runtime.metrics.live_writes.labels(holder.name, kind, "unavailable").inc()
-        raise
-    runtime.metrics.live_writes.labels(holder.name, kind, "ok").inc(receipt.count)
-    return receipt
+    return await _counted(runtime, holder, "delete", work)
 
 
 @router.post(
