@@ -35,7 +35,8 @@ from ccrk_settings import Settings  # noqa: E402
 from indexer.live_fold import compact  # noqa: E402
 from store.layout import FORMAT_VERSION  # noqa: E402
 from store.live import Change, Delete, Patch, SqliteChangeLog  # noqa: E402
-from store.live.overlay import LiveIndex, LiveOverlay  # noqa: E402
+from store.live.overlay import LiveOverlay  # noqa: E402
+from store.live.view import LiveIndex  # noqa: E402
 from store.opening import open_version  # noqa: E402
 from store.version.manifest import IndexManifest  # noqa: E402
 from store.version.writer import VersionWriter  # noqa: E402

@@ -36,7 +36,7 @@ from indexer.sharded import rewrite_shards
 from indexer.staging import index_lock
 from store.errors import ChangeLogError, IndexFormatError, IndexUnreachableError
 from store.layout import MANIFEST_FILE, METADATA_FILE, index_dir
-from store.live import ChangeLog, changelog_path, open_changelog
+from store.live import ChangeLog, Upsert, changelog_path, open_changelog
 from store.live.overlay import LiveOverlay, Snapshot
 from store.opening import open_version
 from store.shards.sharded import ShardedIndex
@@ -118,14 +118,18 @@ def fold_published(root: Path, name: str, settings: Settings, report: BuildRepor
         report.notes.append(f"the change log keeps the writes up to {held} for now ({exc})")
 
 
-def _applied(root: Path, name: str, opened: ChangeLog, upto: int) -> tuple[Snapshot, int, list[int]]:
-    """CURRENT's snapshot after the changes up to ``upto``: its ``live_sequence``, and its rows as (shard,
-    local row) of the hidden and changed ones."""
+def _applied(root: Path, name: str, opened: ChangeLog, upto: int) -> tuple[Snapshot, int, list[int], int]:
+    """CURRENT's snapshot after the changes up to ``upto``, or up to the first upsert before it (a new
+    product is folded by a build that encodes it, not here: it and what follows stay in the log, served
+    from the overlay); CURRENT's ``live_sequence``, the shard offsets, and the sequence folded."""
     with open_version(root, name) as base:
         start = int(base.manifest.live_sequence)
         overlay = LiveOverlay(base, applied=start)
         page = []
         for entry in opened.iter_changes(start, upto=upto):
+            if isinstance(entry.change, Upsert):
+                upto = entry.seq - 1
+                break
             page.append(entry)
             if len(page) >= PAGE:
                 overlay.apply(page)
@@ -133,7 +137,7 @@ def _applied(root: Path, name: str, opened: ChangeLog, upto: int) -> tuple[Snaps
         overlay.apply(page)
         snap = overlay.snapshot
         offsets = list(base.offsets) if isinstance(base, ShardedIndex) else [0]
-    return snap, start, offsets
+    return snap, start, offsets, upto
 
 
 def _by_shard(rows: np.ndarray, offsets: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -156,8 +160,13 @@ def compact(name: str, *, settings: Settings) -> BuildReport:
                 report.notes.append("no change log: nothing to fold")
                 return report
             with opened:
-                upto = opened.last_sequence()
-                snap, start, offsets = _applied(root, name, opened, upto)
+                last = opened.last_sequence()
+                snap, start, offsets, upto = _applied(root, name, opened, last)
+            if upto < last:
+                report.notes.append(
+                    f"change {upto + 1} upserts a product: it and the {last - upto - 1} change(s) after it "
+                    "stay in the log (served as they are) until a build from a manifest holding the product"
+                )
         except (ChangeLogError, IndexUnreachableError) as exc:
             raise BuildError(
                 f"cannot read the change log of {name!r}: {exc}; nothing was published"
@@ -167,8 +176,8 @@ def compact(name: str, *, settings: Settings) -> BuildReport:
         else:
             if snap.not_applied:
                 report.notes.append(
-                    f"{snap.not_applied} change(s) this release cannot apply (new products, text fields) "
-                    "were left out, as servers leave them out"
+                    f"{snap.not_applied} change(s) this release cannot apply (text fields of patches) were "
+                    "left out, as servers leave them out"
                 )
             report = _write(name, settings, guard, report, snap, offsets, upto, started)
     fold_published(root, name, settings, report)

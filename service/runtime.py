@@ -32,6 +32,7 @@ from service.hugepages import advise_huge_pages
 from service.index_holder import IndexHolder, Served, image_base_of
 from service.keys import KeyRecord, KeyRing
 from service.language import LanguageDetector
+from service.live.embedder import CatalogueEmbedder
 from service.live.feed import LiveFeed
 from service.metrics import Metrics
 from service.monitor import Monitor
@@ -310,6 +311,10 @@ class Runtime:
 
             made = LiveFeed(self.settings.index_root, name, self.settings.live_dsn, on_apply=observe)
             feed = self.feeds.setdefault(name, made)
+        if feed.embedder is None and self._pipeline is not None:
+            feed.embedder = CatalogueEmbedder(
+                self._pipeline.encoder, feed.photos, max_pixels=self.settings.max_query_pixels
+            )
         return feed
 
     def _on_load(self, served: Served) -> None:

@@ -16,20 +16,24 @@ IMAGE_FORMATS = {"JPEG": "image/jpeg", "MPO": "image/jpeg", "PNG": "image/png", 
 
 
 def decode_upload(
-    data: bytes, content_type: str | None, *, max_bytes: int, max_pixels: int, image_size: int
+    data: bytes,
+    content_type: str | None,
+    *,
+    max_bytes: int,
+    max_pixels: int,
+    image_size: int,
+    loc: tuple[str | int, ...] = ("body", "file"),
 ) -> Image.Image:
     """The uploaded query image, checked (size, media type, format, pixel count from the header) and decoded
-    (JPEG/MPO at a reduced scale); 413 / 415 / 422 errors name the ``file`` field."""
+    (JPEG/MPO at a reduced scale); 413 / 415 / 422 errors name the field ``loc`` (the ``file`` upload)."""
     if len(data) > max_bytes:
-        raise PayloadTooLargeError(
-            f"image is {len(data)} bytes, the limit is {max_bytes}", loc=("body", "file")
-        )
+        raise PayloadTooLargeError(f"image is {len(data)} bytes, the limit is {max_bytes}", loc=loc)
     if not data:
-        raise InvalidInputError("the uploaded file is empty", loc=("body", "file"))
+        raise InvalidInputError("the uploaded file is empty", loc=loc)
     declared = (content_type or "").split(";")[0].strip().lower()
     if declared and declared not in (*IMAGE_FORMATS.values(), "application/octet-stream"):
         raise UnsupportedMediaTypeError(
-            f"media type {declared!r} is not accepted; send JPEG, PNG or WebP", loc=("body", "file")
+            f"media type {declared!r} is not accepted; send JPEG, PNG or WebP", loc=loc
         )
     try:
         # Pillow warns (it does not raise) between its bomb limit and twice that; the pixel check below
@@ -38,7 +42,7 @@ def decode_upload(
         if image.format not in IMAGE_FORMATS:
             raise UnsupportedMediaTypeError(
                 f"image format {image.format} is not accepted; send JPEG, PNG or WebP",
-                loc=("body", "file"),
+                loc=loc,
             )
         # From the header, before any pixel is decoded: a query needs only the model's input size,
         # and a small PNG of 9400 x 9400 pixels cost 6 s of CPU and ~1 GB to decode.
@@ -47,17 +51,15 @@ def decode_upload(
             raise PayloadTooLargeError(
                 f"image has {pixels:,} pixels ({image.size[0]} x {image.size[1]}); a query image may "
                 f"have at most {max_pixels:,}",
-                loc=("body", "file"),
+                loc=loc,
             )
         draft_for(image, image_size).load()
     except UnidentifiedImageError:
-        raise UnsupportedMediaTypeError(
-            "the file is not a JPEG, PNG or WebP image", loc=("body", "file")
-        ) from None
+        raise UnsupportedMediaTypeError("the file is not a JPEG, PNG or WebP image", loc=loc) from None
     except Image.DecompressionBombError as exc:
-        raise PayloadTooLargeError(f"image has too many pixels: {exc}", loc=("body", "file")) from None
+        raise PayloadTooLargeError(f"image has too many pixels: {exc}", loc=loc) from None
     except (OSError, SyntaxError, ValueError) as exc:
-        raise InvalidInputError(f"the image cannot be decoded: {exc}", loc=("body", "file")) from None
+        raise InvalidInputError(f"the image cannot be decoded: {exc}", loc=loc) from None
     return image  # converted to RGB (mode by mode, as the indexer does) by the encoder's preprocessor
 
 

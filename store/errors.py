@@ -52,3 +52,8 @@ class InvalidChangeError(ValueError):
     def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+class PhotoUnreadableError(IndexFormatError):
+    """A photo a change names is missing from the index's photo store, or its bytes are not those its
+    digest names (``store.live.photos``)."""

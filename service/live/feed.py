@@ -23,7 +23,10 @@ from pathlib import Path
 from service.index_holder import Served
 from store.errors import ChangeLogError, IndexUnreachableError
 from store.live import MAX_PAGE, Change, ChangeLog, changelog_path, open_changelog
-from store.live.overlay import Applied, LiveIndex, LiveOverlay
+from store.live.delta import ProductEmbedder
+from store.live.overlay import Applied, LiveOverlay
+from store.live.photos import PhotoStore
+from store.live.view import LiveIndex
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +39,19 @@ class LiveFeed:
     process applied of it. Thread-safe: catch-ups run one at a time."""
 
     def __init__(
-        self, root: Path, name: str, dsn: str | None = None, on_apply: ApplyObserver | None = None
+        self,
+        root: Path,
+        name: str,
+        dsn: str | None = None,
+        on_apply: ApplyObserver | None = None,
+        embedder: ProductEmbedder | None = None,
     ) -> None:
         self.root = Path(root)
         self.name = name
         self.dsn = dsn
+        self.photos = PhotoStore(self.root, name)  # where upserted products' photos are kept
+        # Embeds upserted products as they are applied (None: they are counted as not applied).
+        self.embedder = embedder
         # Told of every page applied: the seconds from each entry's commit to now, and the sequence shown.
         self._on_apply = on_apply or (lambda lags, applied: None)
         self._log: ChangeLog | None = None
@@ -86,7 +97,8 @@ class LiveFeed:
         the loading thread): the changes after the last one the version holds (``live_sequence``)."""
         if not isinstance(served.index, LiveIndex):
             held = int(getattr(served.index.manifest, "live_sequence", 0))
-            served.index = LiveIndex(served.index, LiveOverlay(served.index, applied=held))  # type: ignore[assignment]
+            overlay = LiveOverlay(served.index, applied=held, embedder=self.embedder)
+            served.index = LiveIndex(served.index, overlay)  # type: ignore[assignment]
         self.catch_up(served)
 
     def catch_up(self, served: Served, upto: int | None = None) -> Applied | None:

@@ -26,6 +26,35 @@ class ProductPatch(BaseModel):
     fields: PatchFields = Field(description='The fields to change, e.g. {"price": 7.5, "in_stock": false}.')
 
 
+MAX_UPSERT_FIELDS = 256
+# A field name, or a text field's name tagged with its language (``title@de``, ``title@zh-hant``).
+UpsertFieldName = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}(@[A-Za-z]{2,8}(-[A-Za-z0-9]{1,8})*)?$")
+]
+MAX_UPSERT_PHOTOS = 8
+# A whole upsert's body: its photos in base64 (4/3 of their bytes), each also within CCRK_MAX_UPLOAD_MB.
+MAX_UPSERT_BYTES = 48 * 1024 * 1024
+
+
+class PhotoUpload(BaseModel):
+    """One photo of a product, its bytes in base64 (JPEG, PNG or WebP; never fetched from a URL)."""
+
+    model_config = ConfigDict(extra="forbid")
+    data: Annotated[str, StringConstraints(min_length=1)] = Field(description="The photo's bytes, base64.")
+
+
+class ProductUpsert(BaseModel):
+    """The whole product: its fields (metadata, and the index's searched text fields such as ``title`` or
+    ``title@de``, embedded and indexed for search) and its photos, the first one its own image. Replaces
+    every earlier state of the product, or adds it."""
+
+    model_config = ConfigDict(extra="forbid")
+    fields: Annotated[dict[UpsertFieldName, JsonValue], Field(max_length=MAX_UPSERT_FIELDS)] = Field(
+        default_factory=dict, description='e.g. {"title": "Red mug", "title@de": "Rote Tasse", "price": 7.5}'
+    )
+    photos: Annotated[list[PhotoUpload], Field(max_length=MAX_UPSERT_PHOTOS)] = Field(default_factory=list)
+
+
 class PatchLine(BaseModel):
     """One line of a batch: ``{"op": "patch", "id": ..., "fields": {...}}``."""
 
@@ -67,7 +96,7 @@ class WriteReceipt(BaseModel):
     """A write recorded in the index's change log (durable: it survives a crash of every process)."""
 
     id: str = Field(description="The product written.")
-    kind: Literal["patch", "delete"]
+    kind: Literal["upsert", "patch", "delete"]
     seq: int = Field(description="The write's sequence number in the index's change log.")
     visible: bool = Field(
         description="Whether this process's searches showed the write when it answered: true with wait "

@@ -8,6 +8,9 @@ Nothing is acknowledged before the log has it durably; a log that does not answe
 
 from __future__ import annotations
 
+import base64
+import binascii
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -25,11 +28,13 @@ from service.live.schemas import (
     DeleteLine,
     PatchLine,
     ProductPatch,
+    ProductUpsert,
     WriteReceipt,
 )
 from service.search.filters import SearchFilters, describe
+from service.uploads import decode_upload
 from store.errors import ChangeLogError, InvalidChangeError
-from store.live import Change, Delete, Patch
+from store.live import Change, Delete, Patch, PhotoRef, Upsert
 from store.version.metadata import kind_of
 
 # What a row's item holds besides its fields (builds strip them from a manifest's fields too).
@@ -118,6 +123,91 @@ def delete_product(
 ) -> WriteReceipt:
     _row_of(feed, served, item_id)
     change = Delete(item_id)
+    return _receipt(feed, served, change, _append(feed, change), wait, wait_s)
+
+
+@dataclass(frozen=True)
+class PhotoLimits:
+    """What an upserted photo may be: the image search upload's limits."""
+
+    max_bytes: int
+    max_pixels: int
+    image_size: int
+
+
+def searched_fields(served: Served) -> set[str]:
+    """The index's searched text fields (base names), embedded and indexed for search."""
+    channels = getattr(served.index, "products", None)
+    return set(channels.info.fields) if channels is not None else set()
+
+
+def upsert_change(
+    feed: LiveFeed, served: Served, item_id: str, body: ProductUpsert, limits: PhotoLimits
+) -> Upsert:
+    """The upsert of ``body``, its photos checked (size, format, pixels, decoding: 413 / 415 / 422 naming
+    ``photos[i]``) and stored durably (``store.live.photos``) before anything names them; its searched
+    text fields apart from its other fields, whose kinds must be the catalogue's."""
+    searched = searched_fields(served)
+    text: dict[str, str] = {}
+    other: dict[str, Any] = {}
+    for name, value in body.fields.items():
+        base = name.partition("@")[0]
+        if base in searched:
+            if not isinstance(value, str):
+                raise InvalidInputError(
+                    f"field {name!r} is a searched text field of this index: its value must be text",
+                    loc=("body", "fields", name),
+                )
+            text[name] = value
+        elif "@" in name:
+            held = ", ".join(sorted(searched)) or "none"
+            raise InvalidInputError(
+                f"field {name!r}: only the index's searched text fields ({held}) take a language tag",
+                loc=("body", "fields", name),
+            )
+        else:
+            other[name] = value
+    check_kinds(served, other)
+    if not body.photos and not any(v.strip() for v in text.values()):
+        raise InvalidInputError(
+            "a product needs a photo or a searched text field "
+            f"({', '.join(sorted(searched)) or 'this index searches photos only'}) to be found",
+            loc=("body", "photos"),
+        )
+    refs: list[PhotoRef] = []
+    for i, photo in enumerate(body.photos):
+        loc = ("body", "photos", i, "data")
+        try:
+            data = base64.b64decode(photo.data, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidInputError(f"photos[{i}].data is not base64", loc=loc) from None
+        image = decode_upload(
+            data,
+            None,
+            max_bytes=limits.max_bytes,
+            max_pixels=limits.max_pixels,
+            image_size=limits.image_size,
+            loc=loc,
+        )
+        try:
+            refs.append(feed.photos.put(data, str(image.format)))
+        except OSError as exc:
+            raise WriteUnavailableError(f"photo {i} could not be stored: {exc}") from None
+    return Upsert(item_id, fields=other, text=text, photos=tuple(refs))
+
+
+def upsert_product(
+    feed: LiveFeed,
+    served: Served,
+    item_id: str,
+    body: ProductUpsert,
+    limits: PhotoLimits,
+    *,
+    wait: bool,
+    wait_s: float,
+) -> WriteReceipt:
+    feed.catch_up(served)
+    change = upsert_change(feed, served, item_id, body, limits)
     return _receipt(feed, served, change, _append(feed, change), wait, wait_s)
 
 

@@ -13,23 +13,28 @@ What an entry does to a product of the version (named by its id):
     patch   its fields: each named field takes the new value, a field set to null is removed (JSON merge
             patch, RFC 7396, at the top level); a patch of a product that is gone does nothing
     delete  it is hidden: searches, filters, ``row_of`` and the counts leave it out
-    upsert  not applied by this release (new products need their photos and text embedded: counted in
-            ``Snapshot.not_applied``, and no write route produces one yet); so is a patch's text fields
+    upsert  the whole product, as a new row after the version's (``store.live.delta``: embedded by the
+            overlay's ``ProductEmbedder``); the row it replaces (the version's, or an earlier upsert's) is
+            hidden. Without an embedder (a fold, which leaves upserts in the log), or when its photos cannot
+            be read, it is counted in ``Snapshot.not_applied``; so is a patch's text fields
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
+from store.live.delta import Delta, DeltaRows, ProductEmbedder
 from store.live.records import Delete, Entry, Patch, Upsert
-from store.version.metadata import fields_match, filter_sql, kind_of
+from store.version.metadata import fields_match, kind_of
+
+log = logging.getLogger(__name__)
 
 Fields = Mapping[str, Any]
 
@@ -61,8 +66,12 @@ class BaseIndex(Protocol):
         self, queries: np.ndarray, k: int, allowed_rows: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]: ...
 
+    def embeddings(self, rows: np.ndarray) -> np.ndarray: ...
 
-_NO_ROWS = np.zeros(0, np.int64)
+    def rerank_tokens(self, rows: np.ndarray) -> np.ndarray: ...
+
+
+NO_ROWS = np.zeros(0, np.int64)
 MATCHING_KEPT = 256  # filters whose changed rows a snapshot keeps
 BASE_FILTER_ROWS = 4_000_000  # rows of the version's own filter results kept (32 MB of int64)
 
@@ -84,14 +93,18 @@ class Snapshot:
     """
 
     applied: int
-    hidden: np.ndarray = field(default_factory=lambda: _NO_ROWS)
-    changed: np.ndarray = field(default_factory=lambda: _NO_ROWS)
+    hidden: np.ndarray = field(default_factory=lambda: NO_ROWS)
+    changed: np.ndarray = field(default_factory=lambda: NO_ROWS)
     fields: Mapping[int, Fields] = field(default_factory=dict)
     names: frozenset[str] = frozenset()
     live: np.ndarray | None = None
     not_applied: int = 0
     last_committed_at: float = 0.0
     kinds: Mapping[str, frozenset[str]] = field(default_factory=dict)  # of the values patches gave
+    delta: Delta | None = None  # the products upserted since the version (None: none)
+    # id -> its newest upserted row (shared with the overlay, which only adds to it: a row past this
+    # snapshot's delta is not shown by it)
+    delta_ids: Mapping[str, int] = field(default_factory=dict, repr=False)
     # The changed rows matching a filter (by its canonical JSON), found once per snapshot: a filter shops
     # send on every query (in stock) costs a dict look-up, not a match per changed row. Bounded.
     _matching: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
@@ -141,8 +154,11 @@ class LiveOverlay:
     """The entries applied over one served version (thread-safe; entries are applied in sequence order,
     and one already applied is skipped, so a page read twice does nothing the second time)."""
 
-    def __init__(self, base: BaseIndex, applied: int = 0) -> None:
+    def __init__(self, base: BaseIndex, applied: int = 0, embedder: ProductEmbedder | None = None) -> None:
         self.base = base
+        self.embedder = embedder
+        self._delta: DeltaRows | None = None
+        self._delta_ids: dict[str, int] = {}
         self._lock = threading.Lock()
         self._hidden: set[int] = set()
         self._fields: dict[int, dict[str, Any]] = {}
@@ -153,7 +169,7 @@ class LiveOverlay:
         self.snapshot = Snapshot(applied=applied)
 
     def _row(self, item_id: str) -> int | None:
-        """The version's row of ``item_id`` while it is not hidden."""
+        """The row of ``item_id`` (the version's, or its newest upsert's) while it is not hidden."""
         if item_id not in self._rows:
             self._rows[item_id] = self.base.row_of(item_id)
         row = self._rows[item_id]
@@ -173,7 +189,7 @@ class LiveOverlay:
             committed_at = self.snapshot.last_committed_at
             touched: set[int] = set()
             changed_now: set[int] = set()  # rows whose fields this apply changed
-            hid = False
+            hid = grew = False
             count = skipped = 0
             for entry in entries:
                 if entry.seq <= applied:
@@ -182,7 +198,8 @@ class LiveOverlay:
                 count += 1
                 change = entry.change
                 if isinstance(change, Upsert):
-                    self._not_applied += 1
+                    row = self._upsert(change, touched, changed_now)
+                    grew = grew or row is not None
                     continue
                 row = self._row(change.id)
                 if row is None:
@@ -204,21 +221,71 @@ class LiveOverlay:
                             if kind is not None:
                                 self._kinds.setdefault(name, set()).add(kind)
                         changed_now.add(row)
-            self.snapshot = self._publish(applied, committed_at, hid, changed_now)
+            self.snapshot = self._publish(applied, committed_at, hid, changed_now, grew)
             return Applied(self.snapshot, np.array(sorted(touched), np.int64), count, skipped)
 
-    def _publish(self, applied: int, committed_at: float, hid: bool, changed_now: set[int]) -> Snapshot:
+    def _upsert(self, change: Upsert, touched: set[int], changed_now: set[int]) -> int | None:
+        """Embed the product and append it as a new row (hiding the row it replaces); its row, or None when
+        it cannot be applied (counted)."""
+        if self.embedder is None:
+            self._not_applied += 1
+            return None
+        try:
+            product = self.embedder.embed(change)
+        except Exception as exc:  # one unreadable product must not stop the log's later writes
+            log.warning("upsert of %r not applied: %s", change.id, exc)
+            self._not_applied += 1
+            return None
+        if self._delta is None:
+            dim = product.photo_embeds.shape[-1] if product.photo_embeds.size else self._embed_dim(product)
+            self._delta = DeltaRows(
+                self.base.total_rows,
+                int(dim),
+                _visual_dim(self.base, product),
+                _token_shape(self.base, product),
+            )
+        old = self._row(change.id)
+        if old is not None:
+            self._hidden.add(old)
+            self._fields.pop(old, None)
+            touched.add(old)
+        row = self._delta.add(change.id, product)
+        self._rows[change.id] = row
+        self._delta_ids[change.id] = row
+        self._fields[row] = {**change.fields, **change.text}
+        self._names.update(self._fields[row])
+        for name, value in self._fields[row].items():
+            kind = kind_of(value)
+            if kind is not None:
+                self._kinds.setdefault(name, set()).add(kind)
+        touched.add(row)
+        changed_now.add(row)
+        return row
+
+    def _embed_dim(self, product: Any) -> int:
+        if product.text_embeds.size:
+            return int(product.text_embeds.shape[-1])
+        return int(self.base.embeddings(np.zeros(1, np.int64)).shape[-1])
+
+    def _publish(
+        self, applied: int, committed_at: float, hid: bool, changed_now: set[int], grew: bool
+    ) -> Snapshot:
         """The next snapshot: the sorted arrays merged with this apply's rows (not sorted again whole), the
         fields copied (a snapshot never changes under a search)."""
         old = self.snapshot
         live, hidden, changed = old.live, old.hidden, old.changed
         if changed_now:
             changed = np.union1d(changed, np.fromiter(changed_now, np.int64, len(changed_now)))
-        if hid:
+        delta = self._delta.delta() if grew and self._delta is not None else old.delta
+        if hid or grew:
             hidden = np.array(sorted(self._hidden), np.int64)
-            changed = _without(changed, hidden)
+            changed = without(changed, hidden)
             base_live = self.base.live_mask()
             live = np.ones(self.base.total_rows, bool) if base_live is None else base_live.copy()
+            if delta is not None:
+                more = np.zeros(delta.capacity, bool)
+                more[: delta.count] = True
+                live = np.concatenate([live, more])
             live[hidden] = False
         return Snapshot(
             applied=applied,
@@ -230,131 +297,27 @@ class LiveOverlay:
             not_applied=self._not_applied,
             last_committed_at=committed_at,
             kinds={name: frozenset(kinds) for name, kinds in self._kinds.items()},
+            delta=delta,
+            delta_ids=self._delta_ids,
         )
 
 
-def _without(rows: np.ndarray, drop: np.ndarray) -> np.ndarray:
+def _visual_dim(base: BaseIndex, product: Any) -> int | None:
+    """The width of the delta's visual vectors: the version's (None where it has none apart)."""
+    channels = getattr(base, "products", None)
+    if channels is None or channels.visual is None:
+        return None
+    return int(channels.visual.vectors.shape[1])
+
+
+def _token_shape(base: BaseIndex, product: Any) -> tuple[int, int] | None:
+    """The re-rank tokens' shape where the version keeps a re-rank store (None: it keeps none)."""
+    if getattr(base, "rerank_rows", None) is None or not base.total_rows:
+        return None
+    if product.tokens is not None:
+        return tuple(product.tokens.shape)  # type: ignore[return-value]
+    return tuple(base.rerank_tokens(np.zeros(1, np.int64)).shape[1:])  # type: ignore[return-value]
+
+
+def without(rows: np.ndarray, drop: np.ndarray) -> np.ndarray:
     return rows[~np.isin(rows, drop, assume_unique=False)] if drop.size and rows.size else rows
-
-
-class LiveIndex:
-    """A served version seen through its overlay's latest snapshot. Every attribute it does not define is
-    the version's own (its manifest, path, product channels, embeddings, re-rank tokens, ``close``)."""
-
-    def __init__(self, base: BaseIndex, overlay: LiveOverlay | None = None) -> None:
-        self.base = base
-        self.overlay = overlay if overlay is not None else LiveOverlay(base)
-        self._kinds: dict[str, set[str]] = {}
-        self._kinds_lock = threading.Lock()
-        self._filters: OrderedDict[str, np.ndarray] = OrderedDict()  # ``_base_rows``
-        self._filter_rows = 0
-        self._filters_lock = threading.Lock()
-
-    def __getattr__(self, name: str) -> Any:
-        if name in ("base", "overlay"):  # not set yet (a copy, a pickle): never the version's own
-            raise AttributeError(name)
-        return getattr(self.base, name)
-
-    @property
-    def snapshot(self) -> Snapshot:
-        return self.overlay.snapshot
-
-    @property
-    def live_sequence(self) -> int:
-        """The last change-log sequence number this view shows."""
-        return self.overlay.snapshot.applied
-
-    def __len__(self) -> int:
-        return len(self.base) - int(self.overlay.snapshot.hidden.size)
-
-    @property
-    def fields(self) -> set[str]:
-        return self.base.fields | self.overlay.snapshot.names
-
-    def live_mask(self) -> np.ndarray | None:
-        snap = self.overlay.snapshot
-        return snap.live if snap.hidden.size else self.base.live_mask()
-
-    def row_of(self, item_id: str) -> int | None:
-        row = self.base.row_of(item_id)
-        hidden = self.overlay.snapshot.hidden
-        if row is None or (hidden.size and hidden[min(np.searchsorted(hidden, row), hidden.size - 1)] == row):
-            return None
-        return row
-
-    def items(self, rows: Sequence[int]) -> list[dict[str, Any]]:
-        found = self.base.items(rows)
-        changed = self.overlay.snapshot.fields
-        if not changed:
-            return found
-        for i, row in enumerate(rows):
-            now = changed.get(int(row))
-            if now is not None:
-                found[i] = {**now, "id": found[i]["id"], "path": found[i]["path"]}
-        return found
-
-    def filter_rows(self, filters: dict[str, Any]) -> np.ndarray:
-        """The version's matching rows less the hidden and changed ones, and the changed rows whose fields
-        now match (``store.version.metadata.fields_match``: the same rule the version's SQL applies)."""
-        snap = self.overlay.snapshot
-        if snap.empty:
-            return self._base_rows(filters)
-        filter_sql(filters, self.fields)  # an unknown field or a malformed condition: FilterError
-        rows = self._base_rows(filters) if set(filters) <= self.base.fields else _NO_ROWS
-        rows = _without(_without(rows, snap.hidden), snap.changed)
-        now = snap.changed_matching(filters)
-        return np.union1d(rows, now) if now.size else rows
-
-    def _base_rows(self, filters: dict[str, Any]) -> np.ndarray:
-        """The version's own rows matching ``filters``, kept (the version never changes): a filter shops
-        send on every query is one SQL scan per version, not one per query (64 ms at 100k products for
-        a filter matching most of them, ``bench/live_updates.py``). At most ``BASE_FILTER_ROWS`` rows are
-        kept over all filters, the oldest dropped first."""
-        key = json.dumps(filters, sort_keys=True, default=str)
-        with self._filters_lock:
-            found = self._filters.get(key)
-            if found is not None:
-                self._filters.move_to_end(key)
-                return found
-        found = self.base.filter_rows(filters)
-        found.setflags(write=False)
-        with self._filters_lock:
-            if key in self._filters:  # another search read it meanwhile: one entry, counted once
-                return self._filters[key]
-            self._filters[key] = found
-            self._filter_rows += found.size
-            while self._filter_rows > BASE_FILTER_ROWS and len(self._filters) > 1:
-                _, dropped = self._filters.popitem(last=False)
-                self._filter_rows -= dropped.size
-        return found
-
-    def field_kinds(self, name: str) -> set[str]:
-        """The kinds of value field ``name`` holds now: the version's (read once per field) and those the
-        patches since gave it."""
-        with self._kinds_lock:
-            kinds = self._kinds.get(name)
-        if kinds is None:
-            reader = getattr(self.base, "field_kinds", None)
-            kinds = set(reader(name)) if reader is not None else set()
-            with self._kinds_lock:
-                self._kinds[name] = kinds
-        return kinds | self.overlay.snapshot.kinds.get(name, frozenset())
-
-    def _visible(self, allowed_rows: np.ndarray | None) -> np.ndarray | None:
-        snap = self.overlay.snapshot
-        if not snap.hidden.size:
-            return allowed_rows
-        if allowed_rows is None:
-            assert snap.live is not None
-            return np.flatnonzero(snap.live)
-        return _without(np.asarray(allowed_rows, np.int64).ravel(), snap.hidden)
-
-    def search(
-        self, queries: np.ndarray, k: int, allowed_rows: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        return self.base.search(queries, k, self._visible(allowed_rows))
-
-    def search_exact(
-        self, queries: np.ndarray, k: int, allowed_rows: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        return self.base.search_exact(queries, k, self._visible(allowed_rows))

@@ -364,6 +364,7 @@ class ProductChannels:
             raise IndexFormatError(f"{self.path}: photo owners outside the version's {products} rows")
         self._lock = threading.Lock()
         self._vocabulary: Vocabulary | None = None
+        self._mean_terms: float | None = None
         self._vocabulary_lock = threading.Lock()
         guard.watch(self.path / PRODUCTS_DB)
         self._fts5 = not (self.path / TANTIVY_DIR).is_dir()
@@ -465,6 +466,23 @@ class ProductChannels:
                     values = self._db.execute("SELECT text, lang FROM texts").fetchall()
                 self._vocabulary = Vocabulary.of_texts(values)
             return self._vocabulary
+
+    def doc_freqs(self, terms: Sequence[str]) -> dict[str, int]:
+        """The text values holding each term (as the lexical index counts them: folded)."""
+        return self._lexical.doc_freqs(terms) if terms else {}
+
+    def mean_terms(self) -> float:
+        """The mean count of terms per text value (BM25's mean length), read once."""
+        with self._vocabulary_lock:
+            if self._mean_terms is None:
+                table = "lexical" if self._fts5 else "texts"
+                with self._lock:
+                    total, count = self._db.execute(
+                        "SELECT sum(CASE WHEN terms = '' THEN 0 ELSE "
+                        f"length(terms) - length(replace(terms, ' ', '')) + 1 END), count(*) FROM {table}"
+                    ).fetchone()
+                self._mean_terms = float(total or 0) / max(1, int(count or 0))
+            return self._mean_terms
 
     def term_idf(self, terms: Sequence[str]) -> dict[str, float]:
         """Inverse document frequency (BM25's, floored at a small positive value) of each term."""

@@ -18,7 +18,8 @@ from ccrk_settings import Settings
 from indexer.live_fold import compact, start_sequence
 from indexer.report import BuildReport
 from store.live import Change, Delete, Entry, Patch, SqliteChangeLog, changelog_path
-from store.live.overlay import LiveIndex, LiveOverlay
+from store.live.overlay import LiveOverlay
+from store.live.view import LiveIndex
 from store.opening import open_version
 from store.version.versions import current_version, list_versions
 from tests.store.writing import vectors, write_rows, write_version

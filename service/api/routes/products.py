@@ -21,12 +21,22 @@ from service.index_holder import IndexHolder
 from service.live.schemas import (
     MAX_BATCH_BYTES,
     MAX_BATCH_LINES,
+    MAX_UPSERT_BYTES,
     BatchReceipt,
     DeleteByFilter,
     ProductPatch,
+    ProductUpsert,
     WriteReceipt,
 )
-from service.live.writes import delete_matching, delete_product, parse_batch, patch_product, write_batch
+from service.live.writes import (
+    PhotoLimits,
+    delete_matching,
+    delete_product,
+    parse_batch,
+    patch_product,
+    upsert_product,
+    write_batch,
+)
 from service.runtime import Runtime
 
 router = APIRouter(tags=["products"])
@@ -94,6 +104,73 @@ async def _delete(runtime: Runtime, holder: IndexHolder, item_id: str, wait: boo
             )
 
     return await _counted(runtime, holder, "delete", work)
+
+
+def photo_limits(runtime: Runtime) -> PhotoLimits:
+    """An upserted photo's limits: those of an image search's upload."""
+    return PhotoLimits(
+        max_bytes=runtime.settings.max_upload_mb * 1024 * 1024,
+        max_pixels=runtime.settings.max_query_pixels,
+        image_size=runtime.pipeline.encoder.config.vision.image_size,
+    )
+
+
+async def _upsert(
+    runtime: Runtime, holder: IndexHolder, item_id: str, body: ProductUpsert, wait: bool
+) -> WriteReceipt:
+    def work() -> WriteReceipt:
+        with holder.lease() as served:
+            return upsert_product(
+                runtime.feed(holder.name),
+                served,
+                item_id,
+                body,
+                photo_limits(runtime),
+                wait=wait,
+                wait_s=runtime.settings.live_wait_s,
+            )
+
+    return await _counted(runtime, holder, "upsert", work)
+
+
+UPSERT_ERRORS: dict[int | str, dict[str, Any]] = {
+    **WRITE_ERRORS,
+    413: {"description": "A photo over CCRK_MAX_UPLOAD_MB or CCRK_MAX_QUERY_PIXELS, or a body over 48 MiB."},
+    415: {"description": "A photo that is not JPEG, PNG or WebP."},
+}
+
+
+@router.put(
+    "/v1/indexes/{name}/products/{item_id:path}",
+    response_model=WriteReceipt,
+    responses=UPSERT_ERRORS,
+    max_body_size=MAX_UPSERT_BYTES,
+)
+async def upsert_indexed_product(
+    name: IndexName,
+    item_id: ProductId,
+    body: ProductUpsert,
+    runtime: RuntimeDep,
+    caller: WriteCallerDep,
+    wait: Wait = True,
+) -> WriteReceipt:
+    """Add a product, or replace one whole: its fields (searched text fields such as ``title@de`` are
+    embedded and indexed) and its photos in base64. With ``wait`` it answers once searches here find it by
+    its text and its photos."""
+    return await _upsert(runtime, runtime.catalogue_holder(name), item_id, body, wait)
+
+
+@router.put(
+    "/v1/products/{item_id:path}",
+    response_model=WriteReceipt,
+    responses=UPSERT_ERRORS,
+    max_body_size=MAX_UPSERT_BYTES,
+)
+async def upsert_product_route(
+    item_id: ProductId, body: ProductUpsert, runtime: RuntimeDep, caller: WriteCallerDep, wait: Wait = True
+) -> WriteReceipt:
+    """Add or replace one product of the default index (as ``PUT /v1/indexes/{name}/products/{id}``)."""
+    return await _upsert(runtime, runtime.holder, item_id, body, wait)
 
 
 @router.patch(

@@ -34,9 +34,11 @@ def _products(catalogue: Path, out: Path) -> Path:
     return path
 
 
-def build_shop(tmp: Path, name: str) -> Settings:
-    """Index ``name`` of the shop under ``tmp/indexes``; the settings it was built with."""
-    generate_catalogue(tmp / "cat", SynthConfig(seed=3, n_train=0, n_val=0, n_test=PRODUCTS, image_size=64))
+def build_shop(tmp: Path, name: str, extra: int = 0) -> Settings:
+    """Index ``name`` of the shop under ``tmp/indexes``; the settings it was built with. ``extra``: that
+    many more synthetic records in ``tmp/cat`` that the index does not hold (products to add live)."""
+    config = SynthConfig(seed=3, n_train=0, n_val=0, n_test=PRODUCTS + extra, image_size=64)
+    generate_catalogue(tmp / "cat", config)
     manifest = _products(tmp / "cat", tmp)
     settings = Settings(
         model_dir=DEFAULT_MODEL_DIR,

@@ -13,7 +13,7 @@ import pytest
 from service.index_holder import Served
 from service.live.feed import LiveFeed
 from store.live import Delete, Patch, changelog_path
-from store.live.overlay import LiveIndex
+from store.live.view import LiveIndex
 from store.opening import open_version
 from tests.store.live.logs import PG_DSN, damage
 from tests.store.writing import write_version

@@ -13,7 +13,8 @@ import pytest
 
 from store.errors import FilterError
 from store.live import Delete, Entry, Patch, Upsert
-from store.live.overlay import LiveIndex, LiveOverlay, merged
+from store.live.overlay import LiveOverlay, merged
+from store.live.view import LiveIndex
 from store.opening import open_version
 from store.version.metadata import fields_json, fields_match, filter_sql
 from tests.store.writing import brute_force, vectors, write_rows, write_version

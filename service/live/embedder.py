@@ -1,0 +1,70 @@
+"""Embedding an upserted product as a build embeds a catalogue's (``store.live.delta.ProductEmbedder``): its
+photos, read from the index's photo store and decoded as query uploads are, through the image tower (every
+photo's cross-modal and visual embedding, the first photo's re-rank tokens); its searched text values
+identified (``title@de`` by its tag, an untagged one by the indexer's detector), embedded by the text tower
+and analysed for BM25 (``indexer.products``: the same calls a build makes).
+
+Every process serving the index embeds the upserts it applies, so none depends on another's memory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from indexer.products import UNKNOWN, TextValue, encode_texts, identify_languages
+from model.runtime import Encoder
+from service.uploads import decode_upload
+from store.live.delta import EmbeddedProduct
+from store.live.delta import TextValue as DeltaText
+from store.live.photos import PhotoStore
+from store.live.records import Upsert
+from store.text.lexical import analyze
+
+DECODE_LIMIT_BYTES = 1 << 30  # the write route checked each photo's size; the stored bytes are those
+
+
+class CatalogueEmbedder:
+    """Embeds upserts of one index with the service's encoder."""
+
+    def __init__(self, encoder: Encoder, photos: PhotoStore, max_pixels: int) -> None:
+        self.encoder = encoder
+        self.photos = photos
+        self.max_pixels = max_pixels
+
+    def embed(self, upsert: Upsert) -> EmbeddedProduct:
+        dim = self.encoder.config.embed_dim
+        images = [
+            decode_upload(
+                self.photos.read(ref),
+                None,
+                max_bytes=DECODE_LIMIT_BYTES,
+                max_pixels=self.max_pixels,
+                image_size=self.encoder.config.vision.image_size,
+            )
+            for ref in upsert.photos
+        ]
+        if images:
+            encoded = self.encoder.encode_images(images)
+            embeds, visual = encoded.embeds, encoded.visual
+            tokens = encoded.tokens[0] if self.encoder.capabilities.rerank else None
+        else:
+            embeds, visual, tokens = np.zeros((0, dim), np.float32), None, None
+        values = []
+        for key, text in upsert.text.items():
+            base, _, tag = key.partition("@")
+            clean = " ".join(text.split())
+            if clean:
+                values.append(TextValue(0, base, tag.lower() or None, clean))
+        identify_languages(values, self.encoder.config.languages)
+        for value in values:
+            value.lang = value.lang or UNKNOWN
+        text_embeds = encode_texts(self.encoder, values) if values else np.zeros((0, dim), np.float32)
+        texts = [DeltaText(v.field, str(v.lang), v.text, tuple(analyze(v.text, v.lang))) for v in values]
+        return EmbeddedProduct(
+            photo_embeds=np.asarray(embeds, np.float32),
+            photo_visual=None if visual is None else np.asarray(visual, np.float32),
+            tokens=None if tokens is None else np.asarray(tokens, np.float32),
+            photo_paths=[str(self.photos.path_of(ref)) for ref in upsert.photos],  # served from there
+            texts=texts,
+            text_embeds=np.asarray(text_embeds, np.float32),
+        )
