@@ -6,7 +6,8 @@ Each grouped vector set is the version's (searched through its ANN index) follow
 (searched exactly: a few thousand rows cost less than a walk), merged by score; a product's features
 (``best_of``, the centroid) come from whichever part holds it. The lexical channel is the version's BM25
 (tantivy) with the delta's values scored by the same formula (BM25, k1 1.2, b 0.75) over the version's
-document frequencies and mean length, so a new product's scores sit on the scale the version's
+document frequencies and mean length (``term_idf``, which coverage weighs terms by, is the version's too),
+so a new product's scores sit on the scale of the version's own in the same query, the scale its
 calibrated fusion was fitted to. Text rows and photo rows of the delta follow the version's.
 """
 
@@ -252,32 +253,16 @@ class LiveChannels:
         )
 
     def _folded_idf(self, folded: Sequence[str]) -> dict[str, float]:
-        """BM25's idf of folded terms over the version's values and the delta's."""
-        docs = self.base.doc_freqs(folded)  # the version's own counts (tantivy folds already)
-        count = len(self.delta.texts)
-        total = max(1, self.info.texts)
-        out = {}
-        for term in folded:
-            df = docs.get(term, 0) + sum(1 for row, _ in self.delta.postings.get(term, ()) if row < count)
-            out[term] = float(np.log(1.0 + (total - df + 0.5) / (df + 0.5)))
-        return out
+        """BM25's idf of folded terms over the version's values: the statistics tantivy scores the version's
+        own values by in the same query, so old and new values share one scale."""
+        docs = self.base.doc_freqs(folded)
+        total = max(1, self.base.info.texts)
+        return {
+            t: float(np.log(1.0 + (total - docs.get(t, 0) + 0.5) / (docs.get(t, 0) + 0.5))) for t in folded
+        }
 
     def base_mean_terms(self) -> float:
         return self.base.mean_terms()
-
-    def term_idf(self, terms: Sequence[str]) -> dict[str, float]:
-        """``ProductChannels.term_idf`` over the version's values and the delta's."""
-        if not terms:
-            return {}
-        docs = self.base.doc_freqs(terms)
-        count = len(self.delta.texts)
-        total = max(1, self.info.texts)
-        idf = {}
-        for term in terms:
-            held = self.delta.postings.get(fold_diacritics(term), ())
-            df = docs.get(term, 0) + sum(1 for row, _ in held if row < count)
-            idf[term] = float(max(np.log((total - df + 0.5) / (df + 0.5) + 1.0), 1e-3))
-        return idf
 
     # -- rows ------------------------------------------------------------------------------------------------
 
