@@ -72,7 +72,15 @@ class DeleteLine(BaseModel):
     id: ProductIdText
 
 
-BatchLine = Annotated[PatchLine | DeleteLine, Discriminator("op")]
+class UpsertLine(ProductUpsert):
+    """One line of a batch: ``{"op": "upsert", "id": ..., "fields": {...}, "photos": [{"data": ...}]}`` (the
+    whole batch within 4 MiB: large photos go one product at a time, ``PUT``)."""
+
+    op: Literal["upsert"]
+    id: ProductIdText
+
+
+BatchLine = Annotated[UpsertLine | PatchLine | DeleteLine, Discriminator("op")]
 
 
 class DeleteByFilter(BaseModel):

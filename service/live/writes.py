@@ -15,7 +15,13 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from service.errors import InvalidInputError, NotFoundError, WriteUnavailableError
+from service.errors import (
+    InvalidInputError,
+    NotFoundError,
+    PayloadTooLargeError,
+    UnsupportedMediaTypeError,
+    WriteUnavailableError,
+)
 from service.index_holder import Served
 from service.json_limits import JsonLimitError, parse_json
 from service.live.feed import LiveFeed
@@ -29,6 +35,7 @@ from service.live.schemas import (
     PatchLine,
     ProductPatch,
     ProductUpsert,
+    UpsertLine,
     WriteReceipt,
 )
 from service.search.filters import SearchFilters, describe
@@ -39,7 +46,8 @@ from store.version.metadata import kind_of
 
 # What a row's item holds besides its fields (builds strip them from a manifest's fields too).
 RESERVED = frozenset({"id", "path", "paths"})
-_LINE: TypeAdapter[PatchLine | DeleteLine] = TypeAdapter(BatchLine)
+Line = UpsertLine | PatchLine | DeleteLine
+_LINE: TypeAdapter[Line] = TypeAdapter(BatchLine)
 
 
 def _row_of(feed: LiveFeed, served: Served, item_id: str) -> int:
@@ -211,7 +219,7 @@ def upsert_product(
     return _receipt(feed, served, change, _append(feed, change), wait, wait_s)
 
 
-def parse_batch(body: bytes) -> list[PatchLine | DeleteLine]:
+def parse_batch(body: bytes) -> list[Line]:
     """The NDJSON lines of a batch (blank lines skipped), each validated; a 422 naming the line (``body``,
     its 0-based number, the field) for the first that is not a change, or for too many lines."""
     try:
@@ -239,33 +247,41 @@ def parse_batch(body: bytes) -> list[PatchLine | DeleteLine]:
             error = exc.errors(include_url=False, include_input=False)[0]
             raise InvalidInputError(
                 f"line {n + 1}: {describe(exc)}",
-                loc=("body", n, *[p for p in error["loc"] if p not in ("patch", "delete")]),
+                loc=("body", n, *[p for p in error["loc"] if p not in ("upsert", "patch", "delete")]),
             ) from None
     return out
 
 
 def write_batch(
-    feed: LiveFeed, served: Served, lines: list[PatchLine | DeleteLine], *, wait: bool, wait_s: float
+    feed: LiveFeed,
+    served: Served,
+    lines: list[Line],
+    limits: PhotoLimits,
+    *,
+    wait: bool,
+    wait_s: float,
 ) -> BatchReceipt:
-    """Every line checked against the served version (a 404 naming the line's id for an unknown product, a
-    422 naming the field), then all appended in one transaction: all or nothing."""
+    """Every line checked against the served version (a 404 naming the line's id for a patch or delete of
+    an unknown product, a 4xx naming the line's field), its photos stored, then all appended in one
+    transaction: all or nothing (a photo stored for a batch refused later is kept unnamed, by content)."""
     feed.catch_up(served)
     changes: list[Change] = []
+    upserted: set[str] = set()  # a later line may patch or delete a product an earlier one adds
     for n, line in enumerate(lines):
-        if served.index.row_of(line.id) is None:
-            raise NotFoundError(
-                f"line {n + 1}: no product {line.id!r} in index {feed.name!r}", loc=("body", n, "id")
-            )
-        if isinstance(line, PatchLine):
-            try:
+        try:
+            if isinstance(line, UpsertLine):
+                changes.append(upsert_change(feed, served, line.id, line, limits))
+                upserted.add(line.id)
+                continue
+            if line.id not in upserted and served.index.row_of(line.id) is None:
+                raise NotFoundError(f"no product {line.id!r} in index {feed.name!r}", loc=("body", "id"))
+            if isinstance(line, PatchLine):
                 check_kinds(served, line.fields)
-            except InvalidInputError as exc:
-                raise InvalidInputError(
-                    f"line {n + 1}: {exc.message}", loc=("body", n, *exc.loc[1:])
-                ) from None
-            changes.append(Patch(line.id, fields=dict(line.fields)))
-        else:
-            changes.append(Delete(line.id))
+                changes.append(Patch(line.id, fields=dict(line.fields)))
+            else:
+                changes.append(Delete(line.id))
+        except (InvalidInputError, NotFoundError, PayloadTooLargeError, UnsupportedMediaTypeError) as exc:
+            raise type(exc)(f"line {n + 1}: {exc.message}", loc=("body", n, *exc.loc[1:])) from None
     return _batch_receipt(feed, served, _append_all(feed, changes), wait, wait_s)
 
 

@@ -226,6 +226,7 @@ BATCH_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
         "description": "One change per line (NDJSON): "
+        '{"op": "upsert", "id": "sku-0", "fields": {"title": "Red mug"}, "photos": [{"data": "<base64>"}]}, '
         '{"op": "patch", "id": "sku-1", "fields": {"price": 7.5}} or {"op": "delete", "id": "sku-2"}; '
         f"at most {MAX_BATCH_LINES} lines.",
         "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
@@ -239,7 +240,12 @@ async def _batch(runtime: Runtime, holder: IndexHolder, request: Request, wait: 
     def work() -> BatchReceipt:
         with holder.lease() as served:
             return write_batch(
-                runtime.feed(holder.name), served, lines, wait=wait, wait_s=runtime.settings.live_wait_s
+                runtime.feed(holder.name),
+                served,
+                lines,
+                photo_limits(runtime),
+                wait=wait,
+                wait_s=runtime.settings.live_wait_s,
             )
 
     return await _counted(runtime, holder, "batch", work)

@@ -208,3 +208,36 @@ def test_upserts_need_a_write_key(shop: Shop) -> None:
     assert put(shop, "new-4", upsert_body(shop, rec), key=shop.search_key).status_code == 403
     with shop.a.client() as client:
         assert client.put("/v1/products/new-4", json=upsert_body(shop, rec)).status_code == 401
+
+
+def test_a_batch_upserts_patches_and_deletes_in_one_transaction(shop: Shop) -> None:
+    _, rec = new_record(shop)
+    line = {"op": "upsert", "id": "new-5", **upsert_body(shop, rec, sku="batch")}
+    body = "\n".join(
+        json.dumps(x)
+        for x in (
+            line,
+            {"op": "patch", "id": "new-5", "fields": {"price": 2.5}},
+            {"op": "delete", "id": "prod-9"},
+        )
+    ).encode()
+    headers = {"Authorization": f"Bearer {shop.write_key}", "Content-Type": "application/x-ndjson"}
+    with shop.a.client() as client:
+        answer = client.post("/v1/indexes/shop/products/batch", content=body, headers=headers)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["count"] == 3
+        hits = client.post("/v1/search", json={"query": "x", "top_k": 5, "filters": {"sku": "batch"}})
+        assert [(h["id"], h["metadata"]["price"]) for h in hits.json()["results"]] == [("new-5", 2.5)]
+        # A bad photo in a later line: nothing of the batch is written, the line and field are named.
+        with SqliteChangeLog(changelog_path(shop.root, "shop")) as log:
+            before = log.last_sequence()
+        bad = {"op": "upsert", "id": "new-6", "photos": [{"data": "??"}]}
+        refused = client.post(
+            "/v1/products/batch",
+            content=(json.dumps(line) + "\n" + json.dumps(bad)).encode(),
+            headers=headers,
+        )
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["detail"][0]["loc"] == ["body", 1, "photos", 0, "data"]
+        with SqliteChangeLog(changelog_path(shop.root, "shop")) as log:
+            assert log.last_sequence() == before
