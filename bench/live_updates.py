@@ -31,7 +31,11 @@ cache). Measured per size:
    them (``ccrk_live_applied_sequence``, the laggard's); and the idle server's CPU per second (the live
    pollers' cost apart from the queries).
 
-Not measured (not built yet): upserts with photos, and the fold of the pending changes into a new version.
+4. upserts: PUT of new products with one photo each (a 96 x 96 JPEG) and a title, wait=true, from 1 and 4
+   clients (upserts/s and latency: the writer embeds each product before it answers), and the time until
+   the other worker shows one (it embeds it at its poll).
+
+The fold of pending changes into a new version is ``bench/live_fold.py``.
 
     python bench/live_updates.py --products 10000,100000 --out bench/results/live-updates-DATE.json
 
@@ -42,7 +46,9 @@ the server, the clients and the report in one file to read).
 from __future__ import annotations
 
 import argparse
+import base64
 import http.client
+import io
 import json
 import os
 import platform
@@ -504,6 +510,81 @@ def visibility(
     }
 
 
+def photo_jpeg(rng: np.random.Generator, size: int = 96) -> bytes:
+    """A small JPEG of random coloured blocks: one new product's photo."""
+    from PIL import Image
+
+    blocks = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+    image = Image.fromarray(np.kron(blocks, np.ones((size // 8, size // 8, 1), np.uint8)))
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=85)
+    return out.getvalue()
+
+
+def upserts(port: int, a: Conn, b: Conn, clients: int, count: int, titles: list[str]) -> dict[str, Any]:
+    """PUT of new products with one photo each (wait=true): ``count`` per client over ``clients`` threads
+    (writes/s and latency, which includes this process's embedding of the product), then, one at a time,
+    a PUT through A and searches of B with a filter on its sku until it shows (B embeds it at its poll)."""
+    lat: list[list[float]] = [[] for _ in range(clients)]
+    errors: list[Any] = []
+
+    def body(rng: np.random.Generator, sku: str) -> dict[str, Any]:
+        title = titles[int(rng.integers(0, len(titles)))]
+        photo = base64.b64encode(photo_jpeg(rng)).decode()
+        return {"fields": {"title": title, "sku": sku, "price": 9.5}, "photos": [{"data": photo}]}
+
+    def client(c: int) -> None:
+        rng = np.random.default_rng(500 + c)
+        conn = Conn(port)
+        for k in range(count):
+            sku = f"new-{clients}-{c}-{k}"
+            t0 = time.perf_counter()
+            status, answer = conn.call("PUT", f"/v1/products/{sku}", body(rng, sku))
+            lat[c].append(time.perf_counter() - t0)
+            if status != 200:
+                errors.append((status, answer))
+        conn.close()
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    every = [x for per in lat for x in per]
+    rng = np.random.default_rng(9)
+    lags: list[float] = []
+    missing = 0
+    for k in range(20):
+        time.sleep(float(rng.uniform(0.0, 0.2)))
+        sku = f"lag-{clients}-{k}"
+        status, receipt = a.call("PUT", f"/v1/products/{sku}", body(rng, sku))
+        assert status == 200 and receipt["visible"], receipt
+        answered = time.perf_counter()
+        query = {"query": "new", "top_k": 1, "mode": "hybrid", "min_score": -1.0, "filters": {"sku": sku}}
+        while True:
+            status, found = b.call("POST", "/v1/search", query)
+            if status == 200 and found["results"]:
+                lags.append(time.perf_counter() - answered)
+                break
+            if time.perf_counter() - answered > 5:
+                missing += 1
+                break
+    return {
+        "clients": clients,
+        "upserts": len(every),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+        "upserts_per_s": round(len(every) / elapsed, 1),
+        "p50_ms": pct(every, 50),
+        "p99_ms": pct(every, 99),
+        "visible_in_other_worker_p50_ms": pct(lags, 50),
+        "visible_in_other_worker_max_ms": pct(lags, 100),
+        "not_visible_within_5_s": missing,
+    }
+
+
 # -- query CPU -----------------------------------------------------------------------------------------------
 
 
@@ -608,6 +689,11 @@ def measure(args: argparse.Namespace, n: int, texts: list[str], tmp: Path) -> di
         a, b = per_process(args.port)  # afresh: the server closes idle keep-alive connections
         result["visibility"] = visibility(args.port, a, b, args.lag_writes, lag_ids, titles)
         print(f"[{n}] visibility: {result['visibility']}", file=sys.stderr, flush=True)
+        if args.upserts:
+            result["upserts_one_photo"] = [
+                upserts(args.port, a, b, c, args.upserts // c, titles_list) for c in (1, 4)
+            ]
+            print(f"[{n}] upserts: {result['upserts_one_photo']}", file=sys.stderr, flush=True)
     finally:
         for conn in (a, b):
             if conn is not None:
@@ -683,6 +769,15 @@ def print_table(report: dict[str, Any]) -> None:
             f"| {r['products']:,} | {v['writes']} | {v['p50_ms']} | {v['p99_ms']} | {v['max_ms']} | "
             f"{v['not_visible_within_5_s']} |"
         )
+    print("\n| products | upserts (one photo): clients | upserts/s | p50 ms | p99 ms | other worker ms |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in report["sizes"]:
+        for u in r.get("upserts_one_photo", []):
+            print(
+                f"| {r['products']:,} | {u['clients']} | {u['upserts_per_s']} | {u['p50_ms']} | "
+                f"{u['p99_ms']} | p50 {u['visible_in_other_worker_p50_ms']}, "
+                f"max {u['visible_in_other_worker_max_ms']} |"
+            )
     print(
         "\n| products | pending | hybrid CPU ms/query (x 0 pending)"
         " | in_stock filter CPU ms/query (x 0 pending) | idle server CPU ms/s |"
@@ -714,6 +809,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each CPU batch (median reported)")
     parser.add_argument("--write-seconds", type=float, default=5.0)
     parser.add_argument("--lag-writes", type=int, default=200)
+    parser.add_argument("--upserts", type=int, default=200, help="new products with a photo, per phase")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     texts = queries(args.queries)
