@@ -9,15 +9,18 @@ Every process serving the index embeds the upserts it applies, so none depends o
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
-from indexer.products import UNKNOWN, TextValue, encode_texts, identify_languages
+from indexer.products import UNKNOWN, TextValue, catalogue_detector, encode_texts, identify_languages
 from model.runtime import Encoder
 from service.uploads import decode_upload
 from store.live.delta import EmbeddedProduct
 from store.live.delta import TextValue as DeltaText
 from store.live.photos import PhotoStore
 from store.live.records import Upsert
+from store.text.language_id import LanguageDetector
 from store.text.lexical import analyze
 
 DECODE_LIMIT_BYTES = 1 << 30  # the write route checked each photo's size; the stored bytes are those
@@ -30,6 +33,15 @@ class CatalogueEmbedder:
         self.encoder = encoder
         self.photos = photos
         self.max_pixels = max_pixels
+        self._detector: LanguageDetector | None = None  # built at the first untagged value, then kept
+        self._detector_lock = threading.Lock()
+
+    def detector(self) -> LanguageDetector:
+        """The language detector, built once (about 0.5 s; thread-safe once built)."""
+        with self._detector_lock:
+            if self._detector is None:
+                self._detector = catalogue_detector(self.encoder.config.languages)
+            return self._detector
 
     def embed(self, upsert: Upsert) -> EmbeddedProduct:
         dim = self.encoder.config.embed_dim
@@ -55,7 +67,8 @@ class CatalogueEmbedder:
             clean = " ".join(text.split())
             if clean:
                 values.append(TextValue(0, base, tag.lower() or None, clean))
-        identify_languages(values, self.encoder.config.languages)
+        if any(v.lang is None for v in values):
+            identify_languages(values, self.encoder.config.languages, self.detector())
         for value in values:
             value.lang = value.lang or UNKNOWN
         text_embeds = encode_texts(self.encoder, values) if values else np.zeros((0, dim), np.float32)
