@@ -1,5 +1,6 @@
 """Fair share under load: a polite client (5 queries/s on its own API key) beside 1, 4 and 16 greedy
-connections (on one key of their own, on a key each, or anonymous), with limits off and on.
+connections (on one key of their own, on a key each, or anonymous), with limits off (the shipped defaults:
+no rate limits, no per-caller cap, the search slots shared fairly among the callers waiting) and on.
 
     .venv/bin/python bench/fair_share.py --out bench/results/fair_share-DATE.json
 
@@ -317,6 +318,8 @@ def main() -> None:
         "--concurrent-per-caller", type=int, default=1, help="CCRK_MAX_CONCURRENT_PER_CALLER, limits on"
     )
     parser.add_argument("--modes", default="same_key,own_keys,anonymous")
+    parser.add_argument("--limits", default="off,on", help="off: the shipped defaults; on: the limits above")
+    parser.add_argument("--search-workers", type=int, default=None, help="CCRK_SEARCH_WORKERS (default: its)")
     parser.add_argument("--rerank", action="store_true", help="re-rank every search (default: off)")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/14")
     parser.add_argument("--out", type=Path)
@@ -339,6 +342,8 @@ def main() -> None:
             "CCRK_HISTORY_DB": str(Path(tempfile.mkdtemp(prefix="ccrk-bench-")) / "h.sqlite"),
         }
     )
+    if args.search_workers:
+        base_env["CCRK_SEARCH_WORKERS"] = str(args.search_workers)
     polite = keys_create(args.root, "--name", "polite")
     greedy: dict[str, dict[str, list[str | None]]] = {}
     for limits in ("off", "on"):
@@ -354,7 +359,7 @@ def main() -> None:
     throughput: dict[str, float] = {}
     client = redis.Redis.from_url(args.redis_url)
     try:
-        for limits in ("off", "on"):
+        for limits in args.limits.split(","):
             env = dict(base_env)
             if limits == "on":
                 env.update(
@@ -424,7 +429,7 @@ def main() -> None:
         "greedy_client_nice": args.greedy_nice,
         "greedy_limit": f"{GREEDY_RATE} burst {args.greedy_burst} (limits on; anonymous 50/s burst 50)",
         "max_concurrent_per_caller": f"{args.concurrent_per_caller} (limits on; off: 0)",
-        "search_workers": 4,
+        "search_workers": args.search_workers or 4,
         "rerank": args.rerank,
         "runs": runs,
         "requests_per_s_8_connections": throughput,

@@ -94,7 +94,6 @@ def serve(root: Path, name: str, port: int, tmp: Path) -> subprocess.Popen[bytes
             "CCRK_HISTORY_DB": str(tmp / "history.sqlite"),
             "CCRK_AUTH_FAILURES_PER_MINUTE": "100000",
             "CCRK_CACHE_SIZE": "0",
-            "CCRK_RATE_LIMIT_PER_MINUTE": "0",
         }
     )
     script = Path(sys.executable).parent / "ccrk"

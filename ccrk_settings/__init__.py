@@ -11,6 +11,7 @@ reference (``ccrk config reference``) is generated from; splitting it would spli
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -349,10 +350,11 @@ class Settings(BaseSettings):
         0,
         ge=0,
         le=1024,
-        description="Searches one caller (an API key, or an anonymous address) runs at once per process;"
-        " its others wait on the event loop (holding no worker thread; 429 after 10 s), so one client's burst"
-        " queues behind itself instead of in front of everyone. Below search_workers, e.g. 2 of 4. 0: no"
-        " queue.",
+        description="The most search slots (of search_workers) one caller (an API key, or an anonymous"
+        " address) holds at once per process, even when the others are free. The slots are shared fairly"
+        " without it: a search waiting for one (on the event loop, holding no thread; 429 after 10 s) gets"
+        " the next one freed when its caller holds the fewest, so one client's burst queues behind itself"
+        " instead of in front of everyone. 0: no cap (a lone caller may use every slot).",
     )
     max_expensive_per_caller: int = Field(
         0,
@@ -452,8 +454,22 @@ class Settings(BaseSettings):
         ),
     )
     search_workers: int = Field(
-        4, ge=1, le=256, description="Worker threads encoding and searching at once (CPU-bound work)."
+        0,
+        ge=0,
+        le=256,
+        description="Searches encoding and searching at once per process (worker threads of CPU-bound"
+        " work; the fair share's slots). 0: the cores this process may use, at most 4 (more searches at"
+        " once than cores only slow each one: bench/fair_share.py, 2 cores, 16 greedy connections: 4 slots"
+        " 719 q/s and another caller's p99 x3.8, 2 slots 944 q/s and x2.1).",
     )
+
+    def search_slots(self) -> int:
+        """``search_workers``, or where 0 the cores this process may run on (its CPU affinity), at most 4."""
+        if self.search_workers:
+            return self.search_workers
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return max(1, min(4, cores))
+
     inline_text_search: bool = Field(
         True,
         description=(

@@ -120,11 +120,11 @@ class Runtime:
             retry_s=settings.redis_retry_s,
         )
         self.expensive_slots = ExpensiveSlots(settings.max_expensive_per_caller)
-        self.caller_queues = CallerQueues(settings.max_concurrent_per_caller)
+        self.caller_queues = CallerQueues(settings.search_slots(), settings.max_concurrent_per_caller)
         self.cache: Cache | None = None
         self.languages: tuple[str, ...] = ()
         # Bounds the worker threads doing CPU work at once: more than a few only adds contention.
-        self.limiter = anyio.CapacityLimiter(settings.search_workers)
+        self.limiter = anyio.CapacityLimiter(settings.search_slots())
         # What image searches hold at once, their request bodies and decodes (service.upload_budget).
         self.upload_budget = UploadBudget(settings.upload_memory_mb * 2**20, wait_s=settings.image_wait_s)
         self.monitor = Monitor(settings)  # probes, traffic, ANN recall (started in the lifespan)
@@ -254,11 +254,11 @@ class Runtime:
 
     @asynccontextmanager
     async def in_line(self, caller: Caller) -> AsyncIterator[None]:
-        """The caller's turn for a worker thread (``service.ratelimit.CallerQueues``): at most
-        max_concurrent_per_caller searches of one caller at once, its others waiting (0: no queue); 429
-        after waiting CallerQueues.wait_s."""
+        """The caller's turn for one of the search slots (``service.caller_slots.CallerQueues``): shared
+        fairly among the callers waiting, at most max_concurrent_per_caller of them for one caller (0: no
+        cap); 429 after waiting CallerQueues.wait_s. The admin key does not wait."""
         queues = self.caller_queues
-        if queues.per_caller == 0 or caller.admin:
+        if caller.admin:
             yield
             return
         try:
@@ -266,8 +266,8 @@ class Runtime:
                 yield
         except QueueTimeout:
             raise RateLimitedError(
-                f"waited {queues.wait_s:.0f} s behind this caller's own {queues.per_caller} searches in"
-                " progress; retry in a moment",
+                f"waited {queues.wait_s:g} s for a search slot (this caller holds"
+                f" {queues.held(caller.identity)} of {queues.slots}); retry in a moment",
                 headers={"Retry-After": "1"},
             ) from None
 

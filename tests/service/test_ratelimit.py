@@ -188,7 +188,7 @@ def test_admit_sets_the_headers_of_the_answer(limited_root: Path, redis_prefix: 
 
 
 def test_a_callers_searches_wait_in_their_own_line(limited_root: Path) -> None:
-    runtime = Runtime(make_settings(limited_root, max_concurrent_per_caller=2), Metrics())
+    runtime = Runtime(make_settings(limited_root, max_concurrent_per_caller=2, search_workers=4), Metrics())
     runtime.caller_queues.wait_s = 0.5
     greedy, polite = Caller("key:aaaaaaaa", None), Caller("ip:127.0.0.2", None)
     inside: list[str] = []
@@ -233,4 +233,4 @@ def test_a_callers_searches_wait_in_their_own_line(limited_root: Path) -> None:
             hold.set()
 
     anyio.run(run)
-    assert runtime.caller_queues._queues == {}
+    assert runtime.caller_queues.waiting() == 0 and runtime.caller_queues.held(greedy.identity) == 0
