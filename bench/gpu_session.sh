@@ -24,8 +24,8 @@ OUT_DIR=${OUT:-${OUT_DIR:-bench/results/gpu-session-$(date +%F)}}
 mkdir -p "$OUT_DIR"
 started=$(date +%s)
 left() { echo $((SESSION_S - ($(date +%s) - started))); }
-exec > >(tee -a "$OUT_DIR/session.log") 2>&1
 
+session() {
 echo "== gpu_session: $(date -u +%FT%TZ), budget ${SESSION_S} s, sizes ${SIZES}, out ${OUT_DIR}"
 echo "== machine: $(nproc) CPUs, load average $(cat /proc/loadavg)"
 if nvidia-smi > "$OUT_DIR/nvidia-smi.txt" 2>&1; then
@@ -68,4 +68,9 @@ timeout --signal=INT --kill-after=15 $(($(left) - 15)) \
 status=$?
 sed -n '/^| vectors/,$p' "$OUT_DIR/gpu-scale.txt"
 echo "== gpu_scale: exit ${status}; session $(($(date +%s) - started)) s; load average $(cat /proc/loadavg)"
-exit "$status"
+return "$status"
+}
+
+# The log is complete when the script returns: the pipeline waits for tee.
+session 2>&1 | tee -a "$OUT_DIR/session.log"
+exit "${PIPESTATUS[0]}"
