@@ -11,7 +11,10 @@
 # gpu-check.json, gpu-scale.json. Without a GPU (a rehearsal) step 2 stops at once (exit 2) and step 3 runs
 # on the CPU alone:
 #   SIZES=20000 QUERIES=500 SCALE_PYTHON=.venv/bin/python bash bench/gpu_session.sh
-# Exit status: gpu_scale's (0 when it wrote its figures), whatever gpu-check said (its line is in the log).
+# STEPS=check or STEPS=scale runs one of steps 2 and 3 (default both): a machine whose commands may run at most
+# 10 minutes each takes the session as two calls, e.g. STEPS=check SESSION_S=330, then STEPS=scale
+# SESSION_S=570 (the second reuses the first's .venv-gpu where the machine is kept between them).
+# Exit status: gpu_scale's (0 when it wrote its figures; gpu-check's alone with STEPS=check).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +23,7 @@ CHECK_S=${CHECK_S:-300}
 SIZES=${SIZES:-1000000,10000000}
 QUERIES=${QUERIES:-10000}
 GPU_CHECK_ARGS=${GPU_CHECK_ARGS:---only faiss_gpu,onnx_cuda,starter_cuda}
+STEPS=${STEPS:-check,scale}
 OUT_DIR=${OUT:-${OUT_DIR:-bench/results/gpu-session-$(date +%F)}}
 mkdir -p "$OUT_DIR"
 started=$(date +%s)
@@ -38,17 +42,25 @@ fi
 
 # 2. make gpu-check. With GPU_CHECK_PYTHON it installs nothing; else into .venv-gpu, which needs a package
 # index (or PIP_FIND_LINKS / PIP_NO_INDEX pointing at carried wheels).
-check_s=$((CHECK_S < $(left) - 120 ? CHECK_S : $(left) - 120))
-if [ "$check_s" -ge 30 ]; then
+reserve=$([[ ,$STEPS, == *,scale,* ]] && echo 120 || echo 15)
+check_s=$((CHECK_S < $(left) - reserve ? CHECK_S : $(left) - reserve))
+check_status=0
+if [[ ,$STEPS, != *,check,* ]]; then
+    echo "== make gpu-check not asked for (STEPS=${STEPS})"
+elif [ "$check_s" -ge 30 ]; then
     echo "== make gpu-check (at most ${check_s} s): ${GPU_CHECK_ARGS}"
     timeout --signal=INT --kill-after=15 "$check_s" \
         make --no-print-directory gpu-check GPU_CHECK_ARGS="${GPU_CHECK_ARGS} --out $OUT_DIR/gpu-check.json"
-    echo "== make gpu-check: exit $? after $(($(date +%s) - started)) s"
+    check_status=$?
+    echo "== make gpu-check: exit ${check_status} after $(($(date +%s) - started)) s"
 else
     echo "== make gpu-check skipped: ${check_s} s left for it"
 fi
 
 # 3. gpu_scale, with the interpreter that holds the GPU stack (SCALE_PYTHON to choose; SCALE_ARGS: more options).
+if [[ ,$STEPS, != *,scale,* ]]; then
+    return "$check_status"
+fi
 if [ -n "${SCALE_PYTHON:-}" ]; then
     PY=$SCALE_PYTHON
 elif [ -n "${GPU_CHECK_PYTHON:-}" ]; then
