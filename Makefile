@@ -90,20 +90,31 @@ docs-serve: install
 # Every GPU path checked on a machine with a CUDA GPU (bench/gpu_check.py: faiss-gpu against the CPU index, the
 # ONNX CUDA provider against the CPU one for the default and the starter models, 50 steps of CUDA training and a
 # resume, the index and search benchmarks in short modes), in about 8 minutes, ending with one summary line; the figures go to
-# bench/results/gpu-check-<date>.json. It first swaps the venv's onnxruntime and faiss-cpu for the CUDA builds
-# pinned in deploy/requirements/gpu.txt. GPU_CHECK_PYTHON=python3 runs it with an interpreter that already
-# has the project's packages and the GPU builds (a GPU image), installing nothing. No GPU: exit 2 at once.
+# bench/results/gpu-check-<date>.json. The GPU stack goes into its own virtual environment, GPU_VENV
+# (.venv-gpu), never into the CPU .venv that `make test` and CI use: there it installs the project as
+# `make install` does, uninstalls every faiss and onnxruntime build (two builds of one module must never be
+# installed together: each one's files are the other's), then installs one GPU extra of pyproject.toml,
+# GPU_EXTRA: auto (deploy/gpu_extra.py: gpu-cuvs, CUDA 13, for nvidia-smi's driver 580 or newer, which also
+# matches make install's CUDA 13 torch; gpu, CUDA 12, for 525.60 to 579), gpu or gpu-cuvs.
+# GPU_CHECK_PYTHON=python3 runs it with an interpreter that already has the project's packages and the GPU
+# builds (a GPU image), installing nothing. No GPU: exit 2 at once.
 GPU_CHECK_PYTHON ?=
+GPU_VENV ?= .venv-gpu
+GPU_EXTRA ?= auto
+GPU_PY := $(GPU_VENV)/bin/python
+GPU_PIP := $(GPU_VENV)/bin/pip
+FAISS_AND_ORT := faiss-cpu faiss-gpu faiss-gpu-cu12 faiss-gpu-cuvs onnxruntime onnxruntime-gpu
 gpu-check:
 	@nvidia-smi -L >/dev/null 2>&1 || { echo "gpu-check: FAILED: no CUDA GPU on this machine (nvidia-smi is missing or lists no GPU); nothing was checked" >&2; exit 2; }
 ifeq ($(GPU_CHECK_PYTHON),)
-	$(MAKE) install
-	$(PIP) uninstall --quiet --yes onnxruntime faiss-cpu
-	grep -E '^(onnxruntime-gpu|faiss-gpu)' deploy/requirements/gpu.txt | xargs $(PIP) install --quiet
-	$(PY) bench/gpu_check.py $(GPU_CHECK_ARGS)
+	$(MAKE) install VENV=$(GPU_VENV)
+	$(GPU_PIP) uninstall --quiet --yes $(FAISS_AND_ORT)
+	$(GPU_PY) deploy/gpu_extra.py $(GPU_EXTRA) > $(GPU_VENV)/gpu-extra.txt
+	$(GPU_PIP) install --quiet -c constraints.txt -r $(GPU_VENV)/gpu-extra.txt
+	$(GPU_PY) bench/gpu_check.py $(GPU_CHECK_ARGS)
 else
 	$(GPU_CHECK_PYTHON) bench/gpu_check.py $(GPU_CHECK_ARGS)
 endif
 
 clean:
-	rm -rf $(VENV) artifacts site .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(GPU_VENV) artifacts site .pytest_cache .ruff_cache

@@ -114,11 +114,15 @@ def check_faiss_gpu(n: int = 200_000, d: int = 256) -> dict[str, Any]:
     import faiss
 
     from indexer.ann import build_faiss_index, choose_index, recall_at
+    from indexer.gpu import decide
 
-    if not hasattr(faiss, "StandardGpuResources") or faiss.get_num_gpus() == 0:
+    # The indexer's own decision (CCRK_INDEX_GPU=auto): the self-test runs in a child process, so a wheel
+    # without kernels for this GPU (CUDA error 209, which aborts faiss) fails this check, not the run.
+    decision = decide("auto")
+    if not decision.use_gpu:
         raise CheckFailed(
-            f"faiss {faiss.__version__} sees no GPU (faiss-cpu installed, or no CUDA 12 runtime for"
-            " faiss-gpu-cu12): install the gpu extra"
+            f"faiss {faiss.__version__}: {decision.reason} (install a gpu extra: pyproject.toml,"
+            " deploy/gpu_extra.py)"
         )
     base, queries = _clustered(n, d, 0), _clustered(1000, d, 1)
     cpu_flat = faiss.IndexFlatIP(d)
@@ -151,7 +155,7 @@ def check_faiss_gpu(n: int = 200_000, d: int = 256) -> dict[str, Any]:
     figures = {
         "vectors": f"{n} x {d}", "exact_ids_equal": round(same_ids, 5), "exact_max_score_diff": score_diff,
         "exact_1000_queries_s": {"cpu": round(cpu_exact_s, 4), "gpu": round(gpu_exact_s, 4)},
-        "ivf_factory": plan.factory, "ivf": built,
+        "ivf_factory": plan.factory, "ivf": built, "decision": decision.message,
     }  # fmt: skip
     problems = []
     if same_ids < 0.999 or score_diff > 1e-4:

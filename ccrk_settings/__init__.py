@@ -59,6 +59,24 @@ def _request_fields(names: list[str]) -> list[str]:
 
 RequestFieldNames = Annotated[CommaList, AfterValidator(_request_fields)]
 
+
+def _on_off_auto(value: object) -> object:
+    """``CCRK_INDEX_GPU``: ``auto``, ``on``, ``off``; the booleans it took before (``true``/``false``, 1/0,
+    yes/no) are read as on and off."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in ("true", "1", "yes", "on"):
+            return "on"
+        if word in ("false", "0", "no", "off"):
+            return "off"
+        return word
+    return value
+
+
+IndexGpu = Annotated[Literal["auto", "on", "off"], BeforeValidator(_on_off_auto)]
+
 # The embedded default model shipped inside the ``model`` package.
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "model" / "pretrained" / "ccrk-demo"
 
@@ -118,11 +136,13 @@ class Settings(BaseSettings):
         0.95, gt=0.0, le=1.0, description="ANN recall@10 vs exact search to tune for."
     )
     exact_max_items: int = Field(50_000, ge=0, description="Collections up to this size get an exact index.")
-    index_gpu: bool = Field(
-        False,
-        description="Train and fill flat and IVF indexes with faiss-gpu when it sees a GPU (HNSW is built on"
-        " the CPU either way). Off by default: it needs a faiss-gpu build with kernels for the GPU, and"
-        " PyPI's faiss-gpu-cu12 1.14.1 has none for Hopper (H100/H200) and aborts there (`make gpu-check`).",
+    index_gpu: IndexGpu = Field(
+        "auto",
+        description="Where faiss trains and fills flat and IVF indexes (HNSW is built on the CPU either way;"
+        " every index is served from its CPU form). auto: the GPU when faiss-gpu sees one and a one-vector"
+        " self-test passes on it, else the CPU; on: the same, but a GPU that fails is warned about; off:"
+        " always the CPU. A GPU build that fails midway (out of memory) is redone on the CPU, noted in the"
+        " build report. true/false are read as on/off.",
     )
     memory_budget_mb: int = Field(4096, ge=1, description="Memory budget of the ANN index, drives its type.")
     rerank_dtype: Literal["fp16", "int8"] = Field("fp16", description="Storage of the re-rank patch tokens.")

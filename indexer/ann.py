@@ -9,6 +9,7 @@ Search parameters are tuned on held-out queries to reach the target recall@10 ag
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,10 @@ from typing import Any
 import faiss
 import numpy as np
 
+from indexer import gpu
 from store.version.reader import IndexVersion, SearchableIndex
+
+log = logging.getLogger(__name__)
 
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 200
@@ -98,28 +102,44 @@ def _add_chunks(index: faiss.Index, embeds: np.ndarray) -> None:
 
 
 def build_faiss_index(
-    embeds: np.ndarray, plan: IndexPlan, *, use_gpu: bool | None = None, seed: int = 0
+    embeds: np.ndarray,
+    plan: IndexPlan,
+    *,
+    use_gpu: bool | None = None,
+    seed: int = 0,
+    gpu_faiss: Any = None,
 ) -> tuple[faiss.Index, dict[str, Any]]:
-    """Train and fill the planned index; returns it in CPU form and notes (training size, device)."""
+    """Train and fill the planned index; returns it in CPU form and notes (training size, device).
+
+    ``use_gpu`` None: as ``CCRK_INDEX_GPU=auto`` decides (``indexer.gpu``). ``gpu_faiss``: where the GPU
+    entry points (``StandardGpuResources``, ``index_cpu_to_gpu``, ``index_gpu_to_cpu``) and the decision's
+    probe come from, default faiss itself (tests pass a stand-in for a GPU). A GPU build that fails midway
+    (a RuntimeError: out of memory, a PQ size the GPU kernels lack) is done again on the CPU, with the error
+    in ``notes["gpu_fallback"]``."""
     d = embeds.shape[1]
     index = faiss.index_factory(d, plan.factory, faiss.METRIC_INNER_PRODUCT)
     notes: dict[str, Any] = {}
     if isinstance(index, faiss.IndexHNSW):
         index.hnsw.efConstruction = int(plan.build_params.get("efConstruction", HNSW_EF_CONSTRUCTION))
         notes["efConstruction"] = index.hnsw.efConstruction
+    gpu_module = faiss if gpu_faiss is None else gpu_faiss
     if use_gpu is None:
-        use_gpu = faiss.get_num_gpus() > 0 and hasattr(faiss, "StandardGpuResources")
+        decision = gpu.index_device("auto") if gpu_faiss is None else gpu.decide("auto", gpu_faiss)
+        use_gpu = decision.use_gpu
     # faiss-gpu trains and adds flat and IVF indexes; HNSW graphs are built on the CPU.
     if use_gpu and not isinstance(index, faiss.IndexHNSW):
         try:
-            res = faiss.StandardGpuResources()
-            gpu_index = faiss.index_cpu_to_gpu(res, 0, index)
+            res = gpu_module.StandardGpuResources()
+            gpu_index = gpu_module.index_cpu_to_gpu(res, 0, index)
             _train(gpu_index, embeds, seed, notes)
             _add_chunks(gpu_index, embeds)
             notes["device"] = "gpu"
-            return faiss.index_gpu_to_cpu(gpu_index), notes
-        except RuntimeError as exc:  # e.g. a PQ size the GPU kernels lack: the CPU builds the same index
-            notes["gpu_fallback"] = str(exc).splitlines()[0][:200]
+            return gpu_module.index_gpu_to_cpu(gpu_index), notes
+        except RuntimeError as exc:  # e.g. out of memory, a PQ size the GPU kernels lack: the CPU builds it
+            notes["gpu_fallback"] = gpu.first_line(exc)
+            log.warning("GPU index build failed, building on the CPU: %s", gpu.explain(notes["gpu_fallback"]))
+            notes.pop("train_size", None)
+            gpu_index = res = None  # the GPU's memory goes before the CPU build
             index = faiss.index_factory(d, plan.factory, faiss.METRIC_INNER_PRODUCT)
     _train(index, embeds, seed, notes)
     _add_chunks(index, embeds)

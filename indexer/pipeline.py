@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ccrk_settings import Settings
-from indexer import disk, encoding, staging
+from indexer import disk, encoding, gpu, staging
 from indexer.ann import IndexPlan, build_faiss_index, choose_index
 from indexer.encoding import Encoded, Preflight
 from indexer.errors import BuildError
@@ -61,7 +61,7 @@ def write_ann_index(
             n, d, exact_max_items=settings.exact_max_items, memory_budget_mb=memory_budget_mb, factory=factory
         )
         index, notes = build_faiss_index(
-            files.embeddings(), plan, use_gpu=None if settings.index_gpu else False
+            files.embeddings(), plan, use_gpu=gpu.index_device(settings.index_gpu).use_gpu
         )
     except (ValueError, RuntimeError) as exc:
         raise BuildError(f"cannot build index {factory or ''}{where}: {str(exc).splitlines()[0]}") from exc
@@ -154,6 +154,11 @@ class Operation:
         else:
             inherit_measurements(manifest, measured)
         report.notes.extend(notes)
+        if "gpu_fallback" in manifest.build_params:
+            report.notes.append(
+                "ANN index built on the CPU: the GPU build failed "
+                f"({gpu.explain(str(manifest.build_params['gpu_fallback']))})"
+            )
         publish = judge(writer.stage, manifest, encoder, captioned, settings, report, gate)
         manifest.build_seconds = round(time.perf_counter() - self.started, 3)
         done = writer.finish(manifest, publish=publish, keep=settings.keep_versions)

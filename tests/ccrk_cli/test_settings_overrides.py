@@ -75,6 +75,29 @@ def test_an_invalid_environment_value_is_named_by_its_variable(monkeypatch: pyte
 
 
 @pytest.mark.usefixtures("clean_settings")
+@pytest.mark.parametrize(
+    ("value", "mode"),
+    [(None, "auto"), ("auto", "auto"), ("on", "on"), ("off", "off"), ("true", "on"), ("False", "off"),
+     ("1", "on"), ("0", "off")],
+)  # fmt: skip
+def test_index_gpu_is_auto_by_default_and_takes_the_old_booleans(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, mode: str
+) -> None:
+    if value is not None:
+        monkeypatch.setenv("CCRK_INDEX_GPU", value)
+    assert get_settings().index_gpu == mode
+    assert Settings(index_gpu=mode == "on").index_gpu == ("on" if mode == "on" else "off")
+
+
+@pytest.mark.usefixtures("clean_settings")
+def test_index_gpu_refuses_another_word(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CCRK_INDEX_GPU", "maybe")
+    with pytest.raises(SettingsError) as caught:
+        settings_with({})
+    assert str(caught.value) == "CCRK_INDEX_GPU: Input should be 'auto', 'on' or 'off' (got 'maybe')"
+
+
+@pytest.mark.usefixtures("clean_settings")
 @pytest.mark.parametrize("value", ["inf", "nan"])
 def test_an_index_poll_interval_that_is_not_finite_is_named(
     monkeypatch: pytest.MonkeyPatch, value: str

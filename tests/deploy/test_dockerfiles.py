@@ -207,6 +207,9 @@ def test_requirement_lists_match_pyproject() -> None:
     gpu_extra = {Requirement(d).name.lower() for d in project["optional-dependencies"]["gpu"]}
     assert set(gpu) == (set(cpu) - {"faiss-cpu", "onnxruntime"}) | gpu_extra
     assert all(str(gpu[name].specifier).startswith("==") for name in gpu_extra), "CUDA builds are pinned"
+    for line in project["optional-dependencies"]["gpu"]:  # the same pins, extras included
+        req = Requirement(line)
+        assert (gpu[req.name].specifier, gpu[req.name].extras) == (req.specifier, req.extras), req.name
     for extra in EXTRA_ONLY_MODULES:  # distributed builds run from a full install, not from the images
         assert extra not in cpu and extra not in gpu, extra
 

@@ -122,3 +122,23 @@ def test_make_photos_runs_with_a_folder_name_with_spaces_and_a_quote(tmp_path: P
     argv = served.read_text().splitlines()
     assert argv[0] == "serve" and option(argv, "--index-root") == str(root)
     assert option(argv, "--index-name") == "photos" and option(argv, "--model") == str(DEFAULT_MODEL_DIR)
+
+
+def test_gpu_check_installs_the_gpu_stack_into_its_own_venv_never_the_cpu_one() -> None:
+    """`make gpu-check` builds .venv-gpu as `make install` builds .venv, swaps every faiss and onnxruntime
+    build there for one GPU extra (uninstalled first: two builds of one module overwrite each other's files),
+    and leaves .venv, which `make test` and CI use, alone."""
+    lines = make_dry_run("gpu-check")
+    assert lines[0].startswith("nvidia-smi -L"), "no GPU: stops before installing anything"
+    venv_lines = [line for line in lines if ".venv" in line]
+    assert venv_lines and all(".venv-gpu" in line for line in venv_lines), venv_lines
+    assert not any(re.search(r"(^|\s)\.venv/", line) for line in lines)
+    uninstall = next(i for i, line in enumerate(lines) if " uninstall " in line)
+    assert lines[uninstall].split()[-6:] == [
+        "faiss-cpu", "faiss-gpu", "faiss-gpu-cu12", "faiss-gpu-cuvs", "onnxruntime", "onnxruntime-gpu"
+    ]  # fmt: skip
+    installs = [i for i, line in enumerate(lines) if re.search(r"\.venv-gpu/bin/pip install .*-r ", line)]
+    (extra,) = installs
+    assert uninstall < extra < next(i for i, line in enumerate(lines) if "bench/gpu_check.py" in line)
+    assert "deploy/gpu_extra.py auto" in lines[extra - 1]
+    assert any("install VENV=.venv-gpu" in line for line in lines[:uninstall])
