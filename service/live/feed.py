@@ -5,7 +5,10 @@ index becomes a ``store.live.overlay.LiveIndex`` and catches up with the whole l
 own changes before it serves; then the runtime's live poller calls ``catch_up`` every
 ``CCRK_LIVE_POLL_S``, so a change written by any process (another worker of ``ccrk serve --workers N``,
 another machine's through PostgreSQL) shows in this one within a poll. A write through this process
-(``write``) is appended, then applied here at once, before it is acknowledged (``wait``).
+(``write``) is appended, then applied here at once, before it is acknowledged (``wait``); with wait, the
+acknowledgement also waits until every other process serving the index shows it: each feed reports what it
+shows on the index's reader board (``store.live.readers``) at each catch-up that moves it and at least
+every ``HEARTBEAT_S``, and a writer waits for the fresh readers behind its sequence.
 
 Each catch-up forgets what the served version's caches hold of the rows it changed (``Served.forget``),
 so hits, sort and facets read the new values. While the log cannot be read, searches keep answering from
@@ -14,9 +17,13 @@ the overlay already applied, and ``problem`` says why (``/readyz``, ``/metrics``
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -26,6 +33,7 @@ from store.live import MAX_PAGE, Change, ChangeLog, changelog_path, open_changel
 from store.live.delta import ProductEmbedder
 from store.live.overlay import Applied, LiveOverlay
 from store.live.photos import PhotoStore
+from store.live.readers import HEARTBEAT_S, ReaderBoard, open_reader_board
 from store.live.view import LiveIndex
 
 log = logging.getLogger(__name__)
@@ -58,6 +66,14 @@ class LiveFeed:
         self._open_lock = threading.Lock()
         self._apply_lock = threading.Lock()
         self.problem: str | None = None  # why the last read of the log failed (None: it did not)
+        self._board: ReaderBoard | None = None
+        self._token = uuid.uuid4().hex[:8]  # two servers of one index in one process are two readers
+        self._reported: tuple[int, int, float] = (
+            -1,
+            -1,
+            0.0,
+        )  # (pid, sequence, monotonic time) last reported
+        self.board_problem: str | None = None  # why the last report to the reader board failed
         self.applied_entries = 0  # entries applied by this process since its start (every version's)
 
     # -- the log ---------------------------------------------------------------------------------------------
@@ -86,6 +102,12 @@ class LiveFeed:
 
     def close(self) -> None:
         with self._open_lock:
+            if self._board is not None:
+                if self._reported[0] == os.getpid():
+                    with contextlib.suppress(ChangeLogError):
+                        self._board.leave(self.reader)
+                self._board.close()
+                self._board = None
             if self._log is not None:
                 self._log.close()
                 self._log = None
@@ -112,6 +134,7 @@ class LiveFeed:
                 opened = self._opened(create=False)
                 if opened is None:
                     self.problem = None
+                    self._report(index.live_sequence)  # on the board before the first write is waited on
                     return None
                 total: Applied | None = None
                 while upto is None or index.live_sequence < upto:
@@ -125,6 +148,7 @@ class LiveFeed:
                     self._on_apply([now - e.committed_at for e in page], index.live_sequence)
                     total = applied
                 self.problem = None
+                self._report(index.live_sequence)
                 return total
             except (ChangeLogError, IndexUnreachableError) as exc:
                 if self.problem != str(exc):
@@ -132,14 +156,61 @@ class LiveFeed:
                 self.problem = str(exc)
                 return None
 
+    # -- the reader board ------------------------------------------------------------------------------------
+
+    @property
+    def reader(self) -> str:
+        """This feed on the board: host, pid (a forked worker is a reader of its own) and a token."""
+        return f"{socket.gethostname()}:{os.getpid()}:{self._token}"
+
+    def _opened_board(self) -> ReaderBoard:
+        with self._open_lock:
+            if self._board is None:
+                self._board = open_reader_board(self.root, self.name, self.dsn)
+            return self._board
+
+    def _report(self, applied: int) -> None:
+        """Tell the board what this process shows, when it moved or a heartbeat is due; a board that does
+        not answer costs this process nothing but its writers' wait (``board_problem``)."""
+        pid, last, at = self._reported
+        now = time.monotonic()
+        if pid == os.getpid() and last == applied and now - at < HEARTBEAT_S:
+            return
+        try:
+            self._opened_board().report(self.reader, applied)
+        except ChangeLogError as exc:
+            if self.board_problem != str(exc):
+                log.warning("reporting to the reader board of index %s failed: %s", self.name, exc)
+            self.board_problem = str(exc)
+            return
+        self.board_problem = None
+        self._reported = (os.getpid(), applied, now)
+
+    def behind(self, seq: int) -> dict[str, int]:
+        """The other processes serving the index, heard of lately, that do not show ``seq`` yet (what they
+        show); empty where the board cannot be read (then only this process is waited for)."""
+        try:
+            laggards = self._opened_board().behind(seq)
+        except ChangeLogError as exc:
+            self.board_problem = str(exc)
+            return {}
+        laggards.pop(self.reader, None)
+        return laggards
+
     def wait_for(self, served: Served, seq: int, timeout_s: float) -> bool:
-        """Apply the log up to ``seq`` to ``served``: whether it shows ``seq`` within ``timeout_s``."""
+        """Apply the log up to ``seq`` to ``served``, then wait for every other process serving the index
+        to show it: whether all of them did within ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         while True:
             self.catch_up(served, upto=seq)
             index = served.index
             if isinstance(index, LiveIndex) and index.live_sequence >= seq:
-                return True
+                break
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.01)
+        while self.behind(seq):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+        return True

@@ -97,7 +97,9 @@ class BatchReceipt(BaseModel):
     count: int = Field(description="Changes written (0: the filter matched nothing; nothing written).")
     first_seq: int | None = Field(description="The first change's sequence number (null when none).")
     last_seq: int | None = Field(description="The last change's sequence number (null when none).")
-    visible: bool = Field(description="Whether this process's searches showed every change when it answered.")
+    visible: bool = Field(
+        description="Whether every process serving the index showed every change when it answered."
+    )
 
 
 class WriteReceipt(BaseModel):
@@ -107,7 +109,7 @@ class WriteReceipt(BaseModel):
     kind: Literal["upsert", "patch", "delete"]
     seq: int = Field(description="The write's sequence number in the index's change log.")
     visible: bool = Field(
-        description="Whether this process's searches showed the write when it answered: true with wait "
-        "(the default) unless it took longer than CCRK_LIVE_WAIT_S. Every process serving the index shows "
-        "it within CCRK_LIVE_POLL_S of that."
+        description="Whether every process serving the index showed the write when it answered: true with "
+        "wait (the default) unless that took longer than CCRK_LIVE_WAIT_S (a process not heard of for 5 s is "
+        "not waited for). Without wait, false: each process shows it within CCRK_LIVE_POLL_S."
     )
