@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.search_load import build_index, queries  # noqa: E402
+from ccrk_settings import Settings  # noqa: E402
 
 CCRK = str(Path(sys.executable).parent / "ccrk")
 GREEDY_RATE = "50/s"
@@ -429,7 +430,7 @@ def main() -> None:
         "greedy_client_nice": args.greedy_nice,
         "greedy_limit": f"{GREEDY_RATE} burst {args.greedy_burst} (limits on; anonymous 50/s burst 50)",
         "max_concurrent_per_caller": f"{args.concurrent_per_caller} (limits on; off: 0)",
-        "search_workers": args.search_workers or 4,
+        "search_workers": args.search_workers or Settings().search_slots(),
         "rerank": args.rerank,
         "runs": runs,
         "requests_per_s_8_connections": throughput,

@@ -478,17 +478,19 @@ class Settings(BaseSettings):
         ge=0,
         le=256,
         description="Searches encoding and searching at once per process (worker threads of CPU-bound"
-        " work; the fair share's slots). 0: the cores this process may use, at most 4 (more searches at"
+        " work; the fair share's slots). 0: the cores this process may use over the `--workers` processes, at"
+        " most 4 (more searches at"
         " once than cores only slow each one: bench/fair_share.py, 2 cores, 16 greedy connections: 4 slots"
         " 719 q/s and another caller's p99 x3.8, 2 slots 944 q/s and x2.1).",
     )
 
     def search_slots(self) -> int:
-        """``search_workers``, or where 0 the cores this process may run on (its CPU affinity), at most 4."""
+        """``search_workers``, or where 0 this process's share of the cores it may run on (its CPU affinity
+        over the `ccrk serve --workers` processes), at most 4."""
         if self.search_workers:
             return self.search_workers
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        return max(1, min(4, cores))
+        return max(1, min(4, cores // self.workers))
 
     inline_text_search: bool = Field(
         True,

@@ -116,6 +116,7 @@ def test_the_default_slots_are_the_cores_the_process_may_use_at_most_four(tmp_pa
     cores = len(original)
     assert Settings(index_root=tmp_path).search_slots() == max(1, min(4, cores))
     assert Settings(index_root=tmp_path, search_workers=7).search_slots() == 7
+    assert Settings(index_root=tmp_path, workers=2).search_slots() == max(1, min(4, cores // 2))
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # this test's process on one core
     try:
         assert Settings(index_root=tmp_path).search_slots() == 1

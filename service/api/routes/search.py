@@ -70,8 +70,9 @@ async def image_search(
     filters: str | None,
     facets: str | None = None,
 ) -> Response:
-    async with runtime.in_line(caller):
-        result = await facade.image(file, top_k=top_k, offset=offset, filters=filters, facets=facets)
+    # No search slot here: an upload waits for its memory budget and an image slot (CCRK_IMAGE_*), which
+    # bound image searches on their own, and holding a slot through those waits would idle it.
+    result = await facade.image(file, top_k=top_k, offset=offset, filters=filters, facets=facets)
     return Response(result.model_dump_json(), media_type="application/json")
 
 
