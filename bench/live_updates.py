@@ -18,9 +18,9 @@ all-zero file of the demo model's shape (re-ranking is off).
 Served as ``ccrk serve --workers 2`` (CCRK_THREADS=1, CCRK_SEARCH_WORKERS=1, CCRK_RERANK=false, no result
 cache). Measured per size:
 
-1. partial updates: PATCH of random products' ``price`` (10 %: also ``in_stock``), wait=true, from one
-   client and from 4 concurrent clients (threads, a keep-alive connection each), writes/s and latency; at an
-   empty log and again after 10,000 pending changes;
+1. partial updates: PATCH of random products' ``price`` (10 %: also ``in_stock``), wait=true (both
+   workers show it when it answers), from one client and from 4 concurrent clients (threads, a keep-alive
+   connection each), writes/s and latency; at an empty log and again after 10,000 pending changes;
 2. visibility in the other worker: a PATCH ``{"rev": k}`` through a connection to worker A, then searches
    with ``filters: {"rev": k}`` through a connection to worker B until the product shows (write answer ->
    visible in B), and the delta of ``ccrk_live_apply_lag_seconds`` over that phase (``/metrics`` sums both
@@ -553,6 +553,9 @@ def upserts(port: int, a: Conn, b: Conn, clients: int, count: int, titles: list[
         t.join()
     elapsed = time.perf_counter() - t0
     every = [x for per in lat for x in per]
+    a.close()
+    b.close()
+    a, b = per_process(port)  # afresh: the server closed them while idle through the clients' phase
     rng = np.random.default_rng(9)
     lags: list[float] = []
     missing = 0

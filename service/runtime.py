@@ -44,6 +44,8 @@ from service.search.telemetry import SearchTelemetry
 from service.upload_budget import UploadBudget
 from store.errors import ChangeLogError, IndexUnreachableError
 from store.layout import CURRENT_FILE
+from store.live.wake import WakeSocket
+from store.live.wake import supported as wake_supported
 from store.opening import OpenedIndex
 from store.version.manifest import model_fingerprint, model_name_of
 
@@ -135,6 +137,7 @@ class Runtime:
         self.clock: Callable[[], float] = monotonic
         # Each served index's change log (``service.live``), made with its holder.
         self.feeds: dict[str, LiveFeed] = {}
+        self._wake_name: str | None = None  # this process's wake-up socket, once the live poller runs
         self._pending_counted: dict[str, float] = {}  # when each log's pending changes were last counted
 
     @property
@@ -310,6 +313,7 @@ class Runtime:
                 applied.set(sequence)
 
             made = LiveFeed(self.settings.index_root, name, self.settings.live_dsn, on_apply=observe)
+            made.wake_name = self._wake_name
             feed = self.feeds.setdefault(name, made)
         if feed.embedder is None and self._pipeline is not None:
             feed.embedder = CatalogueEmbedder(
@@ -467,14 +471,32 @@ class Runtime:
                 return
 
     async def _live_poll(self) -> None:
-        """Every ``live_poll_s``: the products other processes wrote, applied here (``service.live``)."""
-        while True:
-            await anyio.sleep(self.settings.live_poll_s)
-            for holder in list(self.holders.values()):
-                try:
-                    await anyio.to_thread.run_sync(self._catch_up, holder)
-                except Exception:  # the poller must outlive any one bad entry or version
-                    log.exception("applying the change log of %s failed", holder.name)
+        """Every ``live_poll_s``, or at once when a writer waiting for this process wakes it
+        (``store.live.wake``): the products other processes wrote, applied here (``service.live``)."""
+        wake = WakeSocket() if wake_supported() else None
+        if wake is not None:
+            for feed in list(self.feeds.values()):
+                feed.wake_name = wake.name
+            self._wake_name = wake.name
+        try:
+            while True:
+                if wake is None:
+                    await anyio.sleep(self.settings.live_poll_s)
+                else:
+                    with anyio.move_on_after(self.settings.live_poll_s):
+                        await anyio.wait_readable(wake.sock)
+                    wake.drain()  # before the catch-up: a wake-up during it is read at the next turn
+                await self._poll_feeds()
+        finally:
+            if wake is not None:
+                wake.close()
+
+    async def _poll_feeds(self) -> None:
+        for holder in list(self.holders.values()):
+            try:
+                await anyio.to_thread.run_sync(self._catch_up, holder)
+            except Exception:  # the poller must outlive any one bad entry or version
+                log.exception("applying the change log of %s failed", holder.name)
 
     def _add_facade(self, name: str, holder: IndexHolder) -> None:
         first = next(iter(self._facades.values()), None)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import socket
 import threading
@@ -35,8 +36,11 @@ from store.live.overlay import Applied, LiveOverlay
 from store.live.photos import PhotoStore
 from store.live.readers import HEARTBEAT_S, ReaderBoard, open_reader_board
 from store.live.view import LiveIndex
+from store.live.wake import nudge
 
 log = logging.getLogger(__name__)
+
+NUDGE_S = 0.05  # a waiting writer wakes the processes behind it again this often (a datagram may be lost)
 
 # (seconds from each applied entry's commit to its application, the sequence now shown) -> None
 ApplyObserver = Callable[[list[float], int], None]
@@ -68,6 +72,9 @@ class LiveFeed:
         self.problem: str | None = None  # why the last read of the log failed (None: it did not)
         self._board: ReaderBoard | None = None
         self._token = uuid.uuid4().hex[:8]  # two servers of one index in one process are two readers
+        self.wake_name: str | None = (
+            None  # this process's wake-up socket (store.live.wake), set by the runtime
+        )
         self._reported: tuple[int, int, float] = (
             -1,
             -1,
@@ -177,7 +184,7 @@ class LiveFeed:
         if pid == os.getpid() and last == applied and now - at < HEARTBEAT_S:
             return
         try:
-            self._opened_board().report(self.reader, applied)
+            self._opened_board().report(self.reader, applied, self.wake_name)
         except ChangeLogError as exc:
             if self.board_problem != str(exc):
                 log.warning("reporting to the reader board of index %s failed: %s", self.name, exc)
@@ -189,8 +196,11 @@ class LiveFeed:
     def behind(self, seq: int) -> dict[str, int]:
         """The other processes serving the index, heard of lately, that do not show ``seq`` yet (what they
         show); empty where the board cannot be read (then only this process is waited for)."""
+        return {reader: applied for reader, (applied, _) in self._laggards(seq).items()}
+
+    def _laggards(self, seq: int) -> dict[str, tuple[int, str | None]]:
         try:
-            laggards = self._opened_board().behind(seq)
+            laggards = self._opened_board().laggards(seq)
         except ChangeLogError as exc:
             self.board_problem = str(exc)
             return {}
@@ -199,7 +209,8 @@ class LiveFeed:
 
     def wait_for(self, served: Served, seq: int, timeout_s: float) -> bool:
         """Apply the log up to ``seq`` to ``served``, then wait for every other process serving the index
-        to show it: whether all of them did within ``timeout_s``."""
+        to show it, waking them (``store.live.wake``: again every ``NUDGE_S`` while they lag): whether all
+        of them did within ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         while True:
             self.catch_up(served, upto=seq)
@@ -209,8 +220,13 @@ class LiveFeed:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.01)
-        while self.behind(seq):
-            if time.monotonic() >= deadline:
+        nudged = -math.inf
+        while laggards := self._laggards(seq):
+            now = time.monotonic()
+            if now >= deadline:
                 return False
-            time.sleep(0.005)
+            if now - nudged >= NUDGE_S:
+                nudge(wake for _, wake in laggards.values() if wake)
+                nudged = now
+            time.sleep(0.002)
         return True

@@ -41,16 +41,21 @@ class ReaderBoard(abc.ABC):
     where: str
 
     @abc.abstractmethod
-    def report(self, reader: str, applied: int) -> None:
-        """``reader`` shows every change up to ``applied`` (now)."""
+    def report(self, reader: str, applied: int, wake: str | None = None) -> None:
+        """``reader`` shows every change up to ``applied`` (now); ``wake``: the name of its wake-up socket
+        (``store.live.wake``), if it has one."""
 
     @abc.abstractmethod
     def leave(self, reader: str) -> None:
         """``reader`` stops serving the index (a clean shutdown): not waited for any more."""
 
-    @abc.abstractmethod
     def behind(self, seq: int, fresh_s: float = DEFAULT_FRESH_S) -> dict[str, int]:
         """The readers heard of within ``fresh_s`` that show less than ``seq``, with what they show."""
+        return {reader: applied for reader, (applied, _) in self.laggards(seq, fresh_s).items()}
+
+    @abc.abstractmethod
+    def laggards(self, seq: int, fresh_s: float = DEFAULT_FRESH_S) -> dict[str, tuple[int, str | None]]:
+        """``behind``, with each one's wake-up socket name (None: it has none)."""
 
     @abc.abstractmethod
     def close(self) -> None: ...
@@ -78,8 +83,11 @@ class SqliteReaderBoard(ReaderBoard):
             conn.execute("PRAGMA synchronous = OFF")  # process state, reported again at each heartbeat
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS readers (reader TEXT PRIMARY KEY, applied INTEGER NOT NULL,"
-                " seen_at REAL NOT NULL)"
+                " seen_at REAL NOT NULL, wake TEXT)"
             )
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(readers)")}
+            if "wake" not in columns:  # a board of the first release of this file
+                conn.execute("ALTER TABLE readers ADD COLUMN wake TEXT")
         except BaseException:
             conn.close()
             raise
@@ -93,25 +101,26 @@ class SqliteReaderBoard(ReaderBoard):
             except sqlite3.Error as exc:
                 raise ChangeLogUnavailableError(f"{self.where}: {exc}") from exc
 
-    def report(self, reader: str, applied: int) -> None:
+    def report(self, reader: str, applied: int, wake: str | None = None) -> None:
         with self._conn() as conn:
             conn.execute(
-                "INSERT INTO readers (reader, applied, seen_at) VALUES (?, ?, ?) ON CONFLICT (reader) DO"
-                " UPDATE SET applied = excluded.applied, seen_at = excluded.seen_at",
-                (reader, applied, time.time()),
+                "INSERT INTO readers (reader, applied, seen_at, wake) VALUES (?, ?, ?, ?) ON CONFLICT"
+                " (reader) DO UPDATE SET applied = excluded.applied, seen_at = excluded.seen_at,"
+                " wake = excluded.wake",
+                (reader, applied, time.time(), wake),
             )
 
     def leave(self, reader: str) -> None:
         with self._conn() as conn:
             conn.execute("DELETE FROM readers WHERE reader = ?", (reader,))
 
-    def behind(self, seq: int, fresh_s: float = DEFAULT_FRESH_S) -> dict[str, int]:
+    def laggards(self, seq: int, fresh_s: float = DEFAULT_FRESH_S) -> dict[str, tuple[int, str | None]]:
         with self._conn() as conn:
             rows = conn.execute(
-                "SELECT reader, applied FROM readers WHERE applied < ? AND seen_at >= ?",
+                "SELECT reader, applied, wake FROM readers WHERE applied < ? AND seen_at >= ?",
                 (seq, time.time() - fresh_s),
             ).fetchall()
-        return {str(r): int(a) for r, a in rows}
+        return {str(r): (int(a), w) for r, a, w in rows}
 
     def close(self) -> None:
         with self._lock:
@@ -148,9 +157,10 @@ class PostgresReaderBoard(ReaderBoard):
                     self._sql(
                         "CREATE UNLOGGED TABLE IF NOT EXISTS {s}.readers (index_name text NOT NULL,"
                         " reader text NOT NULL, applied bigint NOT NULL, seen_at double precision NOT NULL,"
-                        " PRIMARY KEY (index_name, reader))"
+                        " wake text, PRIMARY KEY (index_name, reader))"
                     )
                 )
+                conn.execute(self._sql("ALTER TABLE {s}.readers ADD COLUMN IF NOT EXISTS wake text"))
         except BaseException:
             conn.close()
             raise
@@ -166,15 +176,15 @@ class PostgresReaderBoard(ReaderBoard):
             except psycopg.Error as exc:
                 raise ChangeLogUnavailableError(f"{self.where}: {exc}") from exc
 
-    def report(self, reader: str, applied: int) -> None:
+    def report(self, reader: str, applied: int, wake: str | None = None) -> None:
         with self._conn() as conn:
             conn.execute(
                 self._sql(
-                    "INSERT INTO {s}.readers (index_name, reader, applied, seen_at) VALUES (%s, %s, %s,"
-                    " extract(epoch FROM clock_timestamp())) ON CONFLICT (index_name, reader) DO UPDATE"
-                    " SET applied = excluded.applied, seen_at = excluded.seen_at"
+                    "INSERT INTO {s}.readers (index_name, reader, applied, seen_at, wake) VALUES (%s, %s,"
+                    " %s, extract(epoch FROM clock_timestamp()), %s) ON CONFLICT (index_name, reader) DO"
+                    " UPDATE SET applied = excluded.applied, seen_at = excluded.seen_at, wake = excluded.wake"
                 ),
-                (self.index, reader, applied),
+                (self.index, reader, applied, wake),
             )
 
     def leave(self, reader: str) -> None:
@@ -184,16 +194,16 @@ class PostgresReaderBoard(ReaderBoard):
                 (self.index, reader),
             )
 
-    def behind(self, seq: int, fresh_s: float = DEFAULT_FRESH_S) -> dict[str, int]:
+    def laggards(self, seq: int, fresh_s: float = DEFAULT_FRESH_S) -> dict[str, tuple[int, str | None]]:
         with self._conn() as conn:
             rows = conn.execute(
                 self._sql(
-                    "SELECT reader, applied FROM {s}.readers WHERE index_name = %s AND applied < %s"
+                    "SELECT reader, applied, wake FROM {s}.readers WHERE index_name = %s AND applied < %s"
                     " AND seen_at >= extract(epoch FROM clock_timestamp()) - %s"
                 ),
                 (self.index, seq, fresh_s),
             ).fetchall()
-        return {str(r): int(a) for r, a in rows}
+        return {str(r): (int(a), w) for r, a, w in rows}
 
     def close(self) -> None:
         with self._lock:

@@ -56,6 +56,8 @@ def test_the_fresh_readers_behind_a_sequence(make_board: MakeBoard) -> None:
     assert a.behind(20, fresh_s=0.2) == {"host:2": 9}
     b.leave("host:2")
     assert a.behind(20) == {"host:1": 12}
+    a.report("host:1", 12, wake="ccrk-live-abc")  # with its wake-up socket's name
+    assert b.laggards(13) == {"host:1": (12, "ccrk-live-abc")}
 
 
 def test_a_forked_child_reports_on_a_connection_of_its_own(make_board: MakeBoard) -> None:
