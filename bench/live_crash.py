@@ -85,30 +85,7 @@ class Ledger:
 
 
 def serve(root: Path, name: str, port: int, tmp: Path) -> subprocess.Popen[bytes]:
-    """``live_updates.serve``'s server, in a session of its own so one ``killpg`` reaches every process."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CCRK_")}
-    env.update(
-        {
-            "CCRK_THREADS": "1",
-            "CCRK_SEARCH_WORKERS": "1",
-            "CCRK_RERANK": "false",
-            "CCRK_ADMIN_API_KEY": lu.ADMIN,
-            "CCRK_ANN_SAMPLE_RATE": "0",
-            "CCRK_HISTORY_DB": str(tmp / "history.sqlite"),
-            "CCRK_AUTH_FAILURES_PER_MINUTE": "100000",
-            "CCRK_CACHE_SIZE": "0",
-        }
-    )
-    script = Path(sys.executable).parent / "ccrk"
-    ccrk = [str(script)] if script.is_file() else [sys.executable, "-m", "ccrk_cli"]
-    command = [*ccrk, "serve", "--port", str(port), "--workers", "2", "--index-root", str(root)]
-    return subprocess.Popen(
-        [*command, "--index-name", name, "--log-level", "warning"],
-        env=env,
-        cwd=REPO,
-        start_new_session=True,
-        stderr=subprocess.DEVNULL,  # a killed worker's broken pipes are expected noise here
-    )
+    return lu.serve(root, name, port, tmp, own_session=True)
 
 
 def kill_all(proc: subprocess.Popen[bytes]) -> int:

@@ -270,7 +270,10 @@ def per_process(port: int, want: int = 2) -> list[Conn]:
     return list(found.values())
 
 
-def serve(root: Path, name: str, port: int, tmp: Path) -> subprocess.Popen[bytes]:
+def serve(root: Path, name: str, port: int, tmp: Path, own_session: bool = False) -> subprocess.Popen[bytes]:
+    """``ccrk serve --workers 2`` of version ``name``; ``own_session``: in a session of its own (one
+    ``killpg`` reaches the supervisor and its workers), its stderr dropped (a killed worker's broken
+    pipes)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CCRK_")}
     env.update(
         {
@@ -288,7 +291,13 @@ def serve(root: Path, name: str, port: int, tmp: Path) -> subprocess.Popen[bytes
     script = Path(sys.executable).parent / "ccrk"
     ccrk = [str(script)] if script.is_file() else [sys.executable, "-m", "ccrk_cli"]
     command = [*ccrk, "serve", "--port", str(port), "--workers", "2", "--index-root", str(root)]
-    return subprocess.Popen([*command, "--index-name", name, "--log-level", "warning"], env=env, cwd=REPO)
+    return subprocess.Popen(
+        [*command, "--index-name", name, "--log-level", "warning"],
+        env=env,
+        cwd=REPO,
+        start_new_session=own_session,
+        stderr=subprocess.DEVNULL if own_session else None,
+    )
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,10 +81,12 @@ def answers(index: LiveIndex) -> dict[str, Any]:
     }
 
 
-def random_changes(rng: random.Random, n: int) -> list[Change]:
+def random_changes(rng: random.Random, n: int, items: Sequence[str] | None = None) -> list[Change]:
+    """``n`` patches (price and stock; 10 %: a field removed, one added) and deletes (10 %) of ``items``
+    (default: sku-1 .. sku-{N-1})."""
     out: list[Change] = []
     for _ in range(n):
-        item = f"sku-{rng.randrange(1, N)}"
+        item = rng.choice(items) if items else f"sku-{rng.randrange(1, N)}"
         pick = rng.random()
         if pick < 0.1:
             out.append(Delete(item))

@@ -25,7 +25,7 @@ from store.live.overlay import LiveOverlay
 from store.live.view import LiveIndex
 from store.opening import open_version
 from store.version.versions import current_version
-from tests.indexer.test_live_fold import answers
+from tests.indexer.test_live_fold import answers, random_changes
 
 N = 24  # products of the first manifest
 CATEGORIES = ("shoe", "bag", "hat")
@@ -56,22 +56,6 @@ def manifests(catalogue: Path, out: Path) -> dict[Path, dict[str, dict[str, Any]
         path.write_text("".join(json.dumps(r) + "\n" for r in recs))
         written[path] = {r["id"]: r for r in recs}
     return written
-
-
-def racing_changes(rng: random.Random, n: int) -> list[Change]:
-    out: list[Change] = []
-    for _ in range(n):
-        item = rng.choice(RACED)
-        pick = rng.random()
-        if pick < 0.1:
-            out.append(Delete(item))
-        elif pick < 0.2:
-            out.append(Patch(item, fields={"category": None, "colour": rng.choice(["red", "blue"])}))
-        else:
-            out.append(
-                Patch(item, fields={"price": round(rng.uniform(0, 100), 2), "in_stock": rng.random() < 0.7})
-            )
-    return out
 
 
 def served(root: Path) -> LiveIndex:
@@ -140,7 +124,7 @@ def test_writes_racing_a_full_build_are_superseded_before_it_and_kept_after(
         writes = SqliteChangeLog.for_index(root, "shop")
         try:
             while not stop.is_set():
-                batch = racing_changes(rng, rng.randrange(1, 8))
+                batch = random_changes(rng, rng.randrange(1, 8), RACED)
                 seqs = writes.append(batch)
                 with wrote:
                     acked.extend(zip(seqs, batch, strict=True))
