@@ -67,9 +67,9 @@ def _on_off_auto(value: object) -> object:
         return "on" if value else "off"
     if isinstance(value, str):
         word = value.strip().lower()
-        if word in ("true", "1", "yes", "on"):
+        if word in ("true", "1", "yes", "on", "t", "y"):
             return "on"
-        if word in ("false", "0", "no", "off"):
+        if word in ("false", "0", "no", "off", "f", "n"):
             return "off"
         return word
     return value

@@ -129,8 +129,11 @@ def probe_isolated(command: list[str] | None = None, timeout_s: float = PROBE_TI
         return Probe(0, f"the GPU probe could not start: {exc}")
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode == 0 and lines:
-        answer = json.loads(lines[-1])
-        return Probe(int(answer["gpus"]), answer.get("error"))
+        try:
+            answer = json.loads(lines[-1])
+            return Probe(int(answer["gpus"]), answer.get("error"))
+        except (ValueError, KeyError, TypeError) as exc:  # a child that said something else
+            return Probe(0, f"the GPU probe answered {lines[-1][:200]!r}: {exc}")
     said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
     # faiss's assertion names the CUDA error ("... details: CUDA error 209 no kernel image ..."); else the
     # child's last words.

@@ -60,9 +60,9 @@ def write_ann_index(
         plan = choose_index(
             n, d, exact_max_items=settings.exact_max_items, memory_budget_mb=memory_budget_mb, factory=factory
         )
-        index, notes = build_faiss_index(
-            files.embeddings(), plan, use_gpu=gpu.index_device(settings.index_gpu).use_gpu
-        )
+        # HNSW graphs are built on the CPU either way: no GPU probe (a child process) for them.
+        use_gpu = False if plan.kind == "hnsw" else gpu.index_device(settings.index_gpu).use_gpu
+        index, notes = build_faiss_index(files.embeddings(), plan, use_gpu=use_gpu)
     except (ValueError, RuntimeError) as exc:
         raise BuildError(f"cannot build index {factory or ''}{where}: {str(exc).splitlines()[0]}") from exc
     files.write_index(index)
