@@ -46,6 +46,9 @@ RESULT_COMMANDS = {
     ),
     "fault_under_load-": "sudo python bench/fault_under_load.py",
     "index_throughput-": "python bench/index_throughput.py",
+    "live-crash-2026-12-03": (
+        "python bench/live_crash.py --writes 10000 --out bench/results/live-crash-2026-12-03.json"
+    ),
     "kcl_vs_one2one-2026-11-21": (
         "ccrk data synth --out data/synth --seed 0 && ccrk experiment kcl-vs-one2one --data data/synth "
         "--seeds 0,1,2 --epochs 4 --train-limit 2000 --batch-size 32"

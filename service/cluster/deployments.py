@@ -108,6 +108,9 @@ def _unreachable_errors() -> tuple[type[BaseException], ...]:
     return (RayError, RayServeException)
 
 
+INGRESS_SEARCH_SLOTS = 4
+
+
 class Ingress:
     """The ingress deployment's body: the service app, built on the replica (``__serve_build_asgi_app__``)."""
 
@@ -118,6 +121,10 @@ class Ingress:
         options: ClusterOptions,
         extra_shards: Mapping[str, list[Any]] | None = None,
     ) -> None:
+        # The ingress's searches mostly wait on the shards' replies, not on its own cores: the slots it
+        # had before they followed the cores (CCRK_SEARCH_WORKERS, where set, still rules).
+        if not settings.search_workers:
+            settings = settings.model_copy(update={"search_workers": INGRESS_SEARCH_SLOTS})
         self.settings = settings
         self.shards = list(shards)  # DeploymentHandles, one per shard of the default index
         self.options = options
