@@ -478,10 +478,9 @@ class Settings(BaseSettings):
         ge=0,
         le=256,
         description="Searches encoding and searching at once per process (worker threads of CPU-bound"
-        " work; the fair share's slots). 0: the cores this process may use over the `--workers` processes, at"
-        " most 4 (more searches at"
-        " once than cores only slow each one: bench/fair_share.py, 2 cores, 16 greedy connections: 4 slots"
-        " 719 q/s and another caller's p99 x3.8, 2 slots 944 q/s and x2.1).",
+        " work; the fair share's slots). 0: the cores this process may use over the `--workers` processes,"
+        " at most 4 (more searches at once than cores only slow each one: bench/fair_share.py, 2 cores, 16"
+        " greedy connections: 4 slots 719 q/s and another caller's p99 x3.8, 2 slots 944 q/s and x2.1).",
     )
 
     def search_slots(self) -> int:

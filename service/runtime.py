@@ -122,11 +122,12 @@ class Runtime:
             retry_s=settings.redis_retry_s,
         )
         self.expensive_slots = ExpensiveSlots(settings.max_expensive_per_caller)
-        self.caller_queues = CallerQueues(settings.search_slots(), settings.max_concurrent_per_caller)
+        slots = settings.search_slots()
+        self.caller_queues = CallerQueues(slots, settings.max_concurrent_per_caller)
         self.cache: Cache | None = None
         self.languages: tuple[str, ...] = ()
         # Bounds the worker threads doing CPU work at once: more than a few only adds contention.
-        self.limiter = anyio.CapacityLimiter(settings.search_slots())
+        self.limiter = anyio.CapacityLimiter(slots)
         # What image searches hold at once, their request bodies and decodes (service.upload_budget).
         self.upload_budget = UploadBudget(settings.upload_memory_mb * 2**20, wait_s=settings.image_wait_s)
         self.monitor = Monitor(settings)  # probes, traffic, ANN recall (started in the lifespan)

@@ -72,14 +72,10 @@ class LiveFeed:
         self.problem: str | None = None  # why the last read of the log failed (None: it did not)
         self._board: ReaderBoard | None = None
         self._token = uuid.uuid4().hex[:8]  # two servers of one index in one process are two readers
-        self.wake_name: str | None = (
-            None  # this process's wake-up socket (store.live.wake), set by the runtime
-        )
-        self._reported: tuple[int, int, float] = (
-            -1,
-            -1,
-            0.0,
-        )  # (pid, sequence, monotonic time) last reported
+        # This process's wake-up socket (store.live.wake), set by the runtime.
+        self.wake_name: str | None = None
+        # (pid, sequence, monotonic time) last reported to the board.
+        self._reported: tuple[int, int, float] = (-1, -1, 0.0)
         self.board_problem: str | None = None  # why the last report to the reader board failed
         self.applied_entries = 0  # entries applied by this process since its start (every version's)
 
