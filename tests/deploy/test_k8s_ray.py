@@ -256,6 +256,19 @@ def test_every_ray_container_starts_with_the_fast_path_environment() -> None:
         assert {k: env.get(k) for k in FAST_PATH_ENV} == FAST_PATH_ENV, kind
 
 
+def test_every_ray_container_reads_the_change_log_address_from_the_postgres_secret() -> None:
+    """Writes through Ray Serve go to the PostgreSQL log the API pods share; its address is never plain
+    text in the spec (not in the Serve config's runtime_env either)."""
+    (app,) = serve_config()["applications"]
+    assert "CCRK_LIVE_DSN" not in app["runtime_env"]["env_vars"]
+    for kind, group in groups():
+        (entry,) = [e for e in ray_container(group).get("env", []) if e["name"] == "CCRK_LIVE_DSN"]
+        assert entry == {
+            "name": "CCRK_LIVE_DSN",
+            "valueFrom": {"secretKeyRef": {"name": "ccrk-postgres", "key": "dsn", "optional": True}},
+        }, kind
+
+
 def test_ray_start_params_agree_with_container_resources_and_hold_the_replicas() -> None:
     settings = serve_settings()
     worker_cpus = []

@@ -5,12 +5,16 @@ version (several photos per product, text fields), served by the same app as an 
 deployments of its own, answers its hybrid, text and image searches, explain and "more like this" as `ccrk
 serve` does over the same products unsharded; a replica of every
 shard killed, and a whole node removed, under load fail no request; a swap under load never mixes versions
-in one answer; ``RemoteShardedIndex`` retries a call whose replica died."""
+in one answer; ``RemoteShardedIndex`` retries a call whose replica died; product writes through the
+cluster show in both ingress replicas when they return and fold into the shard the hash rule names."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import socket
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -23,11 +27,14 @@ import pytest
 
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings
 from indexer.build import build
+from indexer.live_fold import compact
 from service.cluster.deployments import INGRESS
 from service.cluster.remote_index import RemoteShardedIndex
 from service.cluster.serving import shard_counts_of
 from service.cluster.shard import ShardServer
+from store.live.readers import READERS_FILE
 from store.opening import open_version
+from store.shards.sharded import ShardedIndex
 from store.version.versions import current_version
 from synthetic.synth import SynthConfig, generate_catalogue
 from tests.fixtures import LiveServer, make_settings
@@ -364,6 +371,108 @@ def test_a_node_removed_under_load_fails_no_request(
         cluster.wait_for_nodes()
     assert not load.errors, load.errors[:3]
     assert len(load.seen) > 10 and all(len(ids) == 40 for _, ids in load.seen)
+
+
+def _board(root: Path, name: str) -> dict[str, int]:
+    """The fresh readers of index ``name``'s reader board (``store.live.readers``): {reader: applied}."""
+    with contextlib.closing(sqlite3.connect(root / name / READERS_FILE)) as conn:
+        rows = conn.execute("SELECT reader, applied FROM readers WHERE seen_at >= ?", (time.time() - 5,))
+        return {str(reader): int(applied) for reader, applied in rows}
+
+
+def test_writes_through_the_ingress_show_in_every_replica_and_fold_into_the_owning_shards(
+    ray_cluster: tuple[str, Any, Settings], sharded_root: tuple[Path, Path], shop: list[dict]
+) -> None:
+    """The product index SHOP (2 shard deployments, 2 ingress replicas): a price change, a delete and a new
+    product with a photo, written through the cluster's HTTP proxy with ``wait=true``, are on the reader
+    board of both ingress replicas when the write returns, and every search after it (whichever replica
+    answers) shows them. ``ccrk index compact`` then folds the patch and the delete into the shard the hash
+    rule names (``Sharding.owner``), the ingress swaps to that version with the same answers, and the new
+    product (folded by a build that encodes it) stays served from the log."""
+    url, _, settings = ray_cluster
+    root, _ = sharded_root
+    with _ingress_replicas(settings, 2):
+        _write_and_fold(url, root, settings, shop)
+
+
+@contextlib.contextmanager
+def _ingress_replicas(settings: Settings, count: int) -> Iterator[None]:
+    """The app with ``count`` ingress replicas from now on (an in-place update: the shard replicas stay;
+    after the node-removal test, which needs a worker node without an ingress)."""
+    from ray import serve
+
+    from service.cluster.deployments import ClusterOptions, build_application
+
+    def deploy(replicas: int) -> None:
+        scaled = settings.model_copy(update={"ray_ingress_replicas": replicas})
+        app = build_application(scaled, shard_counts_of(scaled), ClusterOptions.from_settings(scaled))
+        serve.run(app, name="ccrk", route_prefix="/")
+
+    deploy(count)
+    yield
+
+
+def _write_and_fold(url: str, root: Path, settings: Settings, shop: list[dict]) -> None:
+    admin = {"Authorization": f"Bearer {settings.admin_api_key}"}
+    p = f"/v1/indexes/{SHOP}"
+    by_price = {"query": shop[0]["title"], "top_k": 30, "mode": "hybrid", "min_score": -1.0,
+                "sort": {"field": "price", "order": "asc"}}  # fmt: skip
+    title = "Ein leuchtend violetter Regenschirm mit goldenen Sternen"  # not the photo's: text mode finds it
+    photo = Path(shop[11]["paths"][0]).read_bytes()
+    with httpx.Client(base_url=url, timeout=60) as client:
+
+        def hits(body: dict[str, Any]) -> list[str]:
+            answer = client.post(p + "/search", json=body)
+            assert answer.status_code == 200, answer.text
+            return [h["id"] for h in answer.json()["results"]]
+
+        def by_photo() -> list[str]:
+            answer = client.post(p + "/search/image", files={"file": ("q.png", photo, "image/png")})
+            assert answer.status_code == 200, answer.text
+            return [h["id"] for h in answer.json()["results"]]
+
+        before = hits(by_price)
+        assert set(before) == {f"prod-{i}" for i in range(20)}
+        cheap, gone = "prod-5", "prod-7"
+        receipts = [
+            client.patch(p + f"/products/{cheap}", json={"fields": {"price": 0.5}}, headers=admin),
+            client.delete(p + f"/products/{gone}", headers=admin),
+            client.put(
+                p + "/products/new-1",
+                json={
+                    "fields": {"title@de": title, "price": 1.0, "category": shop[11]["category"]},
+                    "photos": [{"data": base64.b64encode(photo).decode()}],
+                },
+                headers=admin,
+            ),
+        ]
+        for receipt in receipts:
+            assert receipt.status_code == 200 and receipt.json()["visible"] is True, receipt.text
+        seq = receipts[-1].json()["seq"]
+        board = _board(root, SHOP)
+        assert len(board) == 2 and min(board.values()) >= seq, board  # both ingress replicas applied it
+        for _ in range(12):  # the proxy spreads these over both replicas
+            ranked = hits(by_price)
+            assert ranked[:2] == ["new-1", cheap] or ranked[:2] == [cheap, "new-1"], ranked[:3]
+            assert gone not in ranked and len(ranked) == 20
+        assert hits({"query": title, "top_k": 3, "mode": "text"})[0] == "new-1"
+        assert "new-1" in by_photo()[:2]
+
+        report = compact(SHOP, settings=Settings(index_root=root))
+        assert report.published, report.notes
+        assert any("upserts a product" in note for note in report.notes), report.notes
+        with open_version(root, SHOP, report.version) as folded:
+            assert isinstance(folded, ShardedIndex) and folded.manifest.live_sequence == seq - 1
+            owner = folded.sharding.owner(cheap)
+            shard = folded.shards[owner]  # type: ignore[index]
+            assert shard.items([shard.row_of(cheap)])[0]["price"] == 0.5
+            assert folded.row_of(gone) is None
+        deadline = time.monotonic() + 30
+        while client.get("/readyz").json()["indexes"].get(SHOP) != report.version:
+            assert time.monotonic() < deadline, "the ingress did not swap to the compacted version"
+            time.sleep(0.2)
+        assert hits(by_price) == ranked
+        assert hits({"query": title, "top_k": 3, "mode": "text"})[0] == "new-1"
 
 
 def test_a_swap_under_load_never_mixes_versions(serve_url: str, sharded_root: tuple[Path, Path]) -> None:
