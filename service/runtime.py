@@ -44,6 +44,7 @@ from service.search.telemetry import SearchTelemetry
 from service.upload_budget import UploadBudget
 from store.errors import ChangeLogError, IndexUnreachableError
 from store.layout import CURRENT_FILE
+from store.live.embed_cache import PhotoEmbeddingCache
 from store.live.wake import WakeSocket
 from store.live.wake import supported as wake_supported
 from store.opening import OpenedIndex
@@ -317,8 +318,13 @@ class Runtime:
             made.wake_name = self._wake_name
             feed = self.feeds.setdefault(name, made)
         if feed.embedder is None and self._pipeline is not None:
+            s = self.settings
             feed.embedder = CatalogueEmbedder(
-                self._pipeline.encoder, feed.photos, max_pixels=self.settings.max_query_pixels
+                self._pipeline.encoder,
+                feed.photos,
+                max_pixels=s.max_query_pixels,
+                cache=PhotoEmbeddingCache.for_index(s.index_root, name),
+                model_key=f"{self._fingerprint}/{s.backend}/{'int8' if s.int8 else 'float'}",
             )
         return feed
 

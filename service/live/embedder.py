@@ -4,7 +4,9 @@ photo's cross-modal and visual embedding, the first photo's re-rank tokens); its
 identified (``title@de`` by its tag, an untagged one by the indexer's detector), embedded by the text tower
 and analysed for BM25 (``indexer.products``: the same calls a build makes).
 
-Every process serving the index embeds the upserts it applies, so none depends on another's memory.
+Every process serving the index embeds the upserts it applies, so none depends on another's memory; a
+photo some process of the machine encoded already is read from the index's photo embedding cache
+(``store.live.embed_cache``) instead of being encoded again.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from model.runtime import Encoder
 from service.uploads import decode_upload
 from store.live.delta import EmbeddedProduct
 from store.live.delta import TextValue as DeltaText
+from store.live.embed_cache import PhotoEmbedding, PhotoEmbeddingCache
 from store.live.photos import PhotoStore
 from store.live.records import Upsert
 from store.text.language_id import LanguageDetector
@@ -29,10 +32,19 @@ DECODE_LIMIT_BYTES = 1 << 30  # the write route checked each photo's size; the s
 class CatalogueEmbedder:
     """Embeds upserts of one index with the service's encoder."""
 
-    def __init__(self, encoder: Encoder, photos: PhotoStore, max_pixels: int) -> None:
+    def __init__(
+        self,
+        encoder: Encoder,
+        photos: PhotoStore,
+        max_pixels: int,
+        cache: PhotoEmbeddingCache | None = None,
+        model_key: str = "",
+    ) -> None:
         self.encoder = encoder
         self.photos = photos
         self.max_pixels = max_pixels
+        self.cache = cache
+        self.model_key = model_key  # names the encoder in the cache (model fingerprint, backend, precision)
         self._detector: LanguageDetector | None = None  # built at the first untagged value, then kept
         self._detector_lock = threading.Lock()
 
@@ -43,22 +55,45 @@ class CatalogueEmbedder:
                 self._detector = catalogue_detector(self.encoder.config.languages)
             return self._detector
 
+    def _photos(self, upsert: Upsert) -> list[PhotoEmbedding]:
+        """Each photo of ``upsert`` through the image tower, in order: from the cache where it holds one,
+        else decoded and encoded (and kept there)."""
+        digests = [ref.digest for ref in upsert.photos]
+        cached = self.cache.get(self.model_key, digests) if self.cache is not None else {}
+        missing = [ref for ref in upsert.photos if ref.digest not in cached]
+        if missing:
+            images = [
+                decode_upload(
+                    self.photos.read(ref),
+                    None,
+                    max_bytes=DECODE_LIMIT_BYTES,
+                    max_pixels=self.max_pixels,
+                    image_size=self.encoder.config.vision.image_size,
+                )
+                for ref in missing
+            ]
+            encoded = self.encoder.encode_images(images)
+            rerank = self.encoder.capabilities.rerank
+            made = {
+                ref.digest: PhotoEmbedding(
+                    np.asarray(encoded.embeds[i], np.float32),
+                    None if encoded.visual is None else np.asarray(encoded.visual[i], np.float32),
+                    np.asarray(encoded.tokens[i], np.float32) if rerank else None,
+                )
+                for i, ref in enumerate(missing)
+            }
+            if self.cache is not None:
+                self.cache.put(self.model_key, made)
+            cached = {**cached, **made}
+        return [cached[d] for d in digests]
+
     def embed(self, upsert: Upsert) -> EmbeddedProduct:
         dim = self.encoder.config.embed_dim
-        images = [
-            decode_upload(
-                self.photos.read(ref),
-                None,
-                max_bytes=DECODE_LIMIT_BYTES,
-                max_pixels=self.max_pixels,
-                image_size=self.encoder.config.vision.image_size,
-            )
-            for ref in upsert.photos
-        ]
-        if images:
-            encoded = self.encoder.encode_images(images)
-            embeds, visual = encoded.embeds, encoded.visual
-            tokens = encoded.tokens[0] if self.encoder.capabilities.rerank else None
+        photos = self._photos(upsert)
+        if photos:
+            embeds = np.stack([p.embeds for p in photos])
+            visual = None if any(p.visual is None for p in photos) else np.stack([p.visual for p in photos])
+            tokens = photos[0].tokens
         else:
             embeds, visual, tokens = np.zeros((0, dim), np.float32), None, None
         values = []
