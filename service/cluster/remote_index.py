@@ -26,6 +26,7 @@ so is tried again at the next poll).
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -98,6 +99,8 @@ class RemoteShardedIndex:
         self._shard_fields = [set(info["fields"]) for info in opened]
         self._fields = set().union(*self._shard_fields)
         self._closed = False
+        self._kinds: dict[str, frozenset[str]] = {}
+        self._kinds_lock = threading.Lock()
         self.products: ProductChannels | None = None
         self._live: np.ndarray | None = None
         if has_product_channels(self.path):
@@ -214,6 +217,28 @@ class RemoteShardedIndex:
             if rows is not None
         ]
         return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+    def field_kinds(self, name: str) -> set[str]:
+        """The kinds of value the version's products hold in field ``name`` (``MetadataReader.field_kinds``:
+        what a product write is checked against), read from the shards' metadata files beside the
+        channels, as the deleted rows are; kept per field (a version never changes)."""
+        with self._kinds_lock:
+            held = self._kinds.get(name)
+        if held is not None:
+            return set(held)
+        kinds: set[str] = set()
+        if name in self._fields:
+            for entry, fields in zip(self.sharding.shards, self._shard_fields, strict=True):
+                if name not in fields:
+                    continue
+                meta = MetadataReader(self.path / entry.dir / METADATA_FILE)
+                try:
+                    kinds |= meta.field_kinds(name)
+                finally:
+                    meta.close()
+        with self._kinds_lock:
+            self._kinds[name] = frozenset(kinds)
+        return kinds
 
     def _gather(self, method: str, rows: Sequence[int] | np.ndarray) -> list[Any]:
         """``method(version, local rows)`` on each owning shard (all sent at once), in the order of rows."""

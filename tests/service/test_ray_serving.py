@@ -253,6 +253,9 @@ def test_remote_index_equals_sharded_index_and_retries(sharded_root: tuple[Path,
         np.testing.assert_array_equal(
             remote.filter_rows({"category": category}), local.filter_rows({"category": category})
         )
+        for field in (*sorted(local.fields), "no-such-field"):  # what a product write is checked against
+            assert remote.field_kinds(field) == local.field_kinds(field), field
+        assert remote.field_kinds("category") == {"text"}
         remote.close()
     assert sum(1 for s, m in calls if m == "open") == SHARDS + SHARDS  # each shard's first call retried once
     assert all(s.loaded() == [version] for s in servers)
@@ -449,6 +452,8 @@ def _write_and_fold(url: str, root: Path, settings: Settings, shop: list[dict]) 
         for receipt in receipts:
             assert receipt.status_code == 200 and receipt.json()["visible"] is True, receipt.text
         seq = receipts[-1].json()["seq"]
+        wrong = client.patch(p + f"/products/{cheap}", json={"fields": {"price": "cheap"}}, headers=admin)
+        assert wrong.status_code == 422 and wrong.json()["detail"][0]["loc"] == ["body", "fields", "price"]
         board = _board(root, SHOP)
         assert len(board) == 2 and min(board.values()) >= seq, board  # both ingress replicas applied it
         for _ in range(12):  # the proxy spreads these over both replicas
