@@ -39,6 +39,12 @@ class ChangeLogCorruptError(ChangeLogError):
     holds what no writer writes. The message names the log and the sequence number."""
 
 
+class ChangeLogGapError(ChangeLogError):
+    """The entries right after what a served version holds are gone from the change log (folded and
+    dropped while the version was still served: one older than every version kept). Applying the later
+    ones would skip changes in silence, so none is applied; a newer version holds them."""
+
+
 class ChangeLogUnavailableError(ChangeLogError, IndexUnreachableError):
     """The change log did not answer in time (another writer held it past the busy timeout, the database is
     down or unreachable): nothing was written, and the same call may succeed later (a write route answers

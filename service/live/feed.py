@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from service.index_holder import Served
-from store.errors import ChangeLogError, IndexUnreachableError
+from store.errors import ChangeLogError, ChangeLogGapError, IndexUnreachableError
 from store.live import MAX_PAGE, Change, ChangeLog, changelog_path, open_changelog
 from store.live.delta import ProductEmbedder
 from store.live.overlay import Applied, LiveOverlay
@@ -144,6 +144,13 @@ class LiveFeed:
                     page = opened.changes_since(index.live_sequence, limit=MAX_PAGE, upto=upto)
                     if not page:
                         break
+                    if page[0].seq != index.live_sequence + 1:  # sequences have no gaps: these were dropped
+                        raise ChangeLogGapError(
+                            f"the change log of {self.name!r} no longer holds changes "
+                            f"{index.live_sequence + 1} to {page[0].seq - 1}, which version "
+                            f"{served.version} lacks (it is older than every version kept): nothing "
+                            "after them is applied; a newer version holds them"
+                        )
                     applied = index.overlay.apply(page)
                     served.forget(applied.rows)
                     self.applied_entries += applied.entries

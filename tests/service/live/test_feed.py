@@ -1,7 +1,7 @@
 """``LiveFeed`` over a real version and a real log on both backends: a version attached applies the whole
 log before it serves; two feeds (two processes' stand-ins) see each other's writes; a damaged log stops
-the catch-up with the reason while searches keep the overlay already applied; a reader creates no log
-file in an index nothing was written to."""
+the catch-up with the reason while searches keep the overlay already applied, as a version older than the
+log (its next changes dropped) does; a reader creates no log file in an index nothing was written to."""
 
 from __future__ import annotations
 
@@ -104,3 +104,23 @@ def test_a_reader_creates_no_log(tmp_path: Path) -> None:
     assert feed.catch_up(a) is None and feed.problem is None and feed.pending() == 0
     assert not changelog_path(tmp_path, "shop").exists()
     a.index.close()
+
+
+def test_a_version_older_than_the_log_applies_nothing_past_the_gap(tmp_path: Path) -> None:
+    """The entries right after what a version holds were folded and dropped (``truncate_upto``, as a fold
+    does once every kept version holds them): applying the later ones would skip changes in silence, so
+    the feed applies none and says why."""
+    write_version(tmp_path, "shop", n=20)
+    feed = LiveFeed(tmp_path, "shop")
+    opened = feed._opened(create=True)
+    assert opened is not None
+    first = feed.write([Patch("sku-1", fields={"price": 1.5})])[0]
+    feed.write([Patch("sku-2", fields={"price": 2.5})])
+    opened.fold_upto(first)
+    assert opened.truncate_upto(first) == 1
+    old = served(tmp_path)  # holds sequence 0: change 1 is gone from the log
+    feed.attach(old)
+    assert old.index.live_sequence == 0 and old.items([2])[0]["price"] == 2.0
+    assert feed.problem is not None and "no longer holds changes 1 to 1" in feed.problem
+    feed.close()
+    old.index.close()
