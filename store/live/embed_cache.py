@@ -35,6 +35,7 @@ import numpy as np
 
 from store.layout import index_dir
 from store.live.changelog import ProcessConnection
+from store.live.wal import open_wal
 
 EMBEDDINGS_FILE = "live-embeddings.sqlite"
 DEFAULT_MAX_ROWS = 200_000
@@ -81,22 +82,14 @@ class PhotoEmbeddingCache:
         return cls(index_dir(root, name) / EMBEDDINGS_FILE, max_rows=max_rows)
 
     def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(
-            self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
+        return open_wal(
+            self.path,
+            self.busy_timeout_s,
+            "OFF",  # a cache: a lost row is encoded again
+            "CREATE TABLE IF NOT EXISTS photos (model TEXT NOT NULL, digest TEXT NOT NULL,"
+            " embeds BLOB NOT NULL, visual BLOB, tokens BLOB, used_at REAL NOT NULL,"
+            " PRIMARY KEY (model, digest))",
         )
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = OFF")  # a cache: a lost row is encoded again
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS photos (model TEXT NOT NULL, digest TEXT NOT NULL,"
-                " embeds BLOB NOT NULL, visual BLOB, tokens BLOB, used_at REAL NOT NULL,"
-                " PRIMARY KEY (model, digest))"
-            )
-        except BaseException:
-            conn.close()
-            raise
-        return conn
 
     def _failed(self, exc: BaseException) -> None:
         if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):

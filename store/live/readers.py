@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from store.errors import ChangeLogUnavailableError
 from store.layout import index_dir
 from store.live.changelog import ProcessConnection
+from store.live.wal import open_wal
 
 if TYPE_CHECKING:
     import psycopg
@@ -74,17 +75,14 @@ class SqliteReaderBoard(ReaderBoard):
         return cls(index_dir(root, name) / READERS_FILE)
 
     def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(
-            self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
+        conn = open_wal(
+            self.path,
+            self.busy_timeout_s,
+            "OFF",  # process state, reported again at each heartbeat
+            "CREATE TABLE IF NOT EXISTS readers (reader TEXT PRIMARY KEY, applied INTEGER NOT NULL,"
+            " seen_at REAL NOT NULL, wake TEXT)",
         )
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = OFF")  # process state, reported again at each heartbeat
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS readers (reader TEXT PRIMARY KEY, applied INTEGER NOT NULL,"
-                " seen_at REAL NOT NULL, wake TEXT)"
-            )
             columns = {row[1] for row in conn.execute("PRAGMA table_info(readers)")}
             if "wake" not in columns:  # a board of the first release of this file
                 conn.execute("ALTER TABLE readers ADD COLUMN wake TEXT")
