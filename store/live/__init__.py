@@ -5,6 +5,7 @@ and folded into the next version by a build.
 ``records``    what a change is, and its versioned JSON record
 ``changelog``  the ``ChangeLog`` interface, and its embedded SQLite backend (a file in the index's folder)
 ``postgres``   the PostgreSQL backend, for processes on several machines (psycopg, imported when used)
+``listen``     its ``LISTEN``: one connection per process hearing each append's ``NOTIFY`` as it commits
 """
 
 from __future__ import annotations
