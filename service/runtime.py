@@ -34,6 +34,7 @@ from service.keys import KeyRecord, KeyRing
 from service.language import LanguageDetector
 from service.live.embedder import CatalogueEmbedder
 from service.live.feed import LiveFeed
+from service.live.notices import ChangeNotices
 from service.metrics import Metrics
 from service.monitor import Monitor
 from service.quota_ledger import QuotaLedger
@@ -140,6 +141,9 @@ class Runtime:
         # Each served index's change log (``service.live``), made with its holder.
         self.feeds: dict[str, LiveFeed] = {}
         self._wake_name: str | None = None  # this process's wake-up socket, once the live poller runs
+        # Set (on the event loop) to wake the live poller before its poll: by the wake-up socket, or by
+        # PostgreSQL's NOTIFY (``service.live.notices``, with ``live_dsn``). Made in the lifespan.
+        self._live_woken: asyncio.Event | None = None
         self._pending_counted: dict[str, float] = {}  # when each log's pending changes were last counted
 
     @property
@@ -478,25 +482,44 @@ class Runtime:
                 return
 
     async def _live_poll(self) -> None:
-        """Every ``live_poll_s``, or at once when a writer waiting for this process wakes it
-        (``store.live.wake``): the products other processes wrote, applied here (``service.live``)."""
+        """Every ``live_poll_s``, or at once when woken (``_live_woken``): by a writer of this machine
+        waiting for this process (``store.live.wake``), or by PostgreSQL's NOTIFY of a write on any machine
+        (``service.live.notices``): the products other processes wrote, applied here (``service.live``)."""
+        woken = self._live_woken = self._live_woken or asyncio.Event()
+        loop = asyncio.get_running_loop()
         wake = WakeSocket() if wake_supported() else None
         if wake is not None:
+            loop.add_reader(wake.sock.fileno(), woken.set)
             for feed in list(self.feeds.values()):
                 feed.wake_name = wake.name
             self._wake_name = wake.name
         try:
             while True:
-                if wake is None:
-                    await anyio.sleep(self.settings.live_poll_s)
-                else:
-                    with anyio.move_on_after(self.settings.live_poll_s):
-                        await anyio.wait_readable(wake.sock)
-                    wake.drain()  # before the catch-up: a wake-up during it is read at the next turn
+                with anyio.move_on_after(self.settings.live_poll_s):
+                    await woken.wait()
+                if wake is not None:
+                    wake.drain()
+                woken.clear()  # before the catch-up: a wake-up during it is heard at the next turn
                 await self._poll_feeds()
         finally:
             if wake is not None:
+                loop.remove_reader(wake.sock.fileno())
                 wake.close()
+
+    def _notices(self) -> ChangeNotices | None:
+        """With the change log in PostgreSQL: its NOTIFY of an index served here wakes the live poller."""
+        woken = self._live_woken = self._live_woken or asyncio.Event()
+        if not self.settings.live_dsn:
+            return None
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:
+            with suppress(RuntimeError):  # the loop closed meanwhile (the process is ending)
+                loop.call_soon_threadsafe(woken.set)
+
+        notices = ChangeNotices.for_logs(self.settings.live_dsn, lambda name: name in self.holders, wake)
+        notices.start()
+        return notices
 
     async def _poll_feeds(self) -> None:
         for holder in list(self.holders.values()):
@@ -538,6 +561,7 @@ class Runtime:
         self._huge_pages()
         poller = asyncio.create_task(self._poll())
         live_poller = asyncio.create_task(self._live_poll())
+        notices = self._notices()
         await self.monitor.start()
         try:
             yield
@@ -547,6 +571,8 @@ class Runtime:
                 task.cancel()
                 with suppress(asyncio.CancelledError):
                     await task
+            if notices is not None:  # within its wait slice (its thread closes its connection)
+                await anyio.to_thread.run_sync(notices.stop)
             for holder in (*self.holders.values(), *self._joining.values()):
                 holder.close()
             for feed in self.feeds.values():

@@ -4,11 +4,12 @@ Every process serving an index holds a ``LiveFeed`` for it. When a version is lo
 index becomes a ``store.live.overlay.LiveIndex`` and catches up with the whole log after the version's
 own changes before it serves; then the runtime's live poller calls ``catch_up`` every
 ``CCRK_LIVE_POLL_S``, so a change written by any process (another worker of ``ccrk serve --workers N``,
-another machine's through PostgreSQL) shows in this one within a poll. A write through this process
-(``write``) is appended, then applied here at once, before it is acknowledged (``wait``); with wait, the
-acknowledgement also waits until every other process serving the index shows it: each feed reports what it
-shows on the index's reader board (``store.live.readers``) at each catch-up that moves it and at least
-every ``HEARTBEAT_S``, and a writer waits for the fresh readers behind its sequence.
+another machine's through PostgreSQL) shows in this one within a poll, and sooner when the poller is woken
+(a waiting writer's ``store.live.wake``; PostgreSQL's NOTIFY, ``service.live.notices``). A write through
+this process (``write``) is appended, then applied here at once, before it is acknowledged (``wait``); with
+wait, the acknowledgement also waits until every other process serving the index shows it: each feed
+reports what it shows on the index's reader board (``store.live.readers``) at each catch-up that moves it
+and at least every ``HEARTBEAT_S``, and a writer waits for the fresh readers behind its sequence.
 
 Each catch-up forgets what the served version's caches hold of the rows it changed (``Served.forget``),
 so hits, sort and facets read the new values. While the log cannot be read, searches keep answering from

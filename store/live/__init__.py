@@ -5,6 +5,7 @@ and folded into the next version by a build.
 ``records``    what a change is, and its versioned JSON record
 ``changelog``  the ``ChangeLog`` interface, and its embedded SQLite backend (a file in the index's folder)
 ``postgres``   the PostgreSQL backend, for processes on several machines (psycopg, imported when used)
+``listen``     its ``LISTEN``: one connection per process hearing each append's ``NOTIFY`` as it commits
 
 Beside the log: ``photos`` (the upserted photos' bytes), ``embed_cache`` (what the image tower made of
 them), ``readers`` (which process shows which sequence) and ``wake`` (waking them), ``overlay``, ``delta``,

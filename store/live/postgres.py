@@ -12,7 +12,9 @@ before commit, so two writers could commit 11 before 10 and a reader at 10 would
 index commit one at a time, in the order of their numbers, with no gap. A commit returns once PostgreSQL
 has flushed it (``synchronous_commit`` is set ``on`` for the session, whatever the server's default).
 Each append also sends ``NOTIFY`` on the channel named by ``notify_channel`` (payload: the index name and
-its last sequence), delivered at commit, so that other processes can wake without polling.
+its last sequence), delivered at commit: every serving process, on any machine, ``LISTEN``s there
+(``store.live.listen.ChangeListener``) and reads the log at once rather than at its next poll. The
+notification is only a hint: one missed (a listener reconnecting, PostgreSQL away) costs the poll.
 
 psycopg is imported when a log is opened, not at import: the embedded default needs no PostgreSQL client.
 """
@@ -41,6 +43,13 @@ _DDL = (
     "CREATE TABLE IF NOT EXISTS {s}.log_state (index_name text PRIMARY KEY,"
     " last_sequence bigint NOT NULL DEFAULT 0, folded_sequence bigint NOT NULL DEFAULT 0)",
 )
+
+
+def notify_channel(schema: str = DEFAULT_SCHEMA) -> str:
+    """The ``NOTIFY`` channel of the logs in ``schema``: one per schema, the payload names the index."""
+    return f"{schema}_changes"
+
+
 _INSERT = "INSERT INTO {s}.changes (index_name, seq, committed_at, record, crc) VALUES (%s, %s, %s, %s, %s)"
 
 
@@ -62,7 +71,7 @@ class PostgresChangeLog(ChangeLog):
         self.dsn, self.index, self.schema = dsn, index, schema
         self.connect_timeout_s = connect_timeout_s
         self.where = f"change log {schema}.changes of index {index!r}"
-        self.notify_channel = f"{schema}_changes"
+        self.notify_channel = notify_channel(schema)
         self._lock = threading.Lock()
         # Opened again after a fork (``ProcessConnection``) or once the connection is lost.
         self._conns: ProcessConnection[psycopg.Connection[Any]] = ProcessConnection(

@@ -1,8 +1,9 @@
 """Product writes across real processes: ``ccrk serve --workers 2`` shows a price change in the other
 worker when the write answers (wait), and on its own (no wait); ``kill -9`` of every process while writes
 stream in, then a restart: every acknowledged write is there; two separate ``ccrk serve`` processes (two
-pods) on one PostgreSQL log see each other's writes when they answer. (How soon without wait, p50 and p99,
-is ``bench/live_updates.py``'s to measure: no timed assertion here.)"""
+pods) on one PostgreSQL log see each other's writes when they answer, and without wait are woken by its
+NOTIFY long before their poll. (How soon without wait, p50 and p99, is ``bench/live_updates.py``'s to
+measure: no timed assertion here beyond such bounds.)"""
 
 from __future__ import annotations
 
@@ -257,6 +258,35 @@ def test_two_pods_on_one_postgresql_log_see_each_others_writes(pg_index: tuple[P
             assert status == 200 and receipt["visible"], receipt
             assert first_by_price(reader) == target  # wait=true: the other pod shows it when it answers
         assert not changelog_path(root, name).exists()  # the log is PostgreSQL's, not a file
+    finally:
+        for pod in pods:
+            pod.kill()
+
+
+def test_a_write_without_wait_wakes_the_other_pod_through_notify_not_its_poll(
+    pg_index: tuple[Path, str],
+) -> None:
+    """With the poll at its longest (5 s), the other pod shows a write within 2.5 s. Without NOTIFY it could
+    not: the first write of each direction is awaited with no bound near the poll's, so the reader has just
+    polled when it shows it, and the second, made at once, would wait most of a period for the next poll.
+    No wait: no wake-up socket is involved."""
+    root, name = pg_index
+    env = {"CCRK_LIVE_DSN": PG_DSN, "CCRK_LIVE_POLL_S": "5"}
+    pods = [Serve(root, ["--index-name", name], env) for _ in range(2)]
+    try:
+        for pod in pods:
+            pod.start()
+        a, b = (pod.connect() for pod in pods)
+        price = 0.001
+        for writer, reader in ((a, b), (b, a)):
+            for bound in (15.0, 2.5):  # the first: whatever phase the reader's poll is in
+                price /= 2  # each write the new cheapest
+                target = request(writer, "POST", "/v1/search", BY_PRICE)[1]["results"][-1]["id"]
+                status, receipt = request(
+                    writer, "PATCH", f"/v1/products/{target}?wait=false", {"fields": {"price": price}}
+                )
+                assert status == 200 and not receipt["visible"], receipt
+                visible_within(reader, lambda conn, want=target: first_by_price(conn) == want, timeout=bound)
     finally:
         for pod in pods:
             pod.kill()
