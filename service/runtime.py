@@ -141,9 +141,6 @@ class Runtime:
         # Each served index's change log (``service.live``), made with its holder.
         self.feeds: dict[str, LiveFeed] = {}
         self._wake_name: str | None = None  # this process's wake-up socket, once the live poller runs
-        # Set (on the event loop) to wake the live poller before its poll: by the wake-up socket, or by
-        # PostgreSQL's NOTIFY (``service.live.notices``, with ``live_dsn``). Made in the lifespan.
-        self._live_woken: asyncio.Event | None = None
         self._pending_counted: dict[str, float] = {}  # when each log's pending changes were last counted
 
     @property
@@ -481,11 +478,10 @@ class Runtime:
             except (ChangeLogError, IndexUnreachableError):  # ``problem`` says why at the next catch-up
                 return
 
-    async def _live_poll(self) -> None:
-        """Every ``live_poll_s``, or at once when woken (``_live_woken``): by a writer of this machine
-        waiting for this process (``store.live.wake``), or by PostgreSQL's NOTIFY of a write on any machine
-        (``service.live.notices``): the products other processes wrote, applied here (``service.live``)."""
-        woken = self._live_woken = self._live_woken or asyncio.Event()
+    async def _live_poll(self, woken: asyncio.Event) -> None:
+        """Every ``live_poll_s``, or at once when ``woken`` is set (on the event loop): by a writer of this
+        machine waiting for this process (``store.live.wake``), or by PostgreSQL's NOTIFY of a write on any
+        machine (``_notices``): the products other processes wrote, applied here (``service.live``)."""
         loop = asyncio.get_running_loop()
         wake = WakeSocket() if wake_supported() else None
         if wake is not None:
@@ -506,9 +502,8 @@ class Runtime:
                 loop.remove_reader(wake.sock.fileno())
                 wake.close()
 
-    def _notices(self) -> ChangeNotices | None:
-        """With the change log in PostgreSQL: its NOTIFY of an index served here wakes the live poller."""
-        woken = self._live_woken = self._live_woken or asyncio.Event()
+    def _notices(self, woken: asyncio.Event) -> ChangeNotices | None:
+        """With the change log in PostgreSQL: its NOTIFY of an index served here sets ``woken``."""
         if not self.settings.live_dsn:
             return None
         loop = asyncio.get_running_loop()
@@ -560,8 +555,9 @@ class Runtime:
         gc.freeze()
         self._huge_pages()
         poller = asyncio.create_task(self._poll())
-        live_poller = asyncio.create_task(self._live_poll())
-        notices = self._notices()
+        live_woken = asyncio.Event()  # the live poller's wake-up, shared with the NOTIFY listener
+        live_poller = asyncio.create_task(self._live_poll(live_woken))
+        notices = self._notices(live_woken)
         await self.monitor.start()
         try:
             yield

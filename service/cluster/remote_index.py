@@ -40,7 +40,7 @@ from store.shards.merge import merge_topk
 from store.version.manifest import IndexManifest, check_model
 from store.version.metadata import MetadataReader, filter_sql
 from store.version.reader import check_queries
-from store.version.sharding import Sharding, locate, split_allowed
+from store.version.sharding import ShardEntry, Sharding, locate, split_allowed
 
 Results = tuple[np.ndarray, np.ndarray]
 
@@ -116,13 +116,14 @@ class RemoteShardedIndex:
         """(total_rows,) bool, False for the rows the shards' metadata marks deleted."""
         live = np.ones(self.total_rows, bool)
         for entry, offset, total in zip(self.sharding.shards, self._offsets, self._totals, strict=True):
-            meta = MetadataReader(self.path / entry.dir / METADATA_FILE)
-            try:
+            with self._metadata(entry) as meta:
                 gone = meta.deleted_rows()
-            finally:
-                meta.close()
             live[offset + gone[(gone >= 0) & (gone < total)]] = False
         return live
+
+    def _metadata(self, entry: ShardEntry) -> contextlib.closing[MetadataReader]:
+        """A shard's metadata file, read here (the shared file system) rather than asked of its replicas."""
+        return contextlib.closing(MetadataReader(self.path / entry.dir / METADATA_FILE))
 
     # -- calls ---------------------------------------------------------------------------------------------
 
@@ -229,13 +230,9 @@ class RemoteShardedIndex:
         kinds: set[str] = set()
         if name in self._fields:
             for entry, fields in zip(self.sharding.shards, self._shard_fields, strict=True):
-                if name not in fields:
-                    continue
-                meta = MetadataReader(self.path / entry.dir / METADATA_FILE)
-                try:
-                    kinds |= meta.field_kinds(name)
-                finally:
-                    meta.close()
+                if name in fields:
+                    with self._metadata(entry) as meta:
+                        kinds |= meta.field_kinds(name)
         with self._kinds_lock:
             self._kinds[name] = frozenset(kinds)
         return kinds

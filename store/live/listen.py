@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from store.live.changelog import ProcessConnection
-from store.live.postgres import DEFAULT_SCHEMA, notify_channel
+from store.live.postgres import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_SCHEMA, notify_channel
 
 if TYPE_CHECKING:
     import psycopg
@@ -39,7 +39,6 @@ log = logging.getLogger(__name__)
 MIN_BACKOFF_S = 0.1  # the first retry after a failed connection, doubled at each failure after it
 MAX_BACKOFF_S = 5.0
 PING_S = 30.0  # a silent connection is checked this often
-DEFAULT_CONNECT_TIMEOUT_S = 5
 # libpq's TCP keepalives: a peer gone without closing is noticed after about idle + interval * count.
 _KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
 
