@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from ccrk_settings import Settings  # noqa: E402
-from indexer.live_fold import compact  # noqa: E402
+from indexer.live_compact import compact  # noqa: E402
 from store.layout import FORMAT_VERSION  # noqa: E402
 from store.live import Change, Delete, Patch, SqliteChangeLog  # noqa: E402
 from store.live.overlay import LiveOverlay  # noqa: E402

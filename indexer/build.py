@@ -80,12 +80,13 @@ from indexer.report import BuildReport
 from indexer.segments import add_segment, build_segments, plan_segments, segmented_parent
 from indexer.sharded import add_to_shards, build_sharded
 from indexer.shards import ProgressFn, ShardStore, plan_hash
-from indexer.sources import SourceItem, read_sources
+from indexer.sources import SourceItem, SourceScan, read_sources
 from indexer.staging import index_lock
 from model.model_check import check_model_dir
 from model.model_dir import load_model_config
 from model.runtime import Encoder
 from store.layout import BUILDS_DIR, FORMAT_VERSION, INDEX_FILE, MANIFEST_FILE, METADATA_FILE, index_dir
+from store.live import changelog_path
 from store.products.channels import ProductChannels, has_product_channels
 from store.synonyms import current_synonyms, read_document
 from store.version import versions
@@ -139,6 +140,32 @@ def build(
     return report
 
 
+def build_catalogue(
+    name: str,
+    catalogue: SourceScan,
+    *,
+    settings: Settings,
+    live_sequence: int,
+    expect_current: str,
+    model_dir: Path | None = None,
+    progress: ProgressFn | None = None,
+) -> BuildReport:
+    """A full build of ``catalogue`` (``indexer.live_compact``: CURRENT's products with the change log's up to
+    ``live_sequence`` over them), recording that sequence, with CURRENT's synonyms; refused (BuildError,
+    nothing published) when CURRENT is no longer ``expect_current``, the version the catalogue was read
+    from. The caller folds the log."""
+    return _build(
+        name,
+        [changelog_path(settings.index_root, name)],
+        settings=settings,
+        model_dir=model_dir,
+        progress=progress,
+        catalogue=catalogue,
+        live_sequence=live_sequence,
+        expect_current=expect_current,
+    )
+
+
 def _build(
     name: str,
     sources: Sequence[Path],
@@ -150,21 +177,29 @@ def _build(
     force: bool = False,
     gate: QualityGate | None = None,
     synonyms: Path | None = None,
+    catalogue: SourceScan | None = None,
+    live_sequence: int | None = None,
+    expect_current: str | None = None,
 ) -> BuildReport:
     """A full build from the sources (deleted items of earlier versions are gone: compaction). When CURRENT
     holds this very build's result already (same sources, files, model and options), nothing is built or
     published unless ``force``. ``gate`` judges the staged version (none passed and a threshold set:
     refused, see ``indexer.quality_gate.unwired_gate``). ``synonyms``: a synonyms file the version holds
-    (``store.synonyms``), checked before anything else (SynonymsError naming the file)."""
+    (``store.synonyms``), checked before anything else (SynonymsError naming the file). ``catalogue``,
+    ``live_sequence``, ``expect_current``: ``build_catalogue``'s."""
     started = time.perf_counter()
     root = settings.index_root
     # The product writes made before the sources are read are superseded by this build; those made after
     # apply over it (``indexer.live_fold``): their sequence is taken before anything is read.
     live_notes = BuildReport("build", name, None, False)
-    live_sequence = start_sequence(root, name, settings, live_notes)
-    synonym_set = read_document(synonyms) if synonyms is not None else None
+    if live_sequence is None:
+        live_sequence = start_sequence(root, name, settings, live_notes)
+    if synonyms is not None:
+        synonym_set = read_document(synonyms)
+    else:  # a compaction's build keeps CURRENT's synonyms; a build from sources holds only its own
+        synonym_set = current_synonyms(root, name) if catalogue is not None else None
     model_dir = Path(model_dir or settings.model_dir)
-    scan = read_sources(sources, follow_external_links=settings.follow_external_links)
+    scan = catalogue or read_sources(sources, follow_external_links=settings.follow_external_links)
     items = scan.items
     if not items:
         raise BuildError(f"the sources hold no images: {', '.join(map(str, sources))}")
@@ -195,6 +230,12 @@ def _build(
     base = index_dir(root, name)
     dtype, d = settings.rerank_dtype, cfg.embed_dim
     with index_lock(root, name) as guard:
+        now_current = versions.current_version(root, name)
+        if expect_current is not None and now_current != expect_current:
+            raise BuildError(
+                f"CURRENT of {name!r} is now {now_current}, not {expect_current} the compaction read: "
+                "nothing was published and the change log keeps every change (run it again)"
+            )
         report.notes.extend(live_notes.notes)
         key = plan_hash(
             items,
@@ -241,6 +282,8 @@ def _build(
             if wants_products(items, settings)
             else None
         )
+        if products is not None:
+            products.keep_calibration = catalogue is not None
         bytes_key = None
         if racy or verify:  # the files' digests (taken by ``plan_reuse``; a racy file is always read)
             extra_paths, extra_digests = further_photo_digests(

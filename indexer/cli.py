@@ -376,9 +376,11 @@ def delete_command(
 
 @index_app.command("compact")
 def compact_command(name: Name, index_root: IndexRoot = None, json_report: ReportOut = None) -> None:
-    """Fold the product writes of the index's change log (the API's PATCH and DELETE) into a new version,
-    published, and drop them from the log; the answers stay the same. Nothing pending: nothing published."""
-    from indexer.live_fold import compact
+    """Fold the product writes of the index's change log (the API's PUT, PATCH and DELETE) into a new
+    version, published, and drop them from the log; the answers stay the same. Upserted products are encoded
+    by a build of the catalogue (CURRENT's photos read at their paths, its vectors reused). Nothing
+    pending: nothing published."""
+    from indexer.live_compact import compact
 
     with _errors():
         report = compact(name, settings=_settings(index_root=index_root))

@@ -66,6 +66,10 @@ class ProductReuse:
     photos_carried: int = 0
     texts_carried: int = 0
     mismatched: list[str] = field(default_factory=list)  # 'photo PATH' / 'text FIELD of product ROW'
+    # A compaction (``indexer.live_compact``): CURRENT's calibration is kept whatever changed, as its servers
+    # fused the live products with it, so that the answers stay those served; the next build from a
+    # manifest calibrates again once the changes since it pass ``RECALIBRATE_SHARE``.
+    keep_calibration: bool = False
 
     def close(self) -> None:
         if self.stored is not None:
@@ -267,7 +271,9 @@ def taken_over_calibration(reuse: ProductReuse | None, info: ProductInfo) -> Pro
     parent = reuse.stored.info if reuse is not None and reuse.stored is not None else None
     if reuse is None or parent is None or not parent.fusion or not info.texts:
         return None
-    if (parent.fields, parent.text_languages) != (info.fields, info.text_languages):
+    if parent.fields != info.fields:
+        return None
+    if parent.text_languages != info.text_languages and not reuse.keep_calibration:
         return None
     if parent.calibration_code != CALIBRATION_CODE or parent.text_encoder != info.text_encoder:
         return None  # fitted by other calibration code, or on queries another acquirer embedded
@@ -279,7 +285,7 @@ def taken_over_calibration(reuse: ProductReuse | None, info: ProductInfo) -> Pro
     texts = max(reuse.texts_encoded + reuse.texts_reused, parent.texts) - reuse.texts_carried
     changed = photos + texts
     since = parent.changed_since_calibration + changed
-    if since > RECALIBRATE_SHARE * (info.photos + info.texts):
+    if since > RECALIBRATE_SHARE * (info.photos + info.texts) and not reuse.keep_calibration:
         return None
     taken = ProductInfo(**{**parent.__dict__})
     taken.calibrated_in = parent.calibrated_in or str(reuse.parent_version)

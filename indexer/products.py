@@ -431,10 +431,15 @@ def write_and_calibrate(
             taken.calibrated_in,
             taken.changed_since_calibration,
         )
+        rows = f"{taken.changed_since_calibration:,} of {info.photos + info.texts:,} photo and text rows"
+        kept = reuse is not None and reuse.keep_calibration
         report.notes.append(
-            f"products: fusion calibration taken over from {taken.calibrated_in} "
-            f"({taken.changed_since_calibration:,} of {info.photos + info.texts:,} photo and text rows "
-            f"changed since it was calibrated, within {RECALIBRATE_SHARE:.0%}; --force calibrates again)"
+            f"products: fusion calibration taken over from {taken.calibrated_in} ({rows} changed since it "
+            + (
+                "was calibrated: a compaction keeps the calibration its servers fused the changes with)"
+                if kept
+                else f"was calibrated, within {RECALIBRATE_SHARE:.0%}; --force calibrates again)"
+            )
         )
     for name, tuned in info.search_params.items():
         report.notes.append(

@@ -146,6 +146,13 @@ class Metrics:
             registry=r,
             multiprocess_mode="livemin",
         )
+        self.live_notices_up = Gauge(
+            "ccrk_live_notices_listening",
+            "With the change log in PostgreSQL: 1 while this process LISTENs for its NOTIFY, 0 while it "
+            "cannot (it still shows every write, at its CCRK_LIVE_POLL_S poll).",
+            registry=r,
+            multiprocess_mode="livemin",
+        )
         self.index_reloads = Counter(
             "ccrk_index_reloads_total",
             "Index loads by outcome (ok, failed).",

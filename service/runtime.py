@@ -140,6 +140,8 @@ class Runtime:
         self.clock: Callable[[], float] = monotonic
         # Each served index's change log (``service.live``), made with its holder.
         self.feeds: dict[str, LiveFeed] = {}
+        # The NOTIFY listener of a change log in PostgreSQL (``CCRK_LIVE_DSN``), once the lifespan runs.
+        self.notices: ChangeNotices | None = None
         self._wake_name: str | None = None  # this process's wake-up socket, once the live poller runs
         self._pending_counted: dict[str, float] = {}  # when each log's pending changes were last counted
 
@@ -512,8 +514,15 @@ class Runtime:
             with suppress(RuntimeError):  # the loop closed meanwhile (the process is ending)
                 loop.call_soon_threadsafe(woken.set)
 
-        notices = ChangeNotices.for_logs(self.settings.live_dsn, lambda name: name in self.holders, wake)
+        notices = ChangeNotices.for_logs(
+            self.settings.live_dsn,
+            lambda name: name in self.holders,
+            wake,
+            listening=lambda up: self.metrics.live_notices_up.set(1 if up else 0),
+        )
+        self.metrics.live_notices_up.set(0)  # until the first connection
         notices.start()
+        self.notices = notices
         return notices
 
     async def _poll_feeds(self) -> None:

@@ -575,6 +575,12 @@ class Readiness(Status):
         description="Served indexes whose change log cannot be read now, and why: their searches answer from"
         " the product writes already applied, and writes get 503 (null: every log reads).",
     )
+    change_notices: str | None = Field(
+        None,
+        description="With the change log in PostgreSQL: why this process cannot LISTEN for its NOTIFY now"
+        " (it still shows every write, at its CCRK_LIVE_POLL_S poll); null while it listens, or without"
+        " PostgreSQL.",
+    )
 
 
 class ReloadResponse(BaseModel):

@@ -37,19 +37,33 @@ class ChangeNotices:
         serves: Callable[[str], bool],
         wake: Callable[[], None],
         slice_s: float = SLICE_S,
+        listening: Callable[[bool], None] | None = None,
     ) -> None:
         self.listener = listener
         self.serves = serves
         self.wake = wake
         self.slice_s = slice_s
+        # Called (from the thread) with whether the listener holds a connection, after each wait.
+        self.listening = listening
         self.wakeups = 0  # how often it woke the poller
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def for_logs(cls, dsn: str, serves: Callable[[str], bool], wake: Callable[[], None]) -> ChangeNotices:
+    def for_logs(
+        cls,
+        dsn: str,
+        serves: Callable[[str], bool],
+        wake: Callable[[], None],
+        listening: Callable[[bool], None] | None = None,
+    ) -> ChangeNotices:
         """Notices of the live catalogue's logs at ``dsn`` (``CCRK_LIVE_DSN``), in their default schema."""
-        return cls(ChangeListener.for_logs(dsn), serves, wake)
+        return cls(ChangeListener.for_logs(dsn), serves, wake, listening=listening)
+
+    @property
+    def problem(self) -> str | None:
+        """Why the listener holds no connection now (None: it listens, or has not tried yet)."""
+        return self.listener.problem
 
     @property
     def running(self) -> bool:
@@ -81,6 +95,8 @@ class ChangeNotices:
                     if heard.everything or any(self.serves(index) for index in heard.indexes):
                         self.wakeups += 1
                         self.wake()
+                    if self.listening is not None:
+                        self.listening(self.listener.backend_pid is not None)
                 except Exception:  # the thread outlives anything unforeseen: the poll stands in meanwhile
                     log.exception("listening for changes of the live catalogue failed")
                     self._stop.wait(MAX_BACKOFF_S)

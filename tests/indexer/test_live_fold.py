@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from ccrk_settings import Settings
-from indexer.live_fold import compact, start_sequence
+from indexer.live_compact import compact
+from indexer.live_fold import start_sequence
 from indexer.report import BuildReport
 from store.live import Change, Delete, Entry, Patch, SqliteChangeLog, changelog_path
 from store.live.overlay import LiveOverlay

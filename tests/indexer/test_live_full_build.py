@@ -18,7 +18,7 @@ import pytest
 
 from ccrk_settings import Settings
 from indexer.build import build
-from indexer.live_fold import compact
+from indexer.live_compact import compact
 from indexer.maintenance import rollback
 from store.live import Change, Delete, Entry, Patch, SqliteChangeLog
 from store.live.overlay import LiveOverlay

@@ -27,11 +27,12 @@ import pytest
 
 from ccrk_settings import DEFAULT_MODEL_DIR, Settings
 from indexer.build import build
-from indexer.live_fold import compact
+from indexer.live_compact import compact
 from service.cluster.deployments import INGRESS
 from service.cluster.remote_index import RemoteShardedIndex
 from service.cluster.serving import shard_counts_of
 from service.cluster.shard import ShardServer
+from store.live import SqliteChangeLog, changelog_path
 from store.live.readers import READERS_FILE
 from store.opening import open_version
 from store.shards.sharded import ShardedIndex
@@ -390,8 +391,8 @@ def test_writes_through_the_ingress_show_in_every_replica_and_fold_into_the_owni
     product with a photo, written through the cluster's HTTP proxy with ``wait=true``, are on the reader
     board of both ingress replicas when the write returns, and every search after it (whichever replica
     answers) shows them. ``ccrk index compact`` then folds the patch and the delete into the shard the hash
-    rule names (``Sharding.owner``), the ingress swaps to that version with the same answers, and the new
-    product (folded by a build that encodes it) stays served from the log."""
+    rule names (``Sharding.owner``) and the new product by a build of the catalogue (into its owner shard),
+    the log is empty, and the ingress swaps to that version with the same answers."""
     url, _, settings = ray_cluster
     root, _ = sharded_root
     with _ingress_replicas(settings, 2):
@@ -465,19 +466,23 @@ def _write_and_fold(url: str, root: Path, settings: Settings, shop: list[dict]) 
 
         report = compact(SHOP, settings=Settings(index_root=root))
         assert report.published, report.notes
-        assert any("upserts a product" in note for note in report.notes), report.notes
+        assert any("by a build of the catalogue" in note for note in report.notes), report.notes
         with open_version(root, SHOP, report.version) as folded:
-            assert isinstance(folded, ShardedIndex) and folded.manifest.live_sequence == seq - 1
-            owner = folded.sharding.owner(cheap)
-            shard = folded.shards[owner]  # type: ignore[index]
-            assert shard.items([shard.row_of(cheap)])[0]["price"] == 0.5
+            assert isinstance(folded, ShardedIndex) and folded.manifest.live_sequence == seq
+            assert len(folded.shards) == 2
+            for item_id, price in ((cheap, 0.5), ("new-1", 1.0)):
+                shard = folded.shards[folded.sharding.owner(item_id)]  # type: ignore[index]
+                assert shard.items([shard.row_of(item_id)])[0]["price"] == price
             assert folded.row_of(gone) is None
+        with SqliteChangeLog(changelog_path(root, SHOP)) as log:
+            assert log.pending() == 0
         deadline = time.monotonic() + 30
         while client.get("/readyz").json()["indexes"].get(SHOP) != report.version:
             assert time.monotonic() < deadline, "the ingress did not swap to the compacted version"
             time.sleep(0.2)
         assert hits(by_price) == ranked
         assert hits({"query": title, "top_k": 3, "mode": "text"})[0] == "new-1"
+        assert "new-1" in by_photo()[:2]
 
 
 def test_a_swap_under_load_never_mixes_versions(serve_url: str, sharded_root: tuple[Path, Path]) -> None:

@@ -35,8 +35,12 @@ async def readyz(runtime: RuntimeDep, request: Request) -> JSONResponse:
     logs = {
         name: request.app.state.redact(feed.problem) for name, feed in runtime.feeds.items() if feed.problem
     } or None
+    notices = runtime.notices.problem if runtime.notices is not None else None
+    notices = request.app.state.redact(notices) if notices else None
     if len(runtime.index_names) == 1:
-        ready = Readiness(status="ready", index_version=served.version, change_logs=logs)
+        ready = Readiness(
+            status="ready", index_version=served.version, change_logs=logs, change_notices=notices
+        )
         return JSONResponse(ready.model_dump())
     versions: dict[str, str | None] = {}
     missing = []
@@ -50,5 +54,6 @@ async def readyz(runtime: RuntimeDep, request: Request) -> JSONResponse:
             missing.append(f"{name}: {request.app.state.redact(why)}")
             waiting = waiting or runtime.holds_back(name)
     status = Readiness(status="unavailable" if waiting else "ready", index_version=served.version,
-                    indexes=versions, detail="; ".join(missing) or None, change_logs=logs)  # fmt: skip
+                    indexes=versions, detail="; ".join(missing) or None, change_logs=logs,
+                    change_notices=notices)  # fmt: skip
     return JSONResponse(status.model_dump(), status_code=503 if waiting else 200)

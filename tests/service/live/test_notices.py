@@ -1,7 +1,8 @@
 """The live poller's wake-ups from PostgreSQL (``service.live.notices``) on the real server: an append to a
 served index wakes it, one to another index does not, the connection is woken for once; ``stop`` ends the
 thread within its slice and closes its connection; a server that does not answer wakes nothing and stops
-nothing."""
+nothing; the listening state (``ccrk_live_notices_listening``, ``/readyz`` ``change_notices``) is reported
+after each wait."""
 
 from __future__ import annotations
 
@@ -39,8 +40,10 @@ class Wakes:
 
 def test_an_append_to_a_served_index_wakes_and_another_does_not(pg_schema: str) -> None:
     wakes = Wakes()
+    states: list[bool] = []
     listener = ChangeListener.for_logs(PG_DSN, pg_schema)
-    notices = ChangeNotices(listener, lambda name: name == "shop", wakes, slice_s=0.2)
+    serves = lambda name: name == "shop"  # noqa: E731
+    notices = ChangeNotices(listener, serves, wakes, slice_s=0.2, listening=states.append)
     shop = PostgresChangeLog(PG_DSN, "shop", schema=pg_schema)
     other = PostgresChangeLog(PG_DSN, "other", schema=pg_schema)
     try:
@@ -51,6 +54,7 @@ def test_an_append_to_a_served_index_wakes_and_another_does_not(pg_schema: str) 
         shop.append([Delete(id="s")])
         assert wakes.next(10.0)
         assert notices.wakeups == wakes.count == 2
+        assert states and all(states) and notices.problem is None  # what /metrics and /readyz read
         started = time.monotonic()
         assert notices.stop()
         assert time.monotonic() - started < 5.0 and not notices.running
@@ -63,12 +67,14 @@ def test_an_append_to_a_served_index_wakes_and_another_does_not(pg_schema: str) 
 
 def test_a_server_that_does_not_answer_wakes_nothing_and_stops() -> None:
     wakes = Wakes()
+    states: list[bool] = []
     listener = ChangeListener("postgresql://postgres@127.0.0.1:1/test", "ccrk_live_changes")
-    notices = ChangeNotices(listener, lambda name: True, wakes, slice_s=0.2)
+    notices = ChangeNotices(listener, lambda name: True, wakes, slice_s=0.2, listening=states.append)
     notices.start()
     try:
         assert not wakes.next(1.0)
-        assert notices.running and listener.problem
+        assert notices.running and listener.problem and notices.problem == listener.problem
+        assert states and not any(states)  # ccrk_live_notices_listening 0, /readyz change_notices says why
     finally:
         assert notices.stop()
     assert wakes.count == 0

@@ -287,6 +287,11 @@ def test_a_write_without_wait_wakes_the_other_pod_through_notify_not_its_poll(
                 )
                 assert status == 200 and not receipt["visible"], receipt
                 visible_within(reader, lambda conn, want=target: first_by_price(conn) == want, timeout=bound)
+        for conn in (a, b):  # each says that it listens
+            assert request(conn, "GET", "/readyz")[1]["change_notices"] is None
+            conn.request("GET", "/metrics", headers={"X-API-Key": ADMIN})
+            exposition = conn.getresponse().read().decode()
+            assert "\nccrk_live_notices_listening 1.0\n" in exposition, exposition[-2000:]
     finally:
         for pod in pods:
             pod.kill()

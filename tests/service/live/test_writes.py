@@ -225,7 +225,7 @@ def test_metrics_and_readiness_show_the_live_catalogue(shop: Shop) -> None:
 
 
 def test_compact_folds_the_writes_and_keeps_the_answers(shop: Shop) -> None:
-    from indexer.live_fold import compact
+    from indexer.live_compact import compact
     from store.live import SqliteChangeLog
 
     write(shop, "PATCH", "/v1/products/prod-7", json={"fields": {"price": 0.7, "colour": "green"}})
