@@ -270,10 +270,17 @@ def per_process(port: int, want: int = 2) -> list[Conn]:
     return list(found.values())
 
 
-def serve(root: Path, name: str, port: int, tmp: Path, own_session: bool = False) -> subprocess.Popen[bytes]:
+def serve(
+    root: Path,
+    name: str,
+    port: int,
+    tmp: Path,
+    own_session: bool = False,
+    extra_env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
     """``ccrk serve --workers 2`` of version ``name``; ``own_session``: in a session of its own (one
     ``killpg`` reaches the supervisor and its workers), its stderr dropped (a killed worker's broken
-    pipes)."""
+    pipes); ``extra_env``: more settings (``bench/search_analytics.py``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CCRK_")}
     env.update(
         {
@@ -286,6 +293,7 @@ def serve(root: Path, name: str, port: int, tmp: Path, own_session: bool = False
             "CCRK_AUTH_FAILURES_PER_MINUTE": "100000",
             "CCRK_CACHE_SIZE": "0",  # the same queries are sent at every pending level
             "CCRK_INDEX_POLL_S": "3600",
+            **(extra_env or {}),
         }
     )
     script = Path(sys.executable).parent / "ccrk"

@@ -12,6 +12,7 @@ from model.cli_data import data_app
 from model.cli_experiment import experiment_app
 from model.cli_train import eval_command, train_command
 from monitoring.cli import probe_app
+from service.analytics.cli import analytics_app
 from service.cli import serve_command
 from service.keys_cli import keys_app
 
@@ -37,6 +38,7 @@ app.add_typer(index_app, name="index")
 app.add_typer(probe_app, name="probe")
 app.add_typer(config_app, name="config")
 app.add_typer(keys_app, name="keys")
+app.add_typer(analytics_app, name="analytics")
 app.command("train")(train_command)
 app.command("eval")(eval_command)
 app.command("serve")(serve_command)

@@ -549,6 +549,34 @@ class Settings(BaseSettings):
     )
     history_retention_days: float = Field(30.0, gt=0.0, description="Probe runs and traffic kept this long.")
     traffic_flush_s: float = Field(10.0, gt=0.0, description="How often live traffic aggregates are stored.")
+    analytics: bool = Field(
+        True,
+        description="The query log of search analytics (INDEX.analytics.sqlite beside the monitoring history:"
+        " history_db's folder, else INDEX_ROOT): each search's "
+        "normalised text or photo digest, language, label and top products, a query_id in the response, and "
+        "POST /v1/events; false: nothing is logged and no query_id is returned.",
+    )
+    analytics_retention_days: float = Field(
+        30.0, gt=0.0, le=3650.0, description="Logged queries and events are kept this long."
+    )
+    analytics_max_rows: int = Field(
+        2_000_000, ge=1_000, description="Most logged queries kept per index (the oldest go first)."
+    )
+    analytics_buffer: int = Field(
+        10_000,
+        ge=10,
+        le=1_000_000,
+        description="Queries a process holds before they are written (each analytics_flush_s); when full the "
+        "oldest are dropped and counted (ccrk_analytics_dropped_total). A kill -9 loses at most these.",
+    )
+    analytics_flush_s: float = Field(
+        1.0, gt=0.0, le=60.0, description="How often a process writes its buffered queries to the log."
+    )
+    analytics_event_window_s: float = Field(
+        86_400.0,
+        gt=0.0,
+        description="How long after its search a query_id takes events (POST /v1/events); later: 422.",
+    )
     ann_sample_rate: float = Field(
         0.02, ge=0.0, le=1.0, description="Share of live queries also searched exactly (live ANN recall)."
     )

@@ -212,6 +212,59 @@ def ann_figure(payload: dict[str, Any]) -> go.Figure:
     return fig
 
 
+def none_rate_figure(report: dict[str, Any]) -> go.Figure:
+    """The search-analytics report's (``store.analytics.report``) 'none' share per language over time."""
+    points = report["none_rate_over_time"]
+    fig = go.Figure()
+    for lang in _languages([], points):
+        mine = [p for p in points if p["lang"] == lang]
+        fig.add_trace(
+            go.Scatter(
+                x=[stamp(p["start"]) for p in mine],
+                y=[p["none_rate"] for p in mine],
+                name=lang,
+                mode="lines+markers",
+                text=[f"{p['none']} of {p['queries']} searches" for p in mine],
+                line={"color": colour(lang)},
+                meta={"metric": "none_rate", "lang": lang},
+            )
+        )
+    fig.update_layout(
+        title="Searches that find no good match, per language (search analytics)",
+        yaxis={"range": [0, 1.05], "title": "'none' share"},
+        **LAYOUT,
+    )
+    return fig
+
+
+def clicks_figure(report: dict[str, Any]) -> go.Figure:
+    """The report's click-through rate and MRR per language, most searched first."""
+    langs = report["languages"]
+    fig = go.Figure()
+    for metric, name in (("ctr", "click-through rate"), ("mrr", "mean reciprocal rank")):
+        fig.add_trace(
+            go.Bar(
+                x=[x["lang"] for x in langs],
+                y=[x[metric] for x in langs],
+                name=name,
+                text=[f"{x['queries']} searches" for x in langs],
+                meta={"metric": metric},
+            )
+        )
+    fig.update_layout(
+        title="Clicks per language (search analytics)", barmode="group", yaxis={"range": [0, 1.05]}, **LAYOUT
+    )
+    return fig
+
+
+def analytics_figures(report: dict[str, Any]) -> dict[str, str]:
+    """Figure JSON by chart element id, of a search-analytics report as a dict."""
+    return {
+        "chart-none-rate": none_rate_figure(report).to_json(),
+        "chart-clicks": clicks_figure(report).to_json(),
+    }
+
+
 def dashboard_figures(payload: dict[str, Any]) -> dict[str, str]:
     """Figure JSON by chart element id."""
     return {

@@ -12,6 +12,7 @@ from ccrk_settings import Settings, get_settings
 from service.api import fast_search
 from service.api.routes import (
     admin,
+    analytics,
     catalogues,
     consistency,
     dashboard,
@@ -103,6 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (
         search,
         catalogues,
+        analytics,
         consistency,
         images,
         index,

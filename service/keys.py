@@ -39,13 +39,15 @@ log = logging.getLogger(__name__)
 KEYS_FILE = "api-keys.json"
 KEY_PREFIX = "ccrk_"
 FORMAT = 1
-Scope = Literal["search", "write", "admin"]
-SCOPES: tuple[str, ...] = ("search", "write", "admin")
-# What each scope may do: a write key also searches (a back office reads what it wrote); admin does all.
+Scope = Literal["search", "write", "events", "admin"]
+SCOPES: tuple[str, ...] = ("search", "write", "events", "admin")
+# What each scope may do: a write key also searches (a back office reads what it wrote); an events key
+# searches and sends the shoppers' clicks (``POST /v1/events``: a front end's key); admin does all.
 _GRANTS: dict[str, frozenset[str]] = {
     "search": frozenset({"search"}),
     "write": frozenset({"search", "write"}),
-    "admin": frozenset({"search", "write", "admin"}),
+    "events": frozenset({"search", "events"}),
+    "admin": frozenset({"search", "write", "events", "admin"}),
 }
 ALL_INDEXES = "*"
 
@@ -72,8 +74,8 @@ class KeyRecord:
         return ALL_INDEXES in self.indexes or index in self.indexes
 
     def allows_scope(self, scope: Scope) -> bool:
-        """A search key may only search; a write key may also write products (``service.live``); an admin
-        key may do everything."""
+        """A search key may only search; a write key may also write products (``service.live``); an events
+        key may also send events (``service.analytics``); an admin key may do everything."""
         return scope in _GRANTS[self.scope]
 
     def to_json(self) -> dict[str, object]:

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 keys_app = typer.Typer(
-    help="API keys with scopes (search, write, admin), per-index access and fair-share limits.",
+    help="API keys with scopes (search, write, events, admin), per-index access and fair-share limits.",
     no_args_is_help=True,
 )
 
@@ -82,7 +82,8 @@ def create_command(
     scope: Annotated[
         str,
         typer.Option(
-            help="search; write (product writes, and search); admin (admin routes, writes, search)."
+            help="search; write (product writes, and search); events (shoppers' clicks, and search); "
+            "admin (admin routes, writes, events, search)."
         ),
     ] = "search",
     index: Annotated[

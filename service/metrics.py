@@ -153,6 +153,23 @@ class Metrics:
             registry=r,
             multiprocess_mode="livemin",
         )
+        # Search analytics (``service.analytics``): the query log's rows and the shoppers' events.
+        self.analytics_logged = Counter(
+            "ccrk_analytics_logged_total", "Searches written to the index's query log.", ["index"], registry=r
+        )
+        self.analytics_dropped = Counter(
+            "ccrk_analytics_dropped_total",
+            "Searches left out of the query log: buffer_full (the oldest buffered dropped) or write_failed "
+            "(the log could not be written, e.g. a full disk; searches go on).",
+            ["index", "reason"],
+            registry=r,
+        )
+        self.analytics_events = Counter(
+            "ccrk_analytics_events_total",
+            "Events (click, add_to_cart, purchase) written through POST /v1/events.",
+            ["index", "kind"],
+            registry=r,
+        )
         self.index_reloads = Counter(
             "ccrk_index_reloads_total",
             "Index loads by outcome (ok, failed).",

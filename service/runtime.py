@@ -13,6 +13,7 @@ import gc
 import hashlib
 import logging
 import math
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from threadpoolctl import threadpool_limits
 
 from ccrk_settings import Settings
 from model.runtime import Int8Limits, load_encoder
+from service.analytics import QueryRecorder, open_recorder
 from service.auth_throttle import AuthThrottle
 from service.cache import Cache
 from service.caller_slots import CallerQueues, ExpensiveSlots, QueueTimeout
@@ -43,6 +45,7 @@ from service.search.facade import SearchFacade
 from service.search.pipeline import SearchPipeline
 from service.search.telemetry import SearchTelemetry
 from service.upload_budget import UploadBudget
+from store.analytics import AnalyticsError
 from store.errors import ChangeLogError, IndexUnreachableError
 from store.layout import CURRENT_FILE
 from store.live.embed_cache import PhotoEmbeddingCache
@@ -63,6 +66,7 @@ UNREACHABLE_WAIT_S = 300.0
 # How often the live poller counts each log's changes no version holds (``ccrk_live_pending_changes``): a
 # count is a scan of those entries, not to be made at every poll.
 PENDING_COUNT_S = 1.0
+RECORDER_RETRY_S = 60.0  # a query log that could not be opened is tried again after this
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,11 @@ class Runtime:
         self.feeds: dict[str, LiveFeed] = {}
         # The NOTIFY listener of a change log in PostgreSQL (``CCRK_LIVE_DSN``), once the lifespan runs.
         self.notices: ChangeNotices | None = None
+        # Each served index's query log (``service.analytics``), opened at its first search; a log that
+        # cannot be opened is tried again after ``RECORDER_RETRY_S`` (searches go on meanwhile).
+        self._recorders: dict[str, QueryRecorder | None] = {}
+        self._recorder_failed_at: dict[str, float] = {}
+        self._recorders_lock = threading.Lock()
         self._wake_name: str | None = None  # this process's wake-up socket, once the live poller runs
         self._pending_counted: dict[str, float] = {}  # when each log's pending changes were last counted
 
@@ -504,6 +513,25 @@ class Runtime:
                 loop.remove_reader(wake.sock.fileno())
                 wake.close()
 
+    def recorder(self, name: str) -> QueryRecorder | None:
+        """Index ``name``'s query-log recorder (None: analytics off, or its log cannot be opened now)."""
+        found = self._recorders.get(name)
+        if found is not None or not self.settings.analytics:
+            return found
+        with self._recorders_lock:
+            if self._recorders.get(name) is not None:
+                return self._recorders[name]
+            if monotonic() - self._recorder_failed_at.get(name, -math.inf) < RECORDER_RETRY_S:
+                return None
+            try:
+                made = open_recorder(self.settings, name, self.metrics)
+            except (OSError, AnalyticsError) as exc:  # a damaged file, a full or read-only disk
+                log.warning("the query log of %s cannot be opened (searches go on, unlogged): %s", name, exc)
+                self._recorder_failed_at[name] = monotonic()
+                return None
+            self._recorders[name] = made
+            return made
+
     def _notices(self, woken: asyncio.Event) -> ChangeNotices | None:
         """With the change log in PostgreSQL: its NOTIFY of an index served here sets ``woken``."""
         if not self.settings.live_dsn:
@@ -582,6 +610,9 @@ class Runtime:
                 holder.close()
             for feed in self.feeds.values():
                 feed.close()
+            for recorder in self._recorders.values():
+                if recorder is not None:  # what is buffered written before the process ends
+                    await anyio.to_thread.run_sync(recorder.close)
             self.rate_limiter.close()
             self.auth_throttle.close()
             if self.cache is not None:

@@ -407,6 +407,12 @@ class FacetResult(BaseModel):
     )
 
 
+QUERY_ID_DESCRIPTION = (
+    "This search's id in the index's query log (search analytics): send it with the shopper's clicks, adds "
+    "to cart and purchases (POST /v1/events). Null where CCRK_ANALYTICS is off."
+)
+
+
 class SearchResponse(BaseModel):
     results: list[SearchHit]
     mode: SearchMode = Field("image", description="What was searched.")
@@ -445,6 +451,7 @@ class SearchResponse(BaseModel):
         description="The query as searched where typo tolerance corrected some of its words (see typos): "
         "a front end may say 'showing results for ...'. None where nothing was corrected.",
     )
+    query_id: str | None = Field(None, description=QUERY_ID_DESCRIPTION)
 
 
 class SimilarRequest(BaseModel):
@@ -469,6 +476,7 @@ class ImageSearchResponse(BaseModel):
     model: str
     timings_ms: Timings
     facets: list[FacetResult] | None = None
+    query_id: str | None = Field(None, description=QUERY_ID_DESCRIPTION)
 
 
 class ConsistencyRequest(BaseModel):

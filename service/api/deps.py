@@ -182,6 +182,31 @@ async def write_caller(request: Request, runtime: RuntimeDep, caller: CallerDep)
 WriteCallerDep = Annotated[Caller, Depends(write_caller)]
 
 
+async def events_caller(request: Request, runtime: RuntimeDep, caller: CallerDep) -> Caller:
+    """A caller allowed to send the shoppers' events of the route's catalogue (``service.analytics``): the
+    admin key, or an API key of scope events or admin valid for that index. 401 without a key (a front end
+    sends its events with its key), 403 for another scope or catalogue, 429 when its bucket is empty (the
+    fair share of its searches)."""
+    if caller.anonymous:
+        raise UnauthorizedError(
+            "sending events needs an API key of scope events (Authorization: Bearer KEY, or X-API-Key)",
+            loc=("header", "authorization"),
+        )
+    index = request.path_params.get("name") or runtime.settings.index_name
+    record = caller.record
+    if record is not None and not record.allows_scope("events"):
+        raise ScopeError(
+            f"this API key has scope {record.scope}, not events", loc=("header", "authorization")
+        )
+    if record is not None and not record.allows_index(index):
+        raise ScopeError(f"this API key is not valid for index {index!r}", loc=("path", "name"))
+    runtime.admit(caller, request)
+    return caller
+
+
+EventsCallerDep = Annotated[Caller, Depends(events_caller)]
+
+
 async def expensive_slot(runtime: RuntimeDep, caller: SearchCallerDep) -> AsyncIterator[Caller]:
     """One of the caller's slots for expensive work (image search), held to the end of the request."""
     async with runtime.expensive(caller):

@@ -14,6 +14,7 @@ always did; the image search checks for an index before it reads the upload or w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import anyio
@@ -105,8 +106,11 @@ class SearchFacade:
         offset: int,
         filters: str | None,
         facets: str | None = None,
+        logged: Callable[[bytes, ImageSearchResponse], ImageSearchResponse] | None = None,
     ) -> ImageSearchResponse:
-        """A search by an uploaded image; ``filters`` and ``facets`` are the form fields' JSON text."""
+        """A search by an uploaded image; ``filters`` and ``facets`` are the form fields' JSON text.
+        ``logged``: given the upload's bytes and the answer, the answer to send (the query log's, with its
+        query id: ``service.analytics``)."""
         parsed = SearchFilters.from_form(filters)  # a 422 before the upload is read or waits for a slot
         specs = facets_from_form(facets)
         # No index loaded: the 503 at once, not after reading the upload and waiting up to
@@ -126,11 +130,12 @@ class SearchFacade:
                     loc=("body", "file"),
                 ) from None
             try:
-                return await anyio.to_thread.run_sync(
+                response = await anyio.to_thread.run_sync(
                     self._image, data, upload.content_type, top_k, offset, parsed, specs, limiter=self.limiter
                 )
             finally:
                 self.image_slots.release()
+            return response if logged is None else logged(data, response)
 
     def _upload_cost(self, upload: UploadFile) -> int:
         """The upload's bytes once read, and its decode's, known from its header (``service.uploads``)."""

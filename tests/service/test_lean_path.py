@@ -27,8 +27,10 @@ QUERY = {"query": "a red striped mug", "top_k": 5, "rerank": False}
 
 
 def comparable(body: dict[str, Any]) -> dict[str, Any]:
-    """An answer less its timings and whether the result cache gave it (the second of two equal queries)."""
-    return {k: v for k, v in body.items() if k not in ("timings_ms", "cached")}
+    """An answer less its timings, whether the result cache gave it (the second of two equal queries) and its
+    query id (each search's own); both have one."""
+    assert body["query_id"]
+    return {k: v for k, v in body.items() if k not in ("timings_ms", "cached", "query_id")}
 
 
 @pytest.fixture()

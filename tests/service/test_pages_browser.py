@@ -19,8 +19,9 @@ import pytest
 
 from monitoring.history import SqliteHistory
 from monitoring.traffic import TrafficAggregator
+from store.analytics import LoggedEvent, LoggedQuery, QueryLog
 from tests.artifacts_guard import screenshots_dir
-from tests.fixtures import Catalogue, LiveServer, make_settings
+from tests.fixtures import INDEX_NAME, Catalogue, LiveServer, make_settings
 
 CHROMIUM_FLAGS = (
     "--headless",
@@ -126,10 +127,37 @@ def site(index_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         agg.record("ja", 10 if n > 2 else 0, 0.4, 5.0, now=minute + 1)
         agg.record_ann("de", 0.9, now=minute + 1)
     store.add_traffic(agg.drain())
+    seed_query_log(db.parent)
     # No probe set: the charts hold the seeded runs only; live traffic is flushed only at shutdown.
     settings = make_settings(index_root, history_db=db, traffic_flush_s=3600, ann_sample_rate=0.0)
     with LiveServer(settings) as live:
         yield live
+
+
+# The seeded query log (search analytics): per language, searches 2 h and 1 h ago, those labelled none,
+# and the searches clicked at rank 1.
+SEARCHES = {"en": ((6, 1), (4, 1)), "de": ((5, 0), (5, 3))}  # (searches, none) in each hour
+CLICKED = {"en": 4, "de": 2}
+
+
+def seed_query_log(folder: Path) -> None:
+    rows, events = [], []
+    for lang, hours in SEARCHES.items():
+        n = 0
+        for back, (searches, nones) in zip((2, 1), hours, strict=True):
+            at = (int(NOW // HOUR) - back) * HOUR + 60.0
+            for i in range(searches):
+                qid = f"q-{lang}-{n}"
+                text = "lila paraply" if lang == "de" and i < nones else f"{lang} query {i % 3}"
+                label = "none" if i < nones else "strong"
+                rows.append(LoggedQuery(qid, at + i, "text", text, None, lang, 0.9, "hybrid", 0, 3, label,
+                                        ("a", "b", "c"), 4.0, "k1"))  # fmt: skip
+                if n < CLICKED[lang]:
+                    events.append(LoggedEvent(at + i + 1, qid, "a", "click", "k1"))
+                n += 1
+    with QueryLog(folder / f"{INDEX_NAME}.analytics.sqlite", retention_s=30 * 86400, max_rows=10_000) as log:
+        log.add_queries(rows)
+        log.add_events(events)
 
 
 def wait_js(drv: Any, script: str, *args: Any, timeout: float = 30.0) -> Any:
@@ -160,7 +188,7 @@ TRACES = """return Array.from(document.getElementById(arguments[0]).data).map(
 
 
 def test_dashboard_draws_the_seeded_history(browser: Any, site: LiveServer) -> None:
-    browser.get(site.url + "/dashboard")
+    browser.get(site.url + "/dashboard?hours=24")  # the analytics' points: half an hour each
     wait_js(browser, "return document.body.dataset.chartsReady === '1'")
     assert browser.execute_script("return typeof Plotly") == "object"
     # Every script and stylesheet comes from the service itself.
@@ -213,6 +241,19 @@ def test_dashboard_draws_the_seeded_history(browser: Any, site: LiveServer) -> N
     assert kinds == [["mrv", ""], ["recall_drop", "ja"], ["gate", ""]]
     alert_text = browser.find_element("id", "alerts").text
     assert "ja: recall@10 dropped 22.0 points" in alert_text and f"quality gate refused {V3}" in alert_text
+
+    # Search analytics: the 'none' share per language and hour, CTR and MRR, the top 'none' queries.
+    none_rate = {t["meta"]["lang"]: t["y"] for t in browser.execute_script(TRACES, "chart-none-rate")}
+    want = {lang: [n / s for s, n in hours] for lang, hours in SEARCHES.items()}
+    assert none_rate.keys() == want.keys()
+    assert all(none_rate[lang] == pytest.approx(want[lang], abs=1e-6) for lang in want)
+    clicks = {t["meta"]["metric"]: dict(zip(t["x"], t["y"], strict=True))
+              for t in browser.execute_script(TRACES, "chart-clicks")}  # fmt: skip
+    searches = {lang: sum(s for s, _ in hours) for lang, hours in SEARCHES.items()}
+    assert clicks["ctr"] == pytest.approx({lang: CLICKED[lang] / searches[lang] for lang in SEARCHES})
+    assert clicks["mrr"] == clicks["ctr"]  # every click at rank 1
+    de_row = browser.find_element("css selector", "#analytics-table tr[data-lang='de'] .none-queries").text
+    assert de_row == "lila paraply (3)"
     shot(browser, "dashboard.png")
 
 

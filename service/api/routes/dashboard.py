@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -10,7 +11,7 @@ import anyio
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
-from monitoring.figures import dashboard_figures, stamp
+from monitoring.figures import analytics_figures, dashboard_figures, stamp
 from monitoring.history import HistoryError
 from monitoring.report import AlertRules, history
 from service.api.deps import RuntimeDep
@@ -19,6 +20,7 @@ from service.errors import InvalidInputError, ServiceError
 from service.history_schemas import HistoryResponse
 from service.runtime import Runtime
 from service.schemas import LangCode
+from store.analytics import AnalyticsError, analytics_report
 
 router = APIRouter(tags=["monitoring"])
 DEFAULT_WINDOW_S = 7 * 86400
@@ -73,6 +75,23 @@ async def consistency_history(
     return HistoryResponse.model_validate(await _history(runtime, start, lang))
 
 
+async def _analytics(runtime: Runtime, hours: float) -> dict[str, Any] | None:
+    """The default index's search-analytics report over the window (None: analytics off, or its log cannot
+    be read: the rest of the dashboard is drawn all the same)."""
+    recorder = runtime.recorder(runtime.settings.index_name)
+    if recorder is None:
+        return None
+    now = time.time()
+    bucket_s = max(300.0, round(hours * 3600.0 / 48.0 / 300.0) * 300.0)  # about 48 points
+    try:
+        report = await anyio.to_thread.run_sync(
+            lambda: analytics_report(recorder.log, since=now - hours * 3600, until=now, bucket_s=bucket_s)
+        )
+    except AnalyticsError:
+        return None
+    return dataclasses.asdict(report)
+
+
 @router.get("/dashboard", response_class=HTMLResponse, include_in_schema=False)
 async def dashboard(
     request: Request,
@@ -82,6 +101,9 @@ async def dashboard(
 ) -> Response:
     payload = await _history(runtime, time.time() - hours * 3600, lang)
     figures = await anyio.to_thread.run_sync(dashboard_figures, payload)
+    analytics = await _analytics(runtime, hours)
+    if analytics is not None:
+        figures.update(await anyio.to_thread.run_sync(analytics_figures, analytics))
     holder = runtime.holders.get(runtime.settings.index_name)
     served = holder.served if holder is not None else None
     runs = [r for r in payload["runs"] if r.get("source") != "gate"]
@@ -101,5 +123,6 @@ async def dashboard(
         "hours": hours,
         "lang": lang,
         "languages": runtime.languages,
+        "analytics": analytics,
     }
     return templates().TemplateResponse(request, "dashboard.html", context)

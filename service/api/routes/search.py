@@ -56,8 +56,20 @@ async def text_search(
         else:
             answer = await facade.text(body)
     request.state.lang = answer.lang  # the request metrics' language label (service.middleware)
+    response = answer.response
+    recorder = runtime.recorder(facade.holder.name)
+    if recorder is not None:  # logged off the request's path: a buffered row (service.analytics)
+        response = response.model_copy(update={"query_id": recorder.text(body, response, key_id_of(caller))})
     # Serialised here: the model was built by our own code, re-validating it would only cost time.
-    return Response(answer.response.model_dump_json(), media_type="application/json")
+    return Response(response.model_dump_json(), media_type="application/json")
+
+
+def key_id_of(caller: Caller) -> str | None:
+    """What the query log keeps of the caller: the API key's id, 'admin', or nothing (never the key, never
+    the address)."""
+    if caller.record is not None:
+        return caller.record.id
+    return "admin" if caller.admin else None
 
 
 async def image_search(
@@ -72,7 +84,17 @@ async def image_search(
 ) -> Response:
     # No search slot here: an upload waits for its memory budget and an image slot (CCRK_IMAGE_*), which
     # bound image searches on their own, and holding a slot through those waits would idle it.
-    result = await facade.image(file, top_k=top_k, offset=offset, filters=filters, facets=facets)
+    recorder = runtime.recorder(facade.holder.name)
+    logged = None
+    if recorder is not None:
+        key_id = key_id_of(caller)
+
+        def logged(data: bytes, response: ImageSearchResponse) -> ImageSearchResponse:
+            return response.model_copy(update={"query_id": recorder.photo(data, response, offset, key_id)})
+
+    result = await facade.image(
+        file, top_k=top_k, offset=offset, filters=filters, facets=facets, logged=logged
+    )
     return Response(result.model_dump_json(), media_type="application/json")
 
 
