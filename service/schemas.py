@@ -290,6 +290,11 @@ class SearchRequest(BaseModel):
         "writes is corrected by (one for words of 5-8 letters, two from 9 letters, at most this); 0 turns "
         "it off. Default: 2. The corrected query is answered as corrected_query.",
     )
+    synonyms: bool = Field(
+        True,
+        description="Whether the index's synonyms expand the query (see expanded); false: the query as typed "
+        "(what a shop checks before writing a synonym: search analytics' top 'none' queries link to both).",
+    )
 
 
 class LanguageInfo(BaseModel):

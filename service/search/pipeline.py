@@ -211,10 +211,10 @@ class SearchPipeline:
         # Synonyms (service.search.synonyms): variants of the query, searched by every channel.
         synonyms = self.synonyms.of(getattr(served.index, "path", None))
         lang = language.code if language.code != "und" else None
-        expansion = synonyms.expand(searched, lang) if synonyms is not None else None
+        expansion = synonyms.expand(searched, lang) if synonyms is not None and request.synonyms else None
         variants = list(expansion.variants) if expansion is not None else []
         result_key = self._result_key(served, request, text, rerank, filters, language)
-        if result_key is not None and synonyms is not None:
+        if result_key is not None and synonyms is not None and request.synonyms:
             result_key = digest([result_key, synonyms.key])  # the answer depends on the served set
         if result_key is not None:
             entry = self.cache.get(RESULT, result_key)

@@ -252,8 +252,14 @@ def test_dashboard_draws_the_seeded_history(browser: Any, site: LiveServer) -> N
     searches = {lang: sum(s for s, _ in hours) for lang, hours in SEARCHES.items()}
     assert clicks["ctr"] == pytest.approx({lang: CLICKED[lang] / searches[lang] for lang in SEARCHES})
     assert clicks["mrr"] == clicks["ctr"]  # every click at rank 1
-    de_row = browser.find_element("css selector", "#analytics-table tr[data-lang='de'] .none-queries").text
-    assert de_row == "lila paraply (3)"
+    de_row = browser.find_element("css selector", "#analytics-table tr[data-lang='de'] .none-queries")
+    assert de_row.find_element("css selector", ".query").text == "lila paraply"
+    assert "(3)" in de_row.text
+    # The link to action: the query searched as typed (text channel, no typo correction, no synonyms).
+    link = de_row.find_element("css selector", "a.as-typed").get_attribute("href")
+    assert link.endswith("/?q=lila%20paraply&lang=de&mode=text&typos=0&synonyms=false"), link
+    synonyms_link = de_row.find_element("css selector", "a.with-synonyms").get_attribute("href")
+    assert synonyms_link.endswith("/?q=lila%20paraply&lang=de&mode=text"), synonyms_link
     shot(browser, "dashboard.png")
 
 
@@ -506,3 +512,28 @@ def test_search_page_facets_filter_and_update_their_counts(browser: Any, shop_si
         ]
         assert sum(n for _, n, _ in after["price"]) == narrowed["facets"][1]["relevant"]
         shot(browser, "search-facets-ticked.png")
+
+
+def test_a_link_to_action_searches_the_query_as_typed(browser: Any, shop_site: LiveServer) -> None:
+    """The dashboard's link for a top 'none' query (``/?q=...&mode=text&typos=0&synonyms=false``) opens the
+    search page with its controls set so, runs that search on load, and keeps them in the address bar."""
+    query = "a red umbrela"
+    browser.get(
+        shop_site.url + "/?" + urlencode({"q": query, "mode": "text", "typos": 0, "synonyms": "false"})
+    )
+    wait_js(browser, "return document.getElementById('results').dataset.done")
+    assert browser.execute_script("return document.getElementById('mode').value") == "text"
+    assert browser.execute_script("return document.getElementById('typos').value") == "0"
+    assert browser.execute_script("return document.getElementById('synonyms').checked") is False
+    assert not browser.find_elements("css selector", ".corrected-query")  # not corrected: as typed
+    params = parse_qs(urlsplit(browser.current_url).query)
+    assert params == {"q": [query], "mode": ["text"], "typos": ["0"], "synonyms": ["false"]}
+    cards = browser.execute_script(
+        "return Array.from(document.querySelectorAll('.panel .card')).map(c => c.dataset.id)"
+    )
+    with httpx.Client(base_url=shop_site.url, timeout=30) as client:
+        body = {"query": query, "top_k": 24, "mode": "text", "typos": 0, "synonyms": False, "explain": True}
+        api = client.post("/v1/search", json={**body, "rerank": False}).json()
+        corrected = client.post("/v1/search", json={"query": query, "mode": "text", "top_k": 3}).json()
+    assert cards == [h["id"] for h in api["results"]]
+    assert corrected["corrected_query"] == "a red umbrella"  # what the 'typos' link shows instead

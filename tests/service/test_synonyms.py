@@ -244,3 +244,18 @@ def test_the_source_reads_an_index_level_change(tmp_path: Path) -> None:
     (tmp_path / "shop" / SYNONYMS_FILE).write_text("{broken")  # damaged: the version's own set serves
     assert source.of(version).expand("a", None).variants == ("b",)  # type: ignore[union-attr]
     assert source.of(tmp_path / "shop" / "none") is None
+
+
+def test_synonyms_false_searches_the_query_as_typed(client: httpx.Client) -> None:
+    """What search analytics' link to action compares: the same query with and without the synonyms."""
+    body = {"query": "tee", "lang": "en", "explain": True, "top_k": 6, "mode": "text"}
+    with_synonyms = client.post("/v1/search", json=body).json()
+    assert with_synonyms["expanded"] == ["t-shirt"]
+    as_typed = client.post("/v1/search", json={**body, "synonyms": False})
+    assert as_typed.status_code == 200, as_typed.text
+    assert as_typed.json()["expanded"] == []
+    # Not the answer cached for the expanded query, nor the other way round.
+    assert client.post("/v1/search", json=body).json()["expanded"] == ["t-shirt"]
+    texts = [h["explain"]["channels"]["text"]["score"] for h in as_typed.json()["results"]]
+    expanded = {h["id"]: h["explain"]["channels"]["text"]["score"] for h in with_synonyms["results"]}
+    assert texts != [expanded.get(h["id"]) for h in as_typed.json()["results"]]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, Response
@@ -38,9 +38,14 @@ async def search_page(
     runtime: RuntimeDep,
     q: Annotated[str | None, Query(max_length=MAX_QUERY_CHARS, description="Query to run on load.")] = None,
     lang: Annotated[LangCode | None, Query(description="Language hint of q.")] = None,
+    mode: Annotated[Literal["image", "text", "hybrid"] | None, Query(description="What q searches.")] = None,
+    typos: Annotated[int | None, Query(ge=0, le=2, description="Typo tolerance of q (0: as typed).")] = None,
+    synonyms: Annotated[bool, Query(description="Whether the index's synonyms expand q.")] = True,
 ) -> Response:
-    """The search page; ``/?q=...&lang=...`` (what the page puts in the address bar after a search) fills
-    the form in and runs that search on load, so a search can be shared as a link."""
+    """The search page; ``/?q=...&lang=...`` (what the page puts in the address bar after a search, with
+    ``mode``, ``typos`` and ``synonyms`` where they are not the defaults) fills the form in and runs that
+    search on load, so a search can be shared as a link: search analytics' top 'none' queries link to
+    theirs as typed, and with typos corrected and synonyms."""
     if lang is not None and runtime.languages and lang not in runtime.languages:
         raise InvalidInputError(
             f"language {lang!r} is not one of the model's: {', '.join(runtime.languages)}",
@@ -58,6 +63,9 @@ async def search_page(
         "currency": runtime.settings.page_currency or "",
         "q": (q or "").strip(),
         "lang": lang or "",
+        "mode": "" if mode == "hybrid" else (mode or ""),
+        "typos": None if typos is None else (0 if typos == 0 else None),
+        "synonyms": synonyms,
     }
     return templates().TemplateResponse(request, "search.html", context)
 

@@ -62,6 +62,8 @@
     if (lang) body.lang = lang;
     const mode = $("mode") ? $("mode").value : "";
     if (mode) body.mode = mode;
+    if ($("typos") && $("typos").value !== "") body.typos = Number($("typos").value);
+    if ($("synonyms") && !$("synonyms").checked) body.synonyms = false;
     // Products (an index with text fields): say why each product matched.
     if ($("mode") && mode !== "image") body.explain = true;
     const response = await fetch("/v1/search", {
@@ -270,6 +272,9 @@
     const params = new URLSearchParams();
     params.set("q", query);
     if (lang) params.set("lang", lang);
+    if ($("mode") && $("mode").value) params.set("mode", $("mode").value);
+    if ($("typos") && $("typos").value !== "") params.set("typos", $("typos").value);
+    if ($("synonyms") && !$("synonyms").checked) params.set("synonyms", "false");
     history.replaceState(null, "", location.pathname + "?" + params.toString());
   }
 
