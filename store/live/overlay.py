@@ -108,6 +108,10 @@ class Snapshot:
     # The changed rows matching a filter (by its canonical JSON), found once per snapshot: a filter shops
     # send on every query (in stock) costs a dict look-up, not a match per changed row. Bounded.
     _matching: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+    # An earlier snapshot's ``_matching`` and the rows whose state changed since it, sorted (None: none):
+    # a filter it found is found here by matching those rows only, so the first search after a write does
+    # not match every changed row again (9 ms at 10k pending).
+    _since: tuple[dict[str, np.ndarray], np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     @property
     def empty(self) -> bool:
@@ -118,13 +122,24 @@ class Snapshot:
         sorted."""
         key = json.dumps(filters, sort_keys=True, default=str)
         found = self._matching.get(key)
-        if found is None:
+        if found is not None:
+            return found
+        earlier = self._since[0].get(key) if self._since is not None else None
+        if earlier is not None:
+            moved = self._since[1]  # type: ignore[index]
+            now = [
+                row
+                for row in moved.tolist()
+                if row in self.fields and fields_match(self.fields[row], filters)
+            ]
+            found = union(without(earlier, moved), np.asarray(now, np.int64))
+        else:
             found = np.asarray(
                 [row for row in self.changed.tolist() if fields_match(self.fields[row], filters)], np.int64
             )
-            if len(self._matching) >= MATCHING_KEPT:
-                self._matching.clear()
-            self._matching[key] = found
+        if len(self._matching) >= MATCHING_KEPT:
+            self._matching.clear()
+        self._matching[key] = found
         return found
 
 
@@ -221,7 +236,7 @@ class LiveOverlay:
                             if kind is not None:
                                 self._kinds.setdefault(name, set()).add(kind)
                         changed_now.add(row)
-            self.snapshot = self._publish(applied, committed_at, hid, changed_now, grew)
+            self.snapshot = self._publish(applied, committed_at, hid, changed_now, grew, touched)
             return Applied(self.snapshot, np.array(sorted(touched), np.int64), count, skipped)
 
     def _upsert(self, change: Upsert, touched: set[int], changed_now: set[int]) -> int | None:
@@ -268,14 +283,26 @@ class LiveOverlay:
         return int(self.base.embeddings(np.zeros(1, np.int64)).shape[-1])
 
     def _publish(
-        self, applied: int, committed_at: float, hid: bool, changed_now: set[int], grew: bool
+        self,
+        applied: int,
+        committed_at: float,
+        hid: bool,
+        changed_now: set[int],
+        grew: bool,
+        touched: set[int],
     ) -> Snapshot:
         """The next snapshot: the sorted arrays merged with this apply's rows (not sorted again whole), the
         fields copied (a snapshot never changes under a search)."""
         old = self.snapshot
+        moved = np.fromiter(sorted(touched), np.int64, len(touched))
+        since = None
+        if old._matching:
+            since = (old._matching, moved)
+        elif old._since is not None:
+            since = (old._since[0], union(old._since[1], moved))
         live, hidden, changed = old.live, old.hidden, old.changed
         if changed_now:
-            changed = np.union1d(changed, np.fromiter(changed_now, np.int64, len(changed_now)))
+            changed = union(changed, np.fromiter(changed_now, np.int64, len(changed_now)))
         delta = self._delta.delta() if grew and self._delta is not None else old.delta
         if hid or grew:
             hidden = np.array(sorted(self._hidden), np.int64)
@@ -287,6 +314,8 @@ class LiveOverlay:
                 more[: delta.count] = True
                 live = np.concatenate([live, more])
             live[hidden] = False
+        if since is not None and since[1].size * 2 > changed.size:  # as dear as matching every changed row
+            since = None
         return Snapshot(
             applied=applied,
             hidden=hidden,
@@ -299,6 +328,7 @@ class LiveOverlay:
             kinds={name: frozenset(kinds) for name, kinds in self._kinds.items()},
             delta=delta,
             delta_ids=self._delta_ids,
+            _since=since,
         )
 
 
@@ -317,6 +347,16 @@ def _token_shape(base: BaseIndex, product: Any) -> tuple[int, int] | None:
     if product.tokens is not None:
         return tuple(product.tokens.shape)  # type: ignore[return-value]
     return tuple(base.rerank_tokens(np.zeros(1, np.int64)).shape[1:])  # type: ignore[return-value]
+
+
+def union(rows: np.ndarray, more: np.ndarray) -> np.ndarray:
+    """The sorted distinct rows of both (``np.union1d``, which hashes them: 0.4 ms for 6k rows, where a sort
+    of the two, mostly in order already, takes a tenth of it)."""
+    if not more.size:
+        return rows
+    out = np.concatenate([rows, more])
+    out.sort()
+    return out[np.concatenate([[True], out[1:] != out[:-1]])] if out.size else out
 
 
 def without(rows: np.ndarray, drop: np.ndarray) -> np.ndarray:

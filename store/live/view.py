@@ -16,7 +16,15 @@ import numpy as np
 from store.errors import IndexFormatError
 from store.live.channels import LiveChannels
 from store.live.delta import Delta
-from store.live.overlay import BASE_FILTER_ROWS, NO_ROWS, BaseIndex, LiveOverlay, Snapshot, without
+from store.live.overlay import (
+    BASE_FILTER_ROWS,
+    MATCHING_KEPT,
+    NO_ROWS,
+    BaseIndex,
+    LiveOverlay,
+    Snapshot,
+    without,
+)
 from store.version.metadata import filter_sql
 
 
@@ -32,6 +40,8 @@ class LiveIndex:
         self._filters: OrderedDict[str, np.ndarray] = OrderedDict()  # ``_base_rows``
         self._filter_rows = 0
         self._filters_lock = threading.Lock()
+        # ``filter_rows`` answers of one snapshot (replaced whole when the snapshot changes)
+        self._live_filters: tuple[Snapshot | None, dict[str, np.ndarray]] = (None, {})
         self._channels: tuple[Delta, LiveChannels] | None = None
 
     def __getattr__(self, name: str) -> Any:
@@ -146,22 +156,47 @@ class LiveIndex:
 
     def filter_rows(self, filters: dict[str, Any]) -> np.ndarray:
         """The version's matching rows less the hidden and changed ones, and the changed rows whose fields
-        now match (``store.version.metadata.fields_match``: the same rule the version's SQL applies)."""
+        now match (``store.version.metadata.fields_match``: the same rule the version's SQL applies).
+        Sorted and read-only, kept per snapshot: a filter sent on every query (in stock) costs a look-up
+        until the next write, and the first query after it the version's kept rows corrected by the
+        overlay's (``np.union1d`` of them cost 8 ms per query at 100k products, 1k pending)."""
         snap = self.overlay.snapshot
-        if snap.empty:
-            return self._base_rows(filters)
-        filter_sql(filters, self.fields)  # an unknown field or a malformed condition: FilterError
-        rows = self._base_rows(filters) if set(filters) <= self.base.fields else NO_ROWS
-        rows = without(without(rows, snap.hidden), snap.changed)
-        now = snap.changed_matching(filters)
-        return np.union1d(rows, now) if now.size else rows
-
-    def _base_rows(self, filters: dict[str, Any]) -> np.ndarray:
-        """The version's own rows matching ``filters``, kept (the version never changes): a filter shops
-        send on every query is one SQL scan per version, not one per query (64 ms at 100k products for
-        a filter matching most of them, ``bench/live_updates.py``). At most ``BASE_FILTER_ROWS`` rows are
-        kept over all filters, the oldest dropped first."""
         key = json.dumps(filters, sort_keys=True, default=str)
+        if snap.empty:
+            return self._base_rows(filters, key)
+        held = self._live_filters
+        if held[0] is not snap:  # a new snapshot: what the last one kept no longer holds
+            held = (snap, {})
+            self._live_filters = held
+        found = held[1].get(key)
+        if found is not None:
+            return found
+        filter_sql(filters, self.fields)  # an unknown field or a malformed condition: FilterError
+        rows = self._base_rows(filters, key) if set(filters) <= self.base.fields else NO_ROWS
+        # A mask over every row, corrected by the overlay's few: O(rows) of numpy at C speed (0.2 ms at 100k
+        # rows and 10k pending), where set operations on the arrays sort or hash all of them again.
+        mask = np.zeros(self.base.total_rows + (snap.delta.capacity if snap.delta is not None else 0), bool)
+        mask[rows] = True
+        mask[snap.hidden] = False
+        mask[snap.changed] = False
+        mask[snap.changed_matching(filters)] = True
+        found = np.flatnonzero(mask)
+        found.setflags(write=False)  # shared by every search of this snapshot
+        kept = held[1]
+        with self._filters_lock:  # searches of one snapshot add to it at once
+            if (
+                len(kept) >= MATCHING_KEPT
+                or sum(r.size for r in kept.values()) + found.size > BASE_FILTER_ROWS
+            ):
+                kept.clear()
+            kept[key] = found
+        return found
+
+    def _base_rows(self, filters: dict[str, Any], key: str) -> np.ndarray:
+        """The version's own rows matching ``filters`` (``key``: their canonical JSON), kept (the version
+        never changes): a filter shops send on every query is one SQL scan per version, not one per
+        query (64 ms at 100k products for a filter matching most of them, ``bench/live_updates.py``). At
+        most ``BASE_FILTER_ROWS`` rows are kept over all filters, the oldest dropped first."""
         with self._filters_lock:
             found = self._filters.get(key)
             if found is not None:

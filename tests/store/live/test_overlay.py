@@ -13,11 +13,12 @@ import pytest
 
 from store.errors import FilterError
 from store.live import Delete, Entry, Patch, Upsert
+from store.live.delta import EmbeddedProduct
 from store.live.overlay import LiveOverlay, merged
 from store.live.view import LiveIndex
 from store.opening import open_version
 from store.version.metadata import fields_json, fields_match, filter_sql
-from tests.store.writing import brute_force, vectors, write_rows, write_version
+from tests.store.writing import D, brute_force, vectors, write_rows, write_version
 
 
 def entries(*changes: object, start: int = 1) -> list[Entry]:
@@ -151,3 +152,89 @@ def test_the_view_reaches_the_versions_own_attributes(version) -> None:
     view = LiveIndex(version)
     assert view.manifest is version.manifest and view.total_rows == version.total_rows
     assert view.live_sequence == 0 and LiveIndex(version, LiveOverlay(version, 41)).live_sequence == 41
+
+
+class OnePhoto:
+    """An embedder giving every upserted product one photo (its vector from its id) and no text."""
+
+    def embed(self, upsert: Upsert) -> EmbeddedProduct:
+        vector = vectors(1, sum(map(ord, upsert.id)))
+        return EmbeddedProduct(vector, None, None, [f"{upsert.id}.jpg"], [], np.zeros((0, D), np.float32))
+
+
+LIVE_FILTERS = [
+    {"in_stock": True},
+    {"in_stock": False},
+    {"price": {"lt": 50}},
+    {"price": {"gte": 100, "lt": 250}},
+    {"category": "shoe"},
+    {"category": ["bag", "hat"]},
+    {"in_stock": True, "price": {"gte": 100}},
+    {"category": "shoe", "in_stock": True},
+]
+
+
+def test_filters_over_many_writes_match_a_brute_force_of_the_merged_fields(version) -> None:
+    """Rounds of random patches (a field changed, added or removed), deletes and upserts, some rounds
+    searched with the filters (twice: the snapshot's kept answer), some not (what a later snapshot finds
+    from an earlier one's): every answer is exactly the rows the version's SQL finds in a table of each
+    live product's fields as the writes left them (kept apart from the overlay, by ``merged``)."""
+    view = LiveIndex(version, LiveOverlay(version, embedder=OnePhoto()))
+    catalogue = {
+        item["id"]: {k: v for k, v in item.items() if k not in ("id", "path")}
+        for item in version.items(
+            np.flatnonzero(
+                version.live_mask() if version.live_mask() is not None else np.ones(version.total_rows, bool)
+            ).tolist()
+        )
+    }
+    rng = np.random.default_rng(5)
+    seq, new = 1, 0
+    for round_ in range(14):
+        changes: list[object] = []
+        if round_ == 0:  # in_stock on most products at once, so its filters match many version rows
+            changes += [Patch(i, fields={"in_stock": bool(rng.random() < 0.7)}) for i in catalogue]
+        for _ in range(int(rng.integers(1, 40))):
+            ids = sorted(catalogue)
+            pick = ids[int(rng.integers(0, len(ids)))]
+            what = rng.random()
+            if what < 0.1:
+                changes.append(Delete(pick))
+            elif what < 0.2:
+                name = pick if rng.random() < 0.5 else f"new-{(new := new + 1)}"
+                changes.append(Upsert(name, fields={"price": float(rng.integers(0, 300)), "in_stock": True}))
+            else:
+                fields: dict[str, object] = {"price": round(float(rng.uniform(0, 300)), 2)}
+                if rng.random() < 0.5:
+                    fields["in_stock"] = bool(rng.random() < 0.5)
+                if rng.random() < 0.2:
+                    fields["category"] = None if rng.random() < 0.5 else str(rng.choice(["shoe", "hat"]))
+                changes.append(Patch(pick, fields=fields))
+        for change in changes:  # the reference, apart from the overlay
+            if isinstance(change, Delete):
+                catalogue.pop(change.id, None)
+            elif isinstance(change, Upsert):
+                catalogue[change.id] = dict(change.fields)
+            elif change.id in catalogue:  # type: ignore[attr-defined]
+                catalogue[change.id] = merged(catalogue[change.id], change.fields)  # type: ignore[attr-defined]
+        view.overlay.apply(entries(*changes, start=seq))
+        seq += len(changes)
+        assert view.snapshot.not_applied == 0 and len(view) == len(catalogue)
+        if rng.random() < 0.4:
+            continue  # not searched: the next snapshot finds the filters from an earlier one's
+        con = sqlite3.connect(":memory:")
+        con.execute(
+            "CREATE TABLE items(row INTEGER PRIMARY KEY, id TEXT, path TEXT, fields TEXT, deleted INT)"
+        )
+        con.executemany(
+            "INSERT INTO items VALUES (?, ?, NULL, ?, 0)",
+            [(view.row_of(i), i, fields_json(f)) for i, f in catalogue.items()],
+        )
+        for flt in LIVE_FILTERS:
+            want = [r for (r,) in con.execute(*filter_sql(flt, view.fields))]
+            for _ in range(2):
+                got = view.filter_rows(flt)
+                assert got.tolist() == want, (round_, flt)
+                assert not got.flags.writeable  # shared by the snapshot's searches
+        con.close()
+    assert view.snapshot.delta is not None and view.snapshot.hidden.size and view.snapshot.changed.size > 100
