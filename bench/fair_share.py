@@ -321,6 +321,7 @@ def main() -> None:
     parser.add_argument("--modes", default="same_key,own_keys,anonymous")
     parser.add_argument("--limits", default="off,on", help="off: the shipped defaults; on: the limits above")
     parser.add_argument("--search-workers", type=int, default=None, help="CCRK_SEARCH_WORKERS (default: its)")
+    parser.add_argument("--threads", type=int, default=None, help="CCRK_THREADS (default: the shipped one)")
     parser.add_argument("--rerank", action="store_true", help="re-rank every search (default: off)")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/14")
     parser.add_argument("--out", type=Path)
@@ -336,7 +337,6 @@ def main() -> None:
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("CCRK_")}
     base_env.update(
         {
-            "CCRK_THREADS": "1",
             "CCRK_REDIS_URL": args.redis_url,
             "CCRK_CACHE_PREFIX": prefix,
             "CCRK_ANN_SAMPLE_RATE": "0",
@@ -345,6 +345,8 @@ def main() -> None:
     )
     if args.search_workers:
         base_env["CCRK_SEARCH_WORKERS"] = str(args.search_workers)
+    if args.threads:
+        base_env["CCRK_THREADS"] = str(args.threads)
     polite = keys_create(args.root, "--name", "polite")
     greedy: dict[str, dict[str, list[str | None]]] = {}
     for limits in ("off", "on"):
@@ -431,6 +433,7 @@ def main() -> None:
         "greedy_limit": f"{GREEDY_RATE} burst {args.greedy_burst} (limits on; anonymous 50/s burst 50)",
         "max_concurrent_per_caller": f"{args.concurrent_per_caller} (limits on; off: 0)",
         "search_workers": args.search_workers or Settings().search_slots(),
+        "encoder_threads": args.threads or Settings().threads,
         "rerank": args.rerank,
         "runs": runs,
         "requests_per_s_8_connections": throughput,

@@ -68,11 +68,11 @@ class QueryRecorder:
     def _add(self, row: LoggedQuery) -> None:
         with self._lock:
             full = len(self._buffer) == self._buffer.maxlen
-            self._buffer.append(row)
-        if full:
-            self.dropped += 1
-            if self.metrics is not None:
-                self.metrics.analytics_dropped.labels(self.index, "buffer_full").inc()
+            self._buffer.append(row)  # a full deque drops its oldest row
+            if full:
+                self.dropped += 1
+        if full and self.metrics is not None:
+            self.metrics.analytics_dropped.labels(self.index, "buffer_full").inc()
 
     def text(self, request: SearchRequest, response: SearchResponse, key_id: str | None) -> str:
         """Log a text search; its query id."""
@@ -169,7 +169,8 @@ class QueryRecorder:
             try:
                 self.log.add_queries(rows)
             except AnalyticsError as exc:
-                self.dropped += len(rows)
+                with self._lock:
+                    self.dropped += len(rows)
                 if self.problem is None:
                     log.warning("query log of %s stops writing: %s (searches go on)", self.index, exc)
                 self.problem = str(exc)

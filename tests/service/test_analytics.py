@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -288,3 +289,40 @@ def test_kill_9_under_load_loses_at_most_the_last_flush_interval(
     bound = killed_at - (flush_s + 1.0)  # the last interval, and a write's own time
     assert all(at >= bound for at, _ in lost), (len(lost), [killed_at - at for at, _ in lost][:5])
     assert len(lost) < len(answered) / 2  # most were written before the kill
+
+
+def _recorder(tmp_path: Path, capacity: int) -> tuple[Any, Any]:
+    from service.analytics import QueryRecorder
+    from service.schemas import SearchRequest, SearchResponse
+    from store.analytics import QueryIds, QueryLog
+
+    log = QueryLog(tmp_path / "r.analytics.sqlite", retention_s=86400.0, max_rows=10_000)
+    recorder = QueryRecorder("shop", log, QueryIds(b"s" * 32, "shop"), capacity=capacity, flush_s=60.0,
+                             event_window_s=60.0)  # fmt: skip
+    response = SearchResponse.model_validate(
+        {"results": [], "mode": "hybrid", "language": {"code": "en", "confidence": 0.9, "source": "detected",
+         "supported": True}, "index_version": "v", "model": "m", "reranked": False,
+         "timings_ms": {"encode": 1.0, "search": 1.0, "rerank": 0.0, "total": 2.0}, "cached": False}
+    )  # fmt: skip
+    return recorder, lambda text: recorder.text(SearchRequest(query=text), response, None)
+
+
+def test_a_full_buffer_drops_the_oldest_and_counts_them(tmp_path: Path) -> None:
+    recorder, search = _recorder(tmp_path, capacity=10)
+    ids = [search(f"query {i}") for i in range(15)]
+    assert recorder.dropped == 5 and recorder.buffered() == 10
+    assert recorder.flush() == 10
+    logged = {qid for (qid,) in recorder.log.read("SELECT query_id FROM queries")}
+    assert logged == set(ids[5:])  # the newest kept
+    recorder.close()
+
+
+def test_a_failed_write_drops_its_rows_and_says_why(tmp_path: Path) -> None:
+    recorder, search = _recorder(tmp_path, capacity=100)
+    for i in range(3):
+        search(f"query {i}")
+    recorder.log._db.close()  # the log cannot be written now (as on a full disk)
+    assert recorder.flush() == 0
+    assert recorder.dropped == 3 and recorder.problem and recorder.buffered() == 0
+    search("after")  # searches go on
+    assert recorder.buffered() == 1

@@ -1,6 +1,7 @@
 """The fair share of search slots (``service.caller_slots.CallerQueues``): each freed slot goes to the
-waiting caller holding the fewest, a lone caller gets every slot, the per-caller cap, and a wait that times
-out or is cancelled leaves nothing held; the default number of slots."""
+waiting caller holding the fewest, one slot stays in reserve while another caller asks, a lone caller gets
+every slot, the per-caller cap, and a wait that times out or is cancelled leaves nothing held; the default
+number of slots."""
 
 from __future__ import annotations
 
@@ -65,6 +66,38 @@ def test_a_freed_slot_goes_to_the_caller_holding_the_fewest() -> None:
 
     anyio.run(run)
     assert queues.waiting() == 0 and queues.held("g") == 0 and queues._free == 2
+
+
+def test_one_slot_stays_in_reserve_while_another_caller_asks() -> None:
+    now = [0.0]
+    queues = CallerQueues(slots=2, recent_s=1.0, clock=lambda: now[0])
+    s = Searches(queues)
+
+    async def run() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(s.search, 0, "p")  # the polite caller asks once, and ends
+            await anyio.sleep(0.01)
+            await s.end_oldest()
+            for n in range(1, 5):  # greedy: one runs, one slot stays free for p, three wait
+                tg.start_soon(s.search, n, "g")
+                await anyio.sleep(0.001)
+            await anyio.sleep(0.01)
+            assert queues.held("g") == 1 and queues._free == 1 and queues.waiting() == 3
+            tg.start_soon(s.search, 10, "p")  # p's next search starts at once, on the reserved slot
+            await anyio.sleep(0.01)
+            assert s.started[-1] == "p10" and queues.waiting() == 3
+            await s.end_oldest()  # g1 ends: g's next takes its slot, p holds the other
+            assert s.started[-1] == "g2" and queues.held("g") == 1
+            await s.end_oldest()  # p10 ends; p asked within the second: the slot stays in reserve
+            assert queues.held("g") == 1 and queues._free == 1
+            now[0] = 1.5  # p quiet for longer than recent_s: g alone gets every slot again
+            await s.end_oldest()  # g2 ends
+            assert queues.held("g") == 2 and queues.waiting() == 0
+            while s.running:
+                await s.end_oldest()
+
+    anyio.run(run)
+    assert queues.waiting() == 0 and queues._free == 2
 
 
 def test_a_lone_caller_gets_every_slot_and_the_cap_holds_one_back() -> None:
