@@ -74,54 +74,55 @@ class QueryRecorder:
         if full and self.metrics is not None:
             self.metrics.analytics_dropped.labels(self.index, "buffer_full").inc()
 
-    def text(self, request: SearchRequest, response: SearchResponse, key_id: str | None) -> str:
-        """Log a text search; its query id."""
+    def _log(
+        self, kind: str, response: SearchResponse | ImageSearchResponse, offset: int, **what: Any
+    ) -> str:
+        """Buffer a search's row (``what``: its other fields, ``LoggedQuery``'s); its query id."""
         now = time.time()
         query_id = self.ids.new(now)
-        self._add(
-            LoggedQuery(
-                query_id=query_id,
-                at=now,
-                kind="text",
-                query=normalise_query(request.query),
-                photo=None,
-                lang=response.language.code,
-                lang_confidence=round(response.language.confidence, 4),
-                mode=str(response.mode),
-                offset=request.offset,
-                results=len(response.results),
-                label=response.match,
-                top_ids=tuple(hit.id for hit in response.results[:TOP_IDS]),
-                latency_ms=round(response.timings_ms.total, 3),
-                key_id=key_id,
-            )
+        row = LoggedQuery(
+            query_id=query_id,
+            at=now,
+            kind=kind,
+            offset=offset,
+            results=len(response.results),
+            top_ids=tuple(hit.id for hit in response.results[:TOP_IDS]),
+            latency_ms=round(response.timings_ms.total, 3),
+            **what,
         )
+        self._add(row)
         return query_id
+
+    def text(self, request: SearchRequest, response: SearchResponse, key_id: str | None) -> str:
+        """Log a text search; its query id."""
+        return self._log(
+            "text",
+            response,
+            request.offset,
+            query=normalise_query(request.query),
+            photo=None,
+            lang=response.language.code,
+            lang_confidence=round(response.language.confidence, 4),
+            mode=str(response.mode),
+            label=response.match,
+            key_id=key_id,
+        )
 
     def photo(self, data: bytes, response: ImageSearchResponse, offset: int, key_id: str | None) -> str:
         """Log a photo search by its content digest (never the image); its query id. A photo query has no
         calibrated label: its ``none`` is an empty answer."""
-        now = time.time()
-        query_id = self.ids.new(now)
-        self._add(
-            LoggedQuery(
-                query_id=query_id,
-                at=now,
-                kind="photo",
-                query=None,
-                photo=photo_digest(data),
-                lang="",
-                lang_confidence=None,
-                mode="image",
-                offset=offset,
-                results=len(response.results),
-                label=None if response.results else "none",
-                top_ids=tuple(hit.id for hit in response.results[:TOP_IDS]),
-                latency_ms=round(response.timings_ms.total, 3),
-                key_id=key_id,
-            )
+        return self._log(
+            "photo",
+            response,
+            offset,
+            query=None,
+            photo=photo_digest(data),
+            lang="",
+            lang_confidence=None,
+            mode="image",
+            label=None if response.results else "none",
+            key_id=key_id,
         )
-        return query_id
 
     # -- events -----------------------------------------------------------------------------------
     def events(self, events: Sequence[tuple[str, str, str]], key_id: str | None) -> int:

@@ -17,7 +17,7 @@ from fastapi.security import APIKeyHeader
 from ccrk_settings import Settings
 from service.errors import NotFoundError, RateLimitedError, ScopeError, UnauthorizedError
 from service.index_holder import IndexHolder
-from service.keys import KeyRecord
+from service.keys import KeyRecord, Scope
 from service.runtime import Caller, Runtime
 from service.search.pipeline import SearchPipeline
 
@@ -159,49 +159,40 @@ async def search_caller(request: Request, runtime: RuntimeDep, caller: CallerDep
 SearchCallerDep = Annotated[Caller, Depends(search_caller)]
 
 
-async def write_caller(request: Request, runtime: RuntimeDep, caller: CallerDep) -> Caller:
-    """A caller allowed to write the products of the route's catalogue (``service.live``): the admin key,
-    or an API key of scope write or admin valid for that index. 401 without a key (writes never go
-    anonymous), 403 for a search key or a key of other catalogues, 429 when its bucket is empty (the
-    same fair share as its searches)."""
+def _scoped_caller(request: Request, runtime: Runtime, caller: Caller, scope: Scope, needs: str) -> Caller:
+    """The caller when it may do ``scope`` on the route's catalogue: the admin key, or an API key of that
+    scope (or one granting it) valid for that index. 401 without a key (``needs``: what the key is for),
+    403 for another scope or catalogue, 429 when its bucket is empty (the fair share of its searches)."""
     if caller.anonymous:
         raise UnauthorizedError(
-            "writing products needs an API key of scope write (Authorization: Bearer KEY, or X-API-Key)",
+            f"{needs} needs an API key of scope {scope} (Authorization: Bearer KEY, or X-API-Key)",
             loc=("header", "authorization"),
         )
     index = request.path_params.get("name") or runtime.settings.index_name
     record = caller.record
-    if record is not None and not record.allows_scope("write"):
-        raise ScopeError(f"this API key has scope {record.scope}, not write", loc=("header", "authorization"))
+    if record is not None and not record.allows_scope(scope):
+        raise ScopeError(
+            f"this API key has scope {record.scope}, not {scope}", loc=("header", "authorization")
+        )
     if record is not None and not record.allows_index(index):
         raise ScopeError(f"this API key is not valid for index {index!r}", loc=("path", "name"))
     runtime.admit(caller, request)
     return caller
+
+
+async def write_caller(request: Request, runtime: RuntimeDep, caller: CallerDep) -> Caller:
+    """A caller allowed to write the products of the route's catalogue (``service.live``): scope write or
+    admin (writes never go anonymous)."""
+    return _scoped_caller(request, runtime, caller, "write", "writing products")
 
 
 WriteCallerDep = Annotated[Caller, Depends(write_caller)]
 
 
 async def events_caller(request: Request, runtime: RuntimeDep, caller: CallerDep) -> Caller:
-    """A caller allowed to send the shoppers' events of the route's catalogue (``service.analytics``): the
-    admin key, or an API key of scope events or admin valid for that index. 401 without a key (a front end
-    sends its events with its key), 403 for another scope or catalogue, 429 when its bucket is empty (the
-    fair share of its searches)."""
-    if caller.anonymous:
-        raise UnauthorizedError(
-            "sending events needs an API key of scope events (Authorization: Bearer KEY, or X-API-Key)",
-            loc=("header", "authorization"),
-        )
-    index = request.path_params.get("name") or runtime.settings.index_name
-    record = caller.record
-    if record is not None and not record.allows_scope("events"):
-        raise ScopeError(
-            f"this API key has scope {record.scope}, not events", loc=("header", "authorization")
-        )
-    if record is not None and not record.allows_index(index):
-        raise ScopeError(f"this API key is not valid for index {index!r}", loc=("path", "name"))
-    runtime.admit(caller, request)
-    return caller
+    """A caller allowed to send the shoppers' events of the route's catalogue (``service.analytics``): scope
+    events or admin (a front end sends its events with its key)."""
+    return _scoped_caller(request, runtime, caller, "events", "sending events")
 
 
 EventsCallerDep = Annotated[Caller, Depends(events_caller)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -145,7 +146,12 @@ def test_writes_racing_compactions_are_neither_lost_nor_doubled(root: Path, log:
     thread.start()
     try:
         published = 0
-        for _ in range(4):
+        for n in range(4):
+            # Each compaction starts once the writer has written since the last (a loaded machine may not
+            # run its thread for a while); the writer goes on while it runs.
+            deadline = time.monotonic() + 30
+            while len(acked) < 15 * (n + 1) and time.monotonic() < deadline:
+                time.sleep(0.005)
             published += compact("shop", settings=settings(root)).published
     finally:
         stop.set()

@@ -16,6 +16,7 @@ from service.analytics.schemas import AnalyticsResponse, EventsRequest, EventsRe
 from service.api.deps import AdminDep, EventsCallerDep, IndexName, RuntimeDep
 from service.api.routes.search import key_id_of
 from service.errors import InvalidInputError, NotFoundError, ScopeError, WriteUnavailableError
+from service.keys import KeyRecord
 from service.runtime import Caller, Runtime
 from store.analytics import AnalyticsError, ExpiredQueryIdError, UnknownQueryIdError, analytics_report
 
@@ -108,8 +109,17 @@ async def post_index_events(
 
 
 async def _report(
-    runtime: Runtime, name: str, since: float | None, until: float | None, top: int, bucket_s: float
+    runtime: Runtime,
+    admin: KeyRecord | None,
+    name: str,
+    loc: tuple[str, str],
+    window: tuple[float | None, float | None, int, float],
 ) -> AnalyticsResponse:
+    """Index ``name``'s report for the admin (403 naming ``loc`` for a key of other indexes); ``window``:
+    since, until, top, bucket_s."""
+    if admin is not None and not admin.allows_index(name):
+        raise ScopeError(f"this API key may not administer index {name!r}", loc=loc)
+    since, until, top, bucket_s = window
     recorder = _recorder(runtime, name)
     end = time.time() if until is None else until
     start = end - 86400.0 if since is None else since
@@ -142,10 +152,9 @@ async def get_analytics(
     """The default index's search analytics: per language the searches, their 'none' rate, the top
     queries and top 'none' queries, CTR and MRR of the clicks and their gap to the best language; photo
     searches; the 'none' rate over time."""
-    name = runtime.settings.index_name
-    if admin is not None and not admin.allows_index(name):
-        raise ScopeError(f"this API key may not administer index {name!r}", loc=("header", "x-api-key"))
-    return await _report(runtime, name, since, until, top, bucket_s)
+    return await _report(
+        runtime, admin, runtime.settings.index_name, ("header", "x-api-key"), (since, until, top, bucket_s)
+    )
 
 
 @router.get("/v1/indexes/{name}/analytics", response_model=AnalyticsResponse, responses=REPORT_ERRORS)
@@ -159,6 +168,4 @@ async def get_index_analytics(
     bucket_s: Bucket = 3600.0,
 ) -> AnalyticsResponse:
     """One served index's search analytics (as ``/v1/analytics``)."""
-    if admin is not None and not admin.allows_index(name):
-        raise ScopeError(f"this API key may not administer index {name!r}", loc=("path", "name"))
-    return await _report(runtime, name, since, until, top, bucket_s)
+    return await _report(runtime, admin, name, ("path", "name"), (since, until, top, bucket_s))
