@@ -572,6 +572,12 @@ class Settings(BaseSettings):
     analytics_flush_s: float = Field(
         1.0, gt=0.0, le=60.0, description="How often a process writes its buffered queries to the log."
     )
+    dashboard_queries: bool = Field(
+        False,
+        description="Show shoppers' query texts on the public /dashboard (its search-analytics table: each "
+        "language's top 'none' queries, with their links to the search page); false: only the rates, CTR and "
+        "MRR there, the texts being at GET /v1/analytics (admin).",
+    )
     analytics_event_window_s: float = Field(
         86_400.0,
         gt=0.0,

@@ -261,6 +261,8 @@ def _build(
             return hashlib.sha256(f"{k}:synonyms:{synonym_set.digest}".encode()).hexdigest()
 
         result_key = with_synonyms(result_key)
+        if catalogue is not None:  # a compaction's version differs from CURRENT by the sequence it holds
+            result_key = hashlib.sha256(f"{result_key}:live:{live_sequence}".encode()).hexdigest()
         same = None if force else published_as(root, name, result_key)
         # CURRENT's build saw files changed within a timestamp tick (``build_key.RACY_NS``): their stats do
         # not vouch for their bytes, which its content key does.
@@ -349,6 +351,15 @@ def _build(
             f"build of {name!r}",
             total=len(items),
         )
+        if catalogue is not None and encoded.skipped:
+            # A compaction must hold every product the catalogue names: one dropped here would be lost
+            # with the log entries the fold drops. Nothing is published; the log keeps every change.
+            first = encoded.skipped[0]
+            raise BuildError(
+                f"the compaction of {name!r} could not decode {len(encoded.skipped)} photo(s) (first: "
+                f"{first.get('path', '?')}: {first.get('reason', '?')}); nothing was published and the "
+                "change log keeps every change: fix the photo, or build from a manifest"
+            )
         ok_mask = np.concatenate(encoded.store.read_ok_masks()) if encoded.store.count else np.zeros(0, bool)
         rows = version_rows(items, reuse, ok_mask)
         report_reuse(report, reuse, len(to_encode))

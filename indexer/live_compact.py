@@ -88,6 +88,9 @@ def _current_products(base: Any) -> dict[str, SourceItem] | str:
         if path is None or not Path(path).is_file():
             return f"the photo of {item_id!r} is not at {path!r}, where CURRENT was built from"
         further = [p for p in photos.get(row, [])[1:] if p != path]
+        gone = next((p for p in further if not Path(p).is_file()), None)
+        if gone is not None:
+            return f"a further photo of {item_id!r} is not at {gone!r}, where CURRENT was built from"
         out[item_id] = SourceItem(item_id, Path(path), dict(fields), extra_paths=tuple(map(Path, further)))
     return out
 
@@ -102,7 +105,7 @@ def read_catalogue(root: Path, name: str, opened: ChangeLog, last: int) -> Catal
         if isinstance(products, str):
             return products
         channels = base.products
-        text_fields = sorted(channels.info.fields) if channels is not None else []
+        text_fields = list(channels.info.fields) if channels is not None else []  # in CURRENT's order
         sharding = Sharding.from_dict(manifest.sharding) if manifest.is_sharded else None
     shards = 1 if sharding is None or sharding.segmented else sharding.shard_count
     upto, upserted, stopped = int(manifest.live_sequence), set[str](), ""

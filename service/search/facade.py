@@ -135,7 +135,9 @@ class SearchFacade:
                 )
             finally:
                 self.image_slots.release()
-            return response if logged is None else logged(data, response)
+            if logged is None:
+                return response
+            return await anyio.to_thread.run_sync(logged, data, response)  # a digest of the upload
 
     def _upload_cost(self, upload: UploadFile) -> int:
         """The upload's bytes once read, and its decode's, known from its header (``service.uploads``)."""

@@ -34,6 +34,7 @@ TOP_IDS = 20  # product ids kept per logged page: a click's rank is read from th
 MAX_QUERY_CHARS = 200  # a longer query is kept cut (the top queries group what shoppers type)
 BUSY_TIMEOUT_S = 2.0
 EVENT_KINDS = ("click", "add_to_cart", "purchase")
+ORPHAN_S = 3600.0  # an event whose query row is not in the log this long after it is pruned
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS queries (
@@ -123,7 +124,9 @@ class QueryLog:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")  # a kill -9 keeps what was committed
+            # FULL: a commit (an acknowledged event) is on disk, power loss included; the searches' rows
+            # are written in one transaction a second, so the fsync costs nothing that matters.
+            self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
             found = self._db.execute("SELECT value FROM info WHERE name = 'format'").fetchone()
             if found is None:
@@ -206,6 +209,11 @@ class QueryLog:
                         if oldest is not None:
                             cutoff = max(cutoff, float(oldest))
                     self._db.execute("DELETE FROM events WHERE at < ?", (cutoff,))
+                    # Events whose query went (pruned) and cannot still be buffered somewhere: an hour on.
+                    self._db.execute(
+                        "DELETE FROM events WHERE at < ? AND query_id NOT IN (SELECT query_id FROM queries)",
+                        ((time.time() if now is None else now) - ORPHAN_S,),
+                    )
             except sqlite3.Error as exc:
                 raise AnalyticsError(f"cannot prune {self.path}: {exc}") from None
         return int(gone)
@@ -222,9 +230,15 @@ class QueryLog:
         return {"queries": int(queries), "events": int(events), "bytes": int(size)}
 
     def read(self, sql: str, args: Sequence[object] = ()) -> list[tuple]:
-        """Rows of a read-only statement (``store.analytics.report``)."""
-        with self._lock:
-            try:
-                return self._db.execute(sql, args).fetchall()
-            except sqlite3.Error as exc:
-                raise AnalyticsError(f"cannot read {self.path}: {exc}") from None
+        """Rows of a read-only statement (``store.analytics.report``), on a read-only connection of its own:
+        a report of seconds never holds up the writes (WAL readers do not block the writer)."""
+        try:
+            reader = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        except sqlite3.Error as exc:
+            raise AnalyticsError(f"cannot read {self.path}: {exc}") from None
+        try:
+            return reader.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise AnalyticsError(f"cannot read {self.path}: {exc}") from None
+        finally:
+            reader.close()

@@ -165,3 +165,43 @@ def test_a_compaction_whose_current_changed_publishes_nothing(shop: tuple[Settin
             "shop", SourceScan(read.items), settings=settings, live_sequence=last, expect_current="elsewhere"
         )
     assert current_version(root, "shop") == held
+
+
+def test_a_change_that_nets_to_nothing_is_still_folded(shop: tuple[Settings, list[Path]]) -> None:
+    settings, paths = shop
+    root = settings.index_root
+    upsert = Upsert(
+        "new-1", text={"title": "x"}, photos=(PhotoStore(root, "shop").put(paths[N].read_bytes(), "PNG"),)
+    )
+    with SqliteChangeLog.for_index(root, "shop") as log:
+        last = log.append([upsert, Delete("new-1")])[-1]
+    report = compact("shop", settings=settings)
+    assert report.published, report.notes  # the same products as CURRENT, but the version holds the log
+    with SqliteChangeLog.for_index(root, "shop") as log:
+        assert log.pending() == 0
+    with open_version(root, "shop") as opened:
+        assert opened.manifest.live_sequence == last and len(opened) == N
+
+
+def test_the_searched_text_fields_keep_their_order(
+    settings: Settings, catalogue: Path, tmp_path: Path
+) -> None:
+    recs = [json.loads(line) for line in (catalogue / "test.jsonl").read_text().splitlines()]
+    rows = [
+        {"id": f"sku-{i}", "path": str(catalogue / recs[i]["image"]), "title": recs[i]["captions"]["en"][0],
+         "subtitle": recs[i]["captions"]["de"][0]}
+        for i in range(N)
+    ]  # fmt: skip
+    manifest = tmp_path / "two-fields.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    two = settings.model_copy(update={"text_fields": ["title", "subtitle"]})  # not in sorted order
+    assert build("shop", [manifest], settings=two).published
+    with open_version(two.index_root, "shop") as opened:
+        before = list(opened.products.info.fields)
+    photo = PhotoStore(two.index_root, "shop").put((catalogue / recs[N]["image"]).read_bytes(), "PNG")
+    with SqliteChangeLog.for_index(two.index_root, "shop") as log:
+        log.append([Upsert("new-1", text={"title": "x", "subtitle": "y"}, photos=(photo,))])
+    report = compact("shop", settings=Settings(index_root=two.index_root, model_dir=two.model_dir))
+    assert report.published, report.notes
+    with open_version(two.index_root, "shop") as opened:
+        assert list(opened.products.info.fields) == before == ["title", "subtitle"]

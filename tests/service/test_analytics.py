@@ -326,3 +326,21 @@ def test_a_failed_write_drops_its_rows_and_says_why(tmp_path: Path) -> None:
     assert recorder.dropped == 3 and recorder.problem and recorder.buffered() == 0
     search("after")  # searches go on
     assert recorder.buffered() == 1
+
+
+def test_the_public_dashboard_shows_rates_not_query_texts(shop: Shop) -> None:
+    body = search(shop, {"query": "qqzx secret words", "top_k": 3})
+    assert body["query_id"]
+    rows(shop, "SELECT 1")  # flushed
+    with shop.server.client() as client:
+        page = client.get("/dashboard", params={"hours": 1})
+    assert page.status_code == 200
+    assert 'id="analytics"' in page.text and 'id="chart-none-rate"' in page.text
+    assert "qqzx" not in page.text and "none-queries" not in page.text  # CCRK_DASHBOARD_QUERIES is off
+
+
+def test_a_hint_of_a_language_the_model_lacks_is_logged_as_other(shop: Shop) -> None:
+    body = search(shop, {"query": "a red umbrella", "lang": "xx", "top_k": 3})
+    assert body["language"]["code"] == "xx"
+    ((lang,),) = rows(shop, f"SELECT lang FROM queries WHERE query_id = '{body['query_id']}'")
+    assert lang == "other"

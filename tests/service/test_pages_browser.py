@@ -129,7 +129,9 @@ def site(index_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     store.add_traffic(agg.drain())
     seed_query_log(db.parent)
     # No probe set: the charts hold the seeded runs only; live traffic is flushed only at shutdown.
-    settings = make_settings(index_root, history_db=db, traffic_flush_s=3600, ann_sample_rate=0.0)
+    settings = make_settings(
+        index_root, history_db=db, traffic_flush_s=3600, ann_sample_rate=0.0, dashboard_queries=True
+    )
     with LiveServer(settings) as live:
         yield live
 

@@ -77,6 +77,17 @@ def test_retention_by_age_and_rows(tmp_path: Path) -> None:
         assert log.counts()["bytes"] > 0
 
 
+def test_events_of_a_pruned_query_go_an_hour_on(tmp_path: Path) -> None:
+    with QueryLog(tmp_path / "a.sqlite", retention_s=100.0, max_rows=1_000) as log:
+        log.add_queries([query(1, at=T0)])
+        # An event of a query never logged (its row lost, or still buffered by another worker) ...
+        log.add_events([LoggedEvent(T0 + 50, "q-elsewhere", "p1", "click", "k1")])
+        log.prune(now=T0 + 60)
+        assert log.counts()["events"] == 1  # ... is kept while its query may still come
+        log.prune(now=T0 + 50 + 3_601)
+        assert log.counts()["events"] == 0
+
+
 def test_a_query_id_is_kept_as_first_written(tmp_path: Path) -> None:
     with QueryLog(tmp_path / "a.sqlite", retention_s=1e9, max_rows=10_000) as log:
         log.add_queries([query(1, text="first")])
