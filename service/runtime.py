@@ -524,7 +524,7 @@ class Runtime:
             if monotonic() - self._recorder_failed_at.get(name, -math.inf) < RECORDER_RETRY_S:
                 return None
             try:
-                made = open_recorder(self.settings, name, self.metrics, frozenset(self.languages))
+                made = open_recorder(self.settings, name, self.metrics)
             except (OSError, AnalyticsError) as exc:  # a damaged file, a full or read-only disk
                 log.warning("the query log of %s cannot be opened (searches go on, unlogged): %s", name, exc)
                 self._recorder_failed_at[name] = monotonic()

@@ -18,12 +18,7 @@ def analytics_folder(settings: Settings) -> Path:
     return settings.history_db.parent if settings.history_db is not None else settings.index_root
 
 
-def open_recorder(
-    settings: Settings,
-    index: str,
-    metrics: Metrics | None = None,
-    languages: frozenset[str] | None = None,
-) -> QueryRecorder | None:
+def open_recorder(settings: Settings, index: str, metrics: Metrics | None = None) -> QueryRecorder | None:
     """Index ``index``'s recorder, started; None when ``settings.analytics`` is off (AnalyticsError or
     OSError when its log cannot be opened)."""
     if not settings.analytics:
@@ -42,7 +37,6 @@ def open_recorder(
         flush_s=settings.analytics_flush_s,
         event_window_s=settings.analytics_event_window_s,
         metrics=metrics,
-        languages=languages,
     )
     recorder.start()
     return recorder

@@ -48,7 +48,6 @@ class QueryRecorder:
         flush_s: float,
         event_window_s: float,
         metrics: Metrics | None = None,
-        languages: frozenset[str] | None = None,
     ) -> None:
         self.index = index
         self.log = query_log
@@ -56,9 +55,6 @@ class QueryRecorder:
         self.flush_s = flush_s
         self.event_window_s = event_window_s
         self.metrics = metrics
-        # The languages the report keeps apart (the model's); a hint of another is logged as 'other', so a
-        # client cannot add languages of its own to the report. None: every code as it comes.
-        self.languages = languages
         self._buffer: deque[LoggedQuery] = deque(maxlen=capacity)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -97,9 +93,6 @@ class QueryRecorder:
         self._add(row)
         return query_id
 
-    def _language(self, code: str) -> str:
-        return code if self.languages is None or code in self.languages or code == "und" else "other"
-
     def text(self, request: SearchRequest, response: SearchResponse, key_id: str | None) -> str:
         """Log a text search; its query id."""
         return self._log(
@@ -108,7 +101,7 @@ class QueryRecorder:
             request.offset,
             query=normalise_query(request.query),
             photo=None,
-            lang=self._language(response.language.code),
+            lang=response.language.code,
             lang_confidence=round(response.language.confidence, 4),
             mode=str(response.mode),
             label=response.match,

@@ -337,10 +337,3 @@ def test_the_public_dashboard_shows_rates_not_query_texts(shop: Shop) -> None:
     assert page.status_code == 200
     assert 'id="analytics"' in page.text and 'id="chart-none-rate"' in page.text
     assert "qqzx" not in page.text and "none-queries" not in page.text  # CCRK_DASHBOARD_QUERIES is off
-
-
-def test_a_hint_of_a_language_the_model_lacks_is_logged_as_other(shop: Shop) -> None:
-    body = search(shop, {"query": "a red umbrella", "lang": "xx", "top_k": 3})
-    assert body["language"]["code"] == "xx"
-    ((lang,),) = rows(shop, f"SELECT lang FROM queries WHERE query_id = '{body['query_id']}'")
-    assert lang == "other"
