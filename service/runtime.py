@@ -146,9 +146,10 @@ class Runtime:
         self.feeds: dict[str, LiveFeed] = {}
         # The NOTIFY listener of a change log in PostgreSQL (``CCRK_LIVE_DSN``), once the lifespan runs.
         self.notices: ChangeNotices | None = None
-        # Each served index's query log (``service.analytics``), opened at its first search; a log that
-        # cannot be opened is tried again after ``RECORDER_RETRY_S`` (searches go on meanwhile).
-        self._recorders: dict[str, QueryRecorder | None] = {}
+        # Each served index's query log (``service.analytics``), opened in the lifespan (an index that joins
+        # later: at its first search); a log that cannot be opened is tried again after
+        # ``RECORDER_RETRY_S`` (searches go on meanwhile).
+        self._recorders: dict[str, QueryRecorder] = {}
         self._recorder_failed_at: dict[str, float] = {}
         self._recorders_lock = threading.Lock()
         self._wake_name: str | None = None  # this process's wake-up socket, once the live poller runs
@@ -519,7 +520,7 @@ class Runtime:
         if found is not None or not self.settings.analytics:
             return found
         with self._recorders_lock:
-            if self._recorders.get(name) is not None:
+            if name in self._recorders:
                 return self._recorders[name]
             if monotonic() - self._recorder_failed_at.get(name, -math.inf) < RECORDER_RETRY_S:
                 return None
@@ -586,11 +587,11 @@ class Runtime:
         self._telemetry = SearchTelemetry(self.metrics, self.monitor, self.languages)
         for name, holder in list(self.holders.items()):
             self._add_facade(name, holder)
+        for name in self.index_names:  # each served index's query log, off the event loop
+            await anyio.to_thread.run_sync(self.recorder, name)
         # What startup built (libraries, model, index) lives as long as the process: moved out of the
         # collector's way, collections under load scan only request garbage (longest pause at 1M items,
         # 32 clients: 6.5 -> 1.6 ms).
-        for name in self.index_names:  # each served index's query log, off the event loop
-            await anyio.to_thread.run_sync(self.recorder, name)
         gc.freeze()
         self._huge_pages()
         poller = asyncio.create_task(self._poll())
@@ -612,9 +613,8 @@ class Runtime:
                 holder.close()
             for feed in self.feeds.values():
                 feed.close()
-            for recorder in list(self._recorders.values()):
-                if recorder is not None:  # what is buffered written before the process ends
-                    await anyio.to_thread.run_sync(recorder.close)
+            for recorder in list(self._recorders.values()):  # what is buffered written before the end
+                await anyio.to_thread.run_sync(recorder.close)
             self.rate_limiter.close()
             self.auth_throttle.close()
             if self.cache is not None:

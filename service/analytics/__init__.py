@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ccrk_settings import Settings
+from monitoring.history import history_path
 from service.analytics.recorder import QueryRecorder
 from service.metrics import Metrics
 from store.analytics import QueryIds, QueryLog, analytics_path, load_secret
@@ -15,7 +16,7 @@ from store.analytics import QueryIds, QueryLog, analytics_path, load_secret
 def analytics_folder(settings: Settings) -> Path:
     """Where the query logs live: beside the monitoring history (``history_db``'s folder when it is set,
     else the index root, as its default file is), one file per index, and the query ids' secret with them."""
-    return settings.history_db.parent if settings.history_db is not None else settings.index_root
+    return history_path(settings).parent
 
 
 def open_recorder(settings: Settings, index: str, metrics: Metrics | None = None) -> QueryRecorder | None:

@@ -60,7 +60,6 @@ class QueryRecorder:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.dropped = 0  # rows lost: the buffer full, or a failed write
-        self.written = 0
         self.problem: str | None = None  # why the last write failed (None: it did not)
         self._pruned_at = 0.0
 
@@ -181,7 +180,6 @@ class QueryRecorder:
             if self.problem is not None:
                 log.info("query log of %s writes again", self.index)
                 self.problem = None
-            self.written += len(rows)
             total += len(rows)
             if self.metrics is not None:
                 self.metrics.analytics_logged.labels(self.index).inc(len(rows))

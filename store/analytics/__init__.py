@@ -11,7 +11,6 @@ from store.analytics.query_ids import (
     load_secret,
 )
 from store.analytics.querylog import (
-    EVENT_KINDS,
     TOP_IDS,
     AnalyticsError,
     LoggedEvent,
@@ -23,7 +22,6 @@ from store.analytics.querylog import (
 from store.analytics.report import AnalyticsReport, analytics_report
 
 __all__ = [
-    "EVENT_KINDS",
     "TOP_IDS",
     "AnalyticsError",
     "AnalyticsReport",

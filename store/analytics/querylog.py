@@ -33,7 +33,6 @@ FORMAT = 1
 TOP_IDS = 20  # product ids kept per logged page: a click's rank is read from them
 MAX_QUERY_CHARS = 200  # a longer query is kept cut (the top queries group what shoppers type)
 BUSY_TIMEOUT_S = 2.0
-EVENT_KINDS = ("click", "add_to_cart", "purchase")
 ORPHAN_S = 3600.0  # an event whose query row is not in the log this long after it is pruned
 
 _SCHEMA = """
@@ -98,7 +97,7 @@ class LoggedEvent:
     at: float
     query_id: str
     product_id: str
-    kind: str  # one of EVENT_KINDS
+    kind: str  # click | add_to_cart | purchase (``service.analytics.schemas.EventKind``)
     key_id: str | None
 
 

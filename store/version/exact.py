@@ -4,6 +4,8 @@ Ties are broken by the lower row; padding (-1 / -inf) sorts last."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 EXACT_BLOCK = 65_536  # rows per block (bounded memory per query batch)
@@ -72,6 +74,15 @@ def exact_all(
         best_s, best_r = topk_merge(best_s, best_r, scores, np.broadcast_to(rows_b, scores.shape), k)
     best_r[~np.isfinite(best_s)] = -1
     return best_s, best_r
+
+
+def sorted_distinct(rows: np.ndarray | Sequence[int]) -> np.ndarray:
+    """``rows`` as sorted distinct int64 rows. Filters hand over rows sorted and distinct already: checking
+    that costs 0.02 ms at 70k rows, where numpy 2.4's hashing ``np.unique`` costs 7 ms."""
+    flat = np.asarray(rows, dtype=np.int64).ravel()
+    if flat.size > 1 and not bool(np.all(flat[1:] > flat[:-1])):
+        return np.unique(flat)
+    return flat
 
 
 def rescore(embeds: np.ndarray, q: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -316,11 +316,7 @@ class IndexVersion:
     # -- search ------------------------------------------------------------------------------------------
 
     def _allowed(self, allowed_rows: np.ndarray) -> np.ndarray:
-        rows = np.asarray(allowed_rows, dtype=np.int64).ravel()
-        # Filters hand over sorted distinct rows: checking that costs 0.02 ms at 70k rows, where numpy 2.4's
-        # hashing np.unique costs 7 ms.
-        if rows.size > 1 and not bool(np.all(rows[1:] > rows[:-1])):
-            rows = np.unique(rows)
+        rows = exact.sorted_distinct(allowed_rows)
         rows = rows[(rows >= 0) & (rows < self._n)]
         if self._live is not None:
             rows = rows[self._live[rows]]

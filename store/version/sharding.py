@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from store.errors import IndexFormatError
+from store.version.exact import sorted_distinct
 
 SHARD_RULE = "blake2b-first8-be-mod"
 SHARD_RULE_TEXT = 'int.from_bytes(hashlib.blake2b(id.encode("utf-8")).digest()[:8], "big") % shard_count'
@@ -156,7 +157,7 @@ def split_allowed(
     shard holds none of them); None for every shard when nothing is filtered."""
     if allowed_rows is None:
         return [None] * len(offsets)
-    allowed = np.unique(np.asarray(allowed_rows, np.int64).ravel())
+    allowed = sorted_distinct(allowed_rows)
     return [
         allowed[(allowed >= offset) & (allowed < offset + total)] - offset
         for offset, total in zip(offsets, totals, strict=True)

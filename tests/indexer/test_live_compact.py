@@ -63,6 +63,13 @@ def embedding(root: Path, item_id: str) -> np.ndarray:
         return opened.embeddings(np.array([row]))[0]
 
 
+def new_product(root: Path, photo: Path) -> Upsert:
+    """A new product "new-1" titled "x" with ``photo``, stored as a write through the API stores it."""
+    return Upsert(
+        "new-1", text={"title": "x"}, photos=(PhotoStore(root, "shop").put(photo.read_bytes(), "PNG"),)
+    )
+
+
 def test_compact_folds_upserts_by_a_build_and_empties_the_log(shop: tuple[Settings, list[Path]]) -> None:
     settings, paths = shop
     root = settings.index_root
@@ -136,9 +143,7 @@ def test_current_photos_gone_leave_the_upserts_to_a_build_from_a_manifest(
     settings, paths = shop
     root = settings.index_root
     paths[5].unlink()  # the build would drop sku-5
-    upsert = Upsert(
-        "new-1", text={"title": "x"}, photos=(PhotoStore(root, "shop").put(paths[N].read_bytes(), "PNG"),)
-    )
+    upsert = new_product(root, paths[N])
     with SqliteChangeLog.for_index(root, "shop") as log:
         log.append([Patch("sku-0", fields={"price": 1.5}), upsert])
     report = compact("shop", settings=settings)
@@ -152,9 +157,7 @@ def test_current_photos_gone_leave_the_upserts_to_a_build_from_a_manifest(
 def test_a_compaction_whose_current_changed_publishes_nothing(shop: tuple[Settings, list[Path]]) -> None:
     settings, paths = shop
     root = settings.index_root
-    upsert = Upsert(
-        "new-1", text={"title": "x"}, photos=(PhotoStore(root, "shop").put(paths[N].read_bytes(), "PNG"),)
-    )
+    upsert = new_product(root, paths[N])
     with SqliteChangeLog.for_index(root, "shop") as log:
         last = log.append([upsert])[-1]
         read = read_catalogue(root, "shop", log, last)
@@ -170,9 +173,7 @@ def test_a_compaction_whose_current_changed_publishes_nothing(shop: tuple[Settin
 def test_a_change_that_nets_to_nothing_is_still_folded(shop: tuple[Settings, list[Path]]) -> None:
     settings, paths = shop
     root = settings.index_root
-    upsert = Upsert(
-        "new-1", text={"title": "x"}, photos=(PhotoStore(root, "shop").put(paths[N].read_bytes(), "PNG"),)
-    )
+    upsert = new_product(root, paths[N])
     with SqliteChangeLog.for_index(root, "shop") as log:
         last = log.append([upsert, Delete("new-1")])[-1]
     report = compact("shop", settings=settings)

@@ -64,7 +64,7 @@ async def search_page(
         "q": (q or "").strip(),
         "lang": lang or "",
         "mode": "" if mode == "hybrid" else (mode or ""),
-        "typos": None if typos is None else (0 if typos == 0 else None),
+        "typos": 0 if typos == 0 else None,  # the page offers as typed (0) or corrected (the default)
         "synonyms": synonyms,
     }
     return templates().TemplateResponse(request, "search.html", context)
