@@ -337,3 +337,32 @@ def test_the_public_dashboard_shows_rates_not_query_texts(shop: Shop) -> None:
     assert page.status_code == 200
     assert 'id="analytics"' in page.text and 'id="chart-none-rate"' in page.text
     assert "qqzx" not in page.text and "none-queries" not in page.text  # CCRK_DASHBOARD_QUERIES is off
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "loc"),
+    [
+        ("/v1/analytics", {"since": "inf"}, ["query", "since"]),
+        ("/v1/analytics", {"until": "-1"}, ["query", "until"]),
+        ("/v1/analytics", {"top": "0"}, ["query", "top"]),
+        ("/v1/analytics", {"bucket_s": "1"}, ["query", "bucket_s"]),
+        ("/", {"q": "x", "mode": "everything"}, ["query", "mode"]),
+        ("/", {"q": "x", "typos": "9"}, ["query", "typos"]),
+        ("/", {"q": "x", "synonyms": "perhaps"}, ["query", "synonyms"]),
+    ],
+)
+def test_hostile_report_and_page_parameters_get_a_422_naming_them(
+    shop: Shop, path: str, params: dict[str, str], loc: list[str]
+) -> None:
+    with shop.server.client() as client:
+        answer = client.get(path, params=params, headers=ADMIN)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["detail"][0]["loc"] == loc
+
+
+@pytest.mark.parametrize("value", [5, [True], {"on": True}, None])
+def test_a_synonyms_field_that_is_not_a_boolean_gets_a_422(shop: Shop, value: object) -> None:
+    with shop.server.client() as client:
+        answer = client.post("/v1/search", json={"query": "a red umbrella", "synonyms": value})
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["detail"][0]["loc"] == ["body", "synonyms"]
